@@ -1,0 +1,39 @@
+//! `charon config …`: configuration files from the command line.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use charon_core::config::Config;
+
+/// Loads a configuration file, printing every problem to stderr. `None`
+/// when the file is invalid (the problems have been printed).
+pub fn load(path: &Path) -> anyhow::Result<Option<Config>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    match Config::from_yaml(&text) {
+        Ok((config, adjustments)) => {
+            for a in adjustments {
+                eprintln!("{}: normalized: {a}", path.display());
+            }
+            Ok(Some(config))
+        }
+        Err(errors) => {
+            for e in errors.0 {
+                eprintln!("{}: {e}", path.display());
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// `charon config check FILE`.
+pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
+    Ok(match load(path)? {
+        Some(config) => {
+            print!("{}", config.to_yaml());
+            ExitCode::SUCCESS
+        }
+        None => ExitCode::FAILURE,
+    })
+}

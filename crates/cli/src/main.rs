@@ -1,0 +1,65 @@
+//! `charon`: the limiting server, its simulator and its tools.
+
+mod config_cmd;
+mod lines;
+mod simulate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "charon",
+    version,
+    about = "Charon: a limiting service (rate limits with burst tiers, distributed counting semaphores)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Replay JSON-line events against a configuration on a virtual clock.
+    ///
+    /// Reads one event per line on stdin and writes one JSON reply per event
+    /// on stdout. See the README for the event format.
+    Simulate {
+        /// The limits (SPEC §6 YAML).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Work with configuration files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Validate a configuration file and print it normalized, or every error.
+    Check {
+        /// The file to check.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate { config } => simulate::run(&config),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => config_cmd::check(&file),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("charon: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

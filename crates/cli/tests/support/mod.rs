@@ -1,0 +1,76 @@
+//! Running the real `charon` binary from tests.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+/// Path of the binary cargo built for these tests.
+pub fn charon() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_charon"))
+}
+
+/// Runs `charon simulate` with `config` on `input`; returns the output
+/// lines parsed, and the exit status.
+pub fn simulate_raw(config: &str, input: &[u8]) -> (Vec<Value>, std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("limits.yaml");
+    std::fs::write(&path, config).expect("write config");
+    let mut child = charon()
+        .arg("simulate")
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn charon");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("charon runs");
+    writer.join().expect("writer");
+    let lines = String::from_utf8(out.stdout)
+        .expect("stdout is UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad output line {l:?}: {e}")))
+        .collect();
+    (
+        lines,
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `charon simulate` on events; panics if it fails.
+pub fn simulate(config: &str, events: &[Value]) -> Vec<Value> {
+    let mut input = Vec::new();
+    for e in events {
+        serde_json::to_writer(&mut input, e).expect("encode");
+        input.push(b'\n');
+    }
+    let (lines, status, stderr) = simulate_raw(config, &input);
+    assert!(status.success(), "charon simulate failed: {stderr}");
+    assert_eq!(lines.len(), events.len(), "one reply per event");
+    lines
+}
+
+/// A `request` event.
+pub fn req(t: u64, resource: &str, domain: &str) -> Value {
+    serde_json::json!({"t": t, "op": "request", "resource": resource, "domain": domain})
+}
+
+/// (granted, tier, burst) of a request reply.
+pub fn gtb(v: &Value) -> (u64, u64, bool) {
+    (
+        v["granted"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no granted in {v}")),
+        v["tier"].as_u64().expect("tier"),
+        v["burst"].as_bool().expect("burst"),
+    )
+}

@@ -1,0 +1,577 @@
+//! From a parsed document (YAML or JSON, as a `serde_json::Value`) to the
+//! typed model, collecting every problem with its field path instead of
+//! stopping at the first. Unknown fields are errors: a misspelt `limt`
+//! silently ignored is a limit that silently does not apply.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use super::{
+    ConfigErrors, ConfigIssue, CopyResource, Group, NamespaceSettings, RateOverride, RateResource,
+    Resource, ResourceKind, Tier,
+};
+use crate::MAX_COUNT;
+use crate::request::check_name;
+use crate::time::{Millis, parse_span};
+
+const RATE_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "hard_limit",
+    "global_limit",
+    "tiers",
+    "domains",
+];
+const COPY_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "domain_limit",
+    "global_limit",
+    "domains",
+    "groups",
+];
+const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
+const NAMESPACE_FIELDS: &[&str] = &["allow_unconfigured", "ignore_configured"];
+
+/// A field path such as `resources[1].tiers[0].window`.
+#[derive(Clone, Default)]
+struct Path(String);
+
+impl Path {
+    fn key(&self, key: &str) -> Path {
+        let plain = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let segment = if plain {
+            key.to_owned()
+        } else {
+            format!("[{key:?}]")
+        };
+        if self.0.is_empty() {
+            Path(segment)
+        } else if plain {
+            Path(format!("{}.{segment}", self.0))
+        } else {
+            Path(format!("{}{segment}", self.0))
+        }
+    }
+
+    fn index(&self, i: usize) -> Path {
+        Path(format!("{}[{i}]", self.0))
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Default)]
+struct Issues(Vec<ConfigIssue>);
+
+impl Issues {
+    fn push(&mut self, path: &Path, message: impl Into<String>) {
+        self.0.push(ConfigIssue {
+            path: path.0.clone(),
+            message: message.into(),
+        });
+    }
+
+    fn finish<T>(self, value: T) -> Result<T, ConfigErrors> {
+        if self.0.is_empty() {
+            Ok(value)
+        } else {
+            Err(ConfigErrors(self.0))
+        }
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "nothing".to_owned(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(_) => "a list".to_owned(),
+        Value::Object(_) => "a mapping".to_owned(),
+    }
+}
+
+fn object<'v>(
+    v: &'v Value,
+    path: &Path,
+    issues: &mut Issues,
+    what: &str,
+    allowed: &[&str],
+) -> Option<&'v Map<String, Value>> {
+    let Value::Object(map) = v else {
+        issues.push(
+            path,
+            format!("expected {what} (a mapping), found {}", describe(v)),
+        );
+        return None;
+    };
+    for key in map.keys() {
+        if !allowed.contains(&key.as_str()) {
+            issues.push(
+                &path.key(key),
+                format!("unknown field (expected one of: {})", allowed.join(", ")),
+            );
+        }
+    }
+    Some(map)
+}
+
+fn list<'v>(v: &'v Value, path: &Path, issues: &mut Issues) -> Option<&'v [Value]> {
+    match v {
+        Value::Array(items) => Some(items),
+        _ => {
+            issues.push(path, format!("expected a list, found {}", describe(v)));
+            None
+        }
+    }
+}
+
+fn count(v: &Value, path: &Path, issues: &mut Issues) -> Option<u64> {
+    let problem = match v {
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(x), _) if x <= MAX_COUNT => return Some(x),
+            (Some(_), _) => format!("{n} is too large (at most {MAX_COUNT})"),
+            (None, Some(_)) => format!("{n} is negative; counts start at 0"),
+            (None, None) if n.as_f64().is_some_and(|f| f.fract() == 0.0 && f < 0.0) => {
+                format!("{n} is negative; counts start at 0")
+            }
+            (None, None) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
+                format!("{n} is too large (at most {MAX_COUNT})")
+            }
+            (None, None) => format!("{n} is not a whole number"),
+        },
+        other => format!("expected a whole number, found {}", describe(other)),
+    };
+    issues.push(path, problem);
+    None
+}
+
+fn optional_count(
+    map: &Map<String, Value>,
+    key: &str,
+    path: &Path,
+    issues: &mut Issues,
+) -> Option<u64> {
+    match map.get(key) {
+        None | Some(Value::Null) => None,
+        Some(v) => count(v, &path.key(key), issues),
+    }
+}
+
+fn required<'v>(
+    map: &'v Map<String, Value>,
+    key: &str,
+    path: &Path,
+    issues: &mut Issues,
+) -> Option<&'v Value> {
+    match map.get(key) {
+        None | Some(Value::Null) => {
+            issues.push(&path.key(key), "is required");
+            None
+        }
+        Some(v) => Some(v),
+    }
+}
+
+fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
+    match v {
+        Value::String(s) => match parse_span(s) {
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                issues.push(path, e);
+                None
+            }
+        },
+        other => {
+            issues.push(
+                path,
+                format!(
+                    "expected a duration such as \"1s\", found {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn boolean(map: &Map<String, Value>, key: &str, path: &Path, issues: &mut Issues) -> bool {
+    match map.get(key) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            issues.push(
+                &path.key(key),
+                format!("expected true or false, found {}", describe(other)),
+            );
+            false
+        }
+    }
+}
+
+fn name(v: &Value, path: &Path, issues: &mut Issues, field: &str) -> Option<String> {
+    let Value::String(s) = v else {
+        issues.push(
+            path,
+            format!("expected a name (a string), found {}", describe(v)),
+        );
+        return None;
+    };
+    match check_name(field, s) {
+        Ok(()) => Some(s.clone()),
+        Err(e) => {
+            issues.push(path, e.to_string());
+            None
+        }
+    }
+}
+
+/// Parses a whole configuration document.
+pub(super) fn parse_config(
+    v: &Value,
+) -> Result<(BTreeMap<String, NamespaceSettings>, Vec<Resource>), ConfigErrors> {
+    let mut issues = Issues::default();
+    let root = Path::default();
+    let mut namespaces = BTreeMap::new();
+    let mut resources = Vec::new();
+    if v.is_null() {
+        return Ok((namespaces, resources));
+    }
+    if let Some(map) = object(
+        v,
+        &root,
+        &mut issues,
+        "a configuration",
+        &["namespaces", "resources"],
+    ) {
+        match map.get("namespaces") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(nss)) => {
+                let path = root.key("namespaces");
+                for (ns, settings) in nss {
+                    let p = path.key(ns);
+                    if let Err(e) = check_namespace_name(ns) {
+                        issues.push(&p, e);
+                    }
+                    if let Some(s) = namespace_at(settings, &p, &mut issues) {
+                        namespaces.insert(ns.clone(), s);
+                    }
+                }
+            }
+            Some(other) => issues.push(
+                &root.key("namespaces"),
+                format!(
+                    "expected a mapping of namespace names, found {}",
+                    describe(other)
+                ),
+            ),
+        }
+        if let Some(rs) = map.get("resources").filter(|v| !v.is_null()) {
+            let path = root.key("resources");
+            if let Some(items) = list(rs, &path, &mut issues) {
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(r) = resource_at(item, &path.index(i), &mut issues) {
+                        resources.push(r);
+                    }
+                }
+            }
+        }
+    }
+    issues.finish((namespaces, resources))
+}
+
+fn check_namespace_name(ns: &str) -> Result<(), String> {
+    check_name("namespace", ns).map_err(|e| e.to_string())?;
+    if ns.contains('/') {
+        return Err("a namespace name cannot contain '/'".to_owned());
+    }
+    Ok(())
+}
+
+/// Parses the settings of one namespace (the config API's namespace body).
+pub fn parse_namespace(v: &Value) -> Result<NamespaceSettings, ConfigErrors> {
+    let mut issues = Issues::default();
+    let settings = namespace_at(v, &Path::default(), &mut issues);
+    issues.finish(settings.unwrap_or_default())
+}
+
+fn namespace_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<NamespaceSettings> {
+    let map = object(v, path, issues, "namespace settings", NAMESPACE_FIELDS)?;
+    Some(NamespaceSettings {
+        allow_unconfigured: boolean(map, "allow_unconfigured", path, issues),
+        ignore_configured: boolean(map, "ignore_configured", path, issues),
+    })
+}
+
+/// Parses one resource (the config API's resource body). Normalization is
+/// applied when the resource becomes part of a [`super::Config`].
+pub fn parse_resource(v: &Value) -> Result<Resource, ConfigErrors> {
+    let mut issues = Issues::default();
+    let r = resource_at(v, &Path::default(), &mut issues);
+    match r {
+        Some(r) => issues.finish(r),
+        None => Err(ConfigErrors(issues.0)),
+    }
+}
+
+fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> {
+    let Value::Object(map) = v else {
+        issues.push(
+            path,
+            format!("expected a resource (a mapping), found {}", describe(v)),
+        );
+        return None;
+    };
+    let kind = match map.get("kind") {
+        Some(Value::String(k)) if k == "rate" || k == "copy" => Some(k.as_str()),
+        None | Some(Value::Null) => {
+            issues.push(&path.key("kind"), "is required (rate or copy)");
+            None
+        }
+        Some(other) => {
+            issues.push(
+                &path.key("kind"),
+                format!("expected rate or copy, found {}", describe(other)),
+            );
+            None
+        }
+    };
+    let allowed = match kind {
+        Some("rate") => RATE_FIELDS,
+        Some(_) => COPY_FIELDS,
+        None => &[],
+    };
+    for key in map.keys() {
+        if kind.is_some() && !allowed.contains(&key.as_str()) {
+            let other = if allowed == RATE_FIELDS {
+                COPY_FIELDS
+            } else {
+                RATE_FIELDS
+            };
+            let message = if other.contains(&key.as_str()) {
+                format!(
+                    "not a field of a {} resource (expected one of: {})",
+                    kind.unwrap_or_default(),
+                    allowed.join(", ")
+                )
+            } else {
+                format!("unknown field (expected one of: {})", allowed.join(", "))
+            };
+            issues.push(&path.key(key), message);
+        }
+    }
+    let name = required(map, "name", path, issues).and_then(|v| {
+        let n = name(v, &path.key("name"), issues, "name")?;
+        if n.starts_with('/') {
+            issues.push(
+                &path.key("name"),
+                "the namespace (the text before the first '/') must not be empty",
+            );
+            return None;
+        }
+        Some(n)
+    });
+    let kind = match kind? {
+        "rate" => ResourceKind::Rate(rate_at(map, path, issues)?),
+        _ => ResourceKind::Copy(copy_at(map, path, issues)?),
+    };
+    Some(Resource { name: name?, kind })
+}
+
+fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option<RateResource> {
+    let before = issues.0.len();
+    let hard_limit = optional_count(map, "hard_limit", path, issues);
+    let global_limit = optional_count(map, "global_limit", path, issues);
+    let tiers =
+        required(map, "tiers", path, issues).and_then(|v| tiers_at(v, &path.key("tiers"), issues));
+    let mut domains = BTreeMap::new();
+    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
+        let dpath = path.key("domains");
+        match v {
+            Value::Object(ds) => {
+                for (domain, o) in ds {
+                    let p = dpath.key(domain);
+                    if let Err(e) = check_name("domain", domain) {
+                        issues.push(&p, e.to_string());
+                    }
+                    let Some(om) =
+                        object(o, &p, issues, "a domain override", &["hard_limit", "tiers"])
+                    else {
+                        continue;
+                    };
+                    let over = RateOverride {
+                        hard_limit: optional_count(om, "hard_limit", &p, issues),
+                        tiers: om
+                            .get("tiers")
+                            .filter(|v| !v.is_null())
+                            .and_then(|v| tiers_at(v, &p.key("tiers"), issues)),
+                    };
+                    domains.insert(domain.clone(), over);
+                }
+            }
+            other => issues.push(
+                &dpath,
+                format!(
+                    "expected a mapping of domain names to overrides, found {}",
+                    describe(other)
+                ),
+            ),
+        }
+    }
+    (issues.0.len() == before).then(|| RateResource {
+        hard_limit,
+        global_limit,
+        tiers: tiers.unwrap_or_default(),
+        domains,
+    })
+}
+
+fn tiers_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Vec<Tier>> {
+    let items = list(v, path, issues)?;
+    let before = issues.0.len();
+    let tiers: Vec<Tier> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| tier_at(t, &path.index(i), issues))
+        .collect();
+    (issues.0.len() == before).then_some(tiers)
+}
+
+fn tier_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Tier> {
+    let map = object(v, path, issues, "a tier", TIER_FIELDS)?;
+    let limit =
+        required(map, "limit", path, issues).and_then(|v| count(v, &path.key("limit"), issues));
+    let window = required(map, "window", path, issues).and_then(|v| {
+        let w = span(v, &path.key("window"), issues)?;
+        if w == 0 {
+            issues.push(&path.key("window"), "must be at least 1ms");
+            return None;
+        }
+        Some(w)
+    });
+    let active = match map.get("active") {
+        None | Some(Value::Null) => Some(None),
+        Some(Value::String(s)) if matches!(s.trim(), "infinite" | "inf" | "forever") => Some(None),
+        Some(v) => span(v, &path.key("active"), issues).map(Some),
+    };
+    let cooldown = match map.get("cooldown") {
+        None | Some(Value::Null) => Some(0),
+        Some(v) => span(v, &path.key("cooldown"), issues),
+    };
+    let skippable = boolean(map, "skippable", path, issues);
+    Some(Tier {
+        limit: limit?,
+        window: window?,
+        active: active?,
+        cooldown: cooldown?,
+        skippable,
+    })
+}
+
+fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option<CopyResource> {
+    let before = issues.0.len();
+    let domain_limit = required(map, "domain_limit", path, issues)
+        .and_then(|v| count(v, &path.key("domain_limit"), issues));
+    let global_limit = optional_count(map, "global_limit", path, issues);
+    let mut domains = BTreeMap::new();
+    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
+        let dpath = path.key("domains");
+        match v {
+            Value::Object(ds) => {
+                for (domain, o) in ds {
+                    let p = dpath.key(domain);
+                    if let Err(e) = check_name("domain", domain) {
+                        issues.push(&p, e.to_string());
+                    }
+                    let Some(om) = object(o, &p, issues, "a domain override", &["domain_limit"])
+                    else {
+                        continue;
+                    };
+                    if let Some(limit) = required(om, "domain_limit", &p, issues)
+                        .and_then(|v| count(v, &p.key("domain_limit"), issues))
+                    {
+                        domains.insert(domain.clone(), limit);
+                    }
+                }
+            }
+            other => issues.push(
+                &dpath,
+                format!(
+                    "expected a mapping of domain names to overrides, found {}",
+                    describe(other)
+                ),
+            ),
+        }
+    }
+    let mut groups = Vec::new();
+    if let Some(v) = map.get("groups").filter(|v| !v.is_null()) {
+        let gpath = path.key("groups");
+        if let Some(items) = list(v, &gpath, issues) {
+            let mut seen = BTreeMap::new();
+            for (i, g) in items.iter().enumerate() {
+                let p = gpath.index(i);
+                if let Some(group) = group_at(g, &p, issues) {
+                    if let Some(first) = seen.insert(group.name.clone(), i) {
+                        issues.push(
+                            &p.key("name"),
+                            format!(
+                                "duplicate group {:?} (first at groups[{first}])",
+                                group.name
+                            ),
+                        );
+                    }
+                    groups.push(group);
+                }
+            }
+        }
+    }
+    (issues.0.len() == before).then(|| {
+        CopyResource::new(
+            domain_limit.unwrap_or_default(),
+            global_limit,
+            domains,
+            groups,
+        )
+    })
+}
+
+fn group_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Group> {
+    let map = object(v, path, issues, "a group", &["name", "limit", "domains"])?;
+    let name = required(map, "name", path, issues)
+        .and_then(|v| name(v, &path.key("name"), issues, "group name"));
+    let limit =
+        required(map, "limit", path, issues).and_then(|v| count(v, &path.key("limit"), issues));
+    let mut domains = Vec::new();
+    let mut seen = BTreeSet::new();
+    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
+        let dpath = path.key("domains");
+        for (i, d) in list(v, &dpath, issues)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if let Some(d) = self::name(d, &dpath.index(i), issues, "domain") {
+                if seen.insert(d.clone()) {
+                    domains.push(d);
+                } else {
+                    issues.push(&dpath.index(i), format!("duplicate domain {d:?}"));
+                }
+            }
+        }
+    }
+    Some(Group {
+        name: name?,
+        limit: limit?,
+        domains,
+    })
+}

@@ -1,0 +1,27 @@
+//! The pure decision core of Charon.
+//!
+//! Everything that decides lives here: the configuration model and its
+//! normalization (SPEC §2, §6), the burst-tier algorithm for rate-limited
+//! resources (SPEC §2), the copy-limit algorithm (SPEC §3) and namespace
+//! resolution (SPEC §4). There is no I/O, no async runtime and no clock
+//! reading: stores pass state and `now` in, and swap the new state in
+//! atomically however they can (a mutex, a Redis script).
+
+pub mod config;
+pub mod copy;
+pub mod error;
+pub mod rate;
+pub mod request;
+pub mod time;
+
+pub use error::ClientError;
+pub use time::{Clock, ManualClock, Millis};
+
+/// The largest count (limit, hits, copies) Charon accepts: 2^53 − 1, the
+/// largest integer that JSON clients and Redis' Lua numbers hold exactly.
+/// Accepting more would let a number change silently on its way through.
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
+/// The limit of a tier that never rejects (SPEC §4 `allow_unconfigured`).
+/// Arithmetic on limits saturates, so this behaves as infinity.
+pub const UNBOUNDED: u64 = u64::MAX;

@@ -1,0 +1,188 @@
+//! The decision for `request(r, d, copies, min_copies)`: SPEC §2 rules 3–6.
+
+use super::log::HitLog;
+use super::state::{Phase, RateState};
+use crate::UNBOUNDED;
+use crate::config::{Enforcement, RateLimits, Tier};
+use crate::request::Amount;
+use crate::time::{Millis, SECOND};
+
+/// The reply to a request (SPEC §2 rule 6), every value as of after the
+/// decision. A rejection is an ordinary reply with `granted = 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateReply {
+    /// n: hits granted (0 on rejection).
+    pub granted: u64,
+    /// H, if configured.
+    pub hard_limit: Option<u64>,
+    /// G, if configured.
+    pub global_limit: Option<u64>,
+    /// L of the current tier (0 for tier 0, [`UNBOUNDED`] for the
+    /// permissive tier of an unconfigured resource).
+    pub tier_limit: u64,
+    /// Hits by this domain in the last second.
+    pub domain_hits_last_second: u64,
+    /// Hits by all domains in the last second.
+    pub global_hits_last_second: u64,
+    /// Hits in the current tier's window.
+    pub tier_hits: u64,
+    /// The current tier's index (0 = no tier active).
+    pub tier: usize,
+    /// Whether the request entered a tier it was not in.
+    pub burst: bool,
+    /// Whether H was the binding limit: it allowed fewer hits than the
+    /// tiers would have granted, and no more than G allowed.
+    pub hard_limited: bool,
+    /// Whether G was the binding limit: it allowed fewer hits than the
+    /// tiers would have granted, and no more than H allowed.
+    pub global_limited: bool,
+    /// Whether the grant ignored the limits (SPEC §4 `ignore_configured`).
+    pub ignored: bool,
+}
+
+/// One leg of a request's way through the tiers: `take` hits in tier `tier`,
+/// entering it first if `enter`.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    tier: usize,
+    take: u64,
+    enter: bool,
+}
+
+/// Decides a request for one (resource, domain) pair at `now` and applies
+/// it: `state` is the pair's state, `global` the resource's hits in the last
+/// second across all domains. A rejected request changes nothing but what
+/// time alone makes irrelevant (rule 5).
+pub fn decide(
+    limits: RateLimits<'_>,
+    state: &mut RateState,
+    global: &mut HitLog,
+    now: Millis,
+    amount: Amount,
+    enforcement: Enforcement,
+) -> RateReply {
+    let tiers = limits.tiers;
+    // A clock that stepped back must not put recorded hits in the future.
+    let now = now.max(state.latest()).max(global.latest().unwrap_or(0));
+    state.advance(tiers, now);
+    global.prune(now, SECOND);
+    let current = state.current_tier(tiers, now);
+
+    let (steps, through_tiers) = plan(tiers, state, current, now, amount.copies());
+    let wish = amount.copies().min(through_tiers);
+    let hard_room = room(limits.hard_limit, state.last_second.count());
+    let global_room = room(limits.global_limit, global.count());
+    // "Limited by" names the binding limit: the tighter of H and G, when it
+    // allowed fewer hits than the tiers would have granted (both on a tie).
+    let hard_limited = hard_room < wish && hard_room <= global_room;
+    let global_limited = global_room < wish && global_room <= hard_room;
+
+    let (granted, recorded_in_tiers) = match enforcement {
+        Enforcement::Enforce => match amount.grant_within(wish.min(hard_room).min(global_room)) {
+            Some(n) => (n, n),
+            None => (0, 0),
+        },
+        // Ignored limits grant everything; the tiers take what they can so
+        // that limiting resumes from a true state when the switch is off.
+        Enforcement::Ignore => (amount.copies(), wish),
+    };
+
+    let mut tier = current;
+    let mut burst = false;
+    if granted > 0 {
+        let mut left = recorded_in_tiers;
+        for step in steps {
+            if left == 0 {
+                break;
+            }
+            let take = step.take.min(left);
+            let ts = state.tier_mut(step.tier);
+            if step.enter {
+                ts.entered = Some(now);
+                ts.hits.clear();
+                burst = true;
+            }
+            ts.hits.record(now, take);
+            left -= take;
+            tier = step.tier;
+        }
+        state.last_second.record(now, granted);
+        global.record(now, granted);
+    }
+
+    RateReply {
+        granted,
+        hard_limit: limits.hard_limit,
+        global_limit: limits.global_limit,
+        tier_limit: if tier == 0 { 0 } else { tiers[tier - 1].limit },
+        domain_hits_last_second: state.last_second.count(),
+        global_hits_last_second: global.count(),
+        tier_hits: state.tier_hits(tier),
+        tier,
+        burst,
+        hard_limited,
+        global_limited,
+        ignored: enforcement == Enforcement::Ignore,
+    }
+}
+
+fn room(limit: Option<u64>, used: u64) -> u64 {
+    limit.map_or(UNBOUNDED, |l| l.saturating_sub(used))
+}
+
+/// The way `want` hits, granted one after another at `now`, would go
+/// through the tiers (rule 4), and how many of them would be granted.
+fn plan(
+    tiers: &[Tier],
+    state: &RateState,
+    current: usize,
+    now: Millis,
+    want: u64,
+) -> (Vec<Step>, u64) {
+    let mut steps = Vec::new();
+    let mut total = 0u64;
+    let mut at = current;
+    if at >= 1 {
+        let room = tiers[at - 1].limit.saturating_sub(state.tier_hits(at));
+        let take = room.min(want);
+        if take > 0 {
+            steps.push(Step {
+                tier: at,
+                take,
+                enter: false,
+            });
+            total += take;
+        }
+    }
+    while total < want {
+        let Some(j) = burst_target(tiers, state, at, now) else {
+            break;
+        };
+        let take = tiers[j - 1].limit.min(want - total);
+        steps.push(Step {
+            tier: j,
+            take,
+            enter: true,
+        });
+        total += take;
+        at = j;
+    }
+    (steps, total)
+}
+
+/// The tier a hit that does not fit in tier `from` bursts into, if any:
+/// the first tier above `from` that can be entered, going past tiers in
+/// cooldown or with a limit of zero only when they are skippable.
+fn burst_target(tiers: &[Tier], state: &RateState, from: usize, now: Millis) -> Option<usize> {
+    for j in from + 1..=tiers.len() {
+        let tier = &tiers[j - 1];
+        let blocked = tier.limit == 0 || state.phase(tiers, j, now) == Phase::Cooldown;
+        if !blocked {
+            return Some(j);
+        }
+        if !tier.skippable {
+            return None;
+        }
+    }
+    None
+}

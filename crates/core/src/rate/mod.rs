@@ -1,0 +1,18 @@
+//! Rate-limited resources: burst tiers, hard limit H, global limit G
+//! (SPEC §2, paper §2.1).
+
+mod decide;
+mod log;
+mod state;
+
+pub use decide::{RateReply, decide};
+pub use log::HitLog;
+pub use state::{Phase, RateState, TierState};
+
+/// How long a dormant tier-1 state (see [`RateState::forget_at`]) is kept
+/// after its window emptied: an hour, so a domain that pauses keeps exact
+/// replies, and memory still does not grow as domains come and go.
+pub const DORMANT_GRACE: crate::Millis = 3_600_000;
+
+#[cfg(test)]
+mod tests;

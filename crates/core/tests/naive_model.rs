@@ -1,0 +1,331 @@
+//! The burst-tier engine against a deliberately naive model of SPEC §2:
+//! lists of timestamps, one hit at a time, every candidate n tried from the
+//! largest down. Random tier configurations and random timelines (several
+//! domains, multi-hit requests) must give identical replies.
+
+use charon_core::config::{Enforcement, RateLimits, Tier};
+use charon_core::rate::{HitLog, RateReply, RateState, decide};
+use charon_core::request::Amount;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    Inactive,
+    Active,
+    Cooldown,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NaiveTier {
+    entered: Option<u64>,
+    hits: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NaiveDomain {
+    tiers: Vec<NaiveTier>,
+    hits: Vec<u64>,
+}
+
+struct Naive {
+    tiers: Vec<Tier>,
+    hard: Option<u64>,
+    global: Option<u64>,
+    domains: Vec<NaiveDomain>,
+    global_hits: Vec<u64>,
+}
+
+fn inside(t: u64, now: u64, span: u64) -> bool {
+    (now as i128) - (span as i128) <= t as i128 && t <= now
+}
+
+impl Naive {
+    fn phase(&self, d: &NaiveDomain, i: usize, now: u64) -> Phase {
+        let cfg = &self.tiers[i - 1];
+        let Some(e) = d.tiers[i - 1].entered else {
+            return Phase::Inactive;
+        };
+        let Some(a) = cfg.active else {
+            return Phase::Active;
+        };
+        if e <= now && now < e + a {
+            Phase::Active
+        } else if e + a <= now && now < e + a + cfg.cooldown {
+            Phase::Cooldown
+        } else {
+            Phase::Inactive
+        }
+    }
+
+    fn current(&self, d: &NaiveDomain, now: u64) -> usize {
+        let mut cur = 0;
+        for i in 1..=self.tiers.len() {
+            if self.phase(d, i, now) == Phase::Active {
+                cur = i;
+            }
+        }
+        cur
+    }
+
+    fn window_count(&self, d: &NaiveDomain, i: usize, now: u64) -> u64 {
+        if i == 0 {
+            return 0;
+        }
+        let w = self.tiers[i - 1].window;
+        d.tiers[i - 1]
+            .hits
+            .iter()
+            .filter(|&&t| inside(t, now, w))
+            .count() as u64
+    }
+
+    /// Rule 4 for one hit; returns whether it caused a burst, or None if
+    /// rejected.
+    fn one_hit(&self, d: &mut NaiveDomain, now: u64) -> Option<bool> {
+        let i = self.current(d, now);
+        if i >= 1 && self.window_count(d, i, now) < self.tiers[i - 1].limit {
+            d.tiers[i - 1].hits.push(now);
+            return Some(false);
+        }
+        let mut j = i + 1;
+        loop {
+            if j > self.tiers.len() {
+                return None;
+            }
+            let cfg = self.tiers[j - 1];
+            let cooling = self.phase(d, j, now) == Phase::Cooldown;
+            if cooling || cfg.limit == 0 {
+                if cfg.skippable {
+                    j += 1;
+                    continue;
+                }
+                return None;
+            }
+            d.tiers[j - 1] = NaiveTier {
+                entered: Some(now),
+                hits: vec![now],
+            };
+            return Some(true);
+        }
+    }
+
+    /// n hits one after another; the state after and whether any burst.
+    fn try_hits(&self, d: &NaiveDomain, now: u64, n: u64) -> Option<(NaiveDomain, bool)> {
+        let mut trial = d.clone();
+        let mut burst = false;
+        for _ in 0..n {
+            burst |= self.one_hit(&mut trial, now)?;
+        }
+        Some((trial, burst))
+    }
+
+    fn request(&mut self, domain: usize, now: u64, copies: u64, min: u64) -> RateReply {
+        let d = self.domains[domain].clone();
+        let domain_last = d.hits.iter().filter(|&&t| inside(t, now, 1000)).count() as u64;
+        let global_last = self
+            .global_hits
+            .iter()
+            .filter(|&&t| inside(t, now, 1000))
+            .count() as u64;
+        let wish = (0..=copies)
+            .rev()
+            .find(|&k| self.try_hits(&d, now, k).is_some())
+            .unwrap_or(0);
+        let hard_room = self
+            .hard
+            .map_or(u64::MAX, |h| h.saturating_sub(domain_last));
+        let global_room = self
+            .global
+            .map_or(u64::MAX, |g| g.saturating_sub(global_last));
+        let mut granted = 0;
+        let mut burst = false;
+        for n in (min..=copies).rev() {
+            let Some((after, b)) = self.try_hits(&d, now, n) else {
+                continue;
+            };
+            if self.hard.is_some_and(|h| domain_last + n > h)
+                || self.global.is_some_and(|g| global_last + n > g)
+            {
+                continue;
+            }
+            self.domains[domain] = after;
+            for _ in 0..n {
+                self.domains[domain].hits.push(now);
+                self.global_hits.push(now);
+            }
+            granted = n;
+            burst = b;
+            break;
+        }
+        let d = &self.domains[domain];
+        let tier = self.current(d, now);
+        RateReply {
+            granted,
+            hard_limit: self.hard,
+            global_limit: self.global,
+            tier_limit: if tier == 0 {
+                0
+            } else {
+                self.tiers[tier - 1].limit
+            },
+            domain_hits_last_second: d.hits.iter().filter(|&&t| inside(t, now, 1000)).count()
+                as u64,
+            global_hits_last_second: self
+                .global_hits
+                .iter()
+                .filter(|&&t| inside(t, now, 1000))
+                .count() as u64,
+            tier_hits: self.window_count(d, tier, now),
+            tier,
+            burst,
+            hard_limited: hard_room < wish && hard_room <= global_room,
+            global_limited: global_room < wish && global_room <= hard_room,
+            ignored: false,
+        }
+    }
+}
+
+fn tier_strategy() -> impl Strategy<Value = Tier> {
+    (
+        0u64..=4,
+        1u64..=40,
+        prop::option::of(1u64..=120),
+        0u64..=80,
+        any::<bool>(),
+    )
+        .prop_map(|(limit, window, active, cooldown, skippable)| Tier {
+            limit,
+            window,
+            active,
+            cooldown,
+            skippable,
+        })
+}
+
+#[derive(Debug, Clone)]
+struct Event {
+    gap: u64,
+    domain: usize,
+    copies: u64,
+    min: u64,
+}
+
+fn event_strategy() -> impl Strategy<Value = Event> {
+    (0u64..=30, 0usize..3, 1u64..=6)
+        .prop_flat_map(|(gap, domain, copies)| (Just(gap), Just(domain), Just(copies), 1..=copies))
+        .prop_map(|(gap, domain, copies, min)| Event {
+            gap,
+            domain,
+            copies,
+            min,
+        })
+}
+
+fn scenario() -> impl Strategy<Value = (Vec<Tier>, Option<u64>, Option<u64>, Vec<Event>)> {
+    (
+        prop::collection::vec(tier_strategy(), 0..=4),
+        prop::option::of(0u64..=12),
+        prop::option::of(0u64..=20),
+        prop::collection::vec(event_strategy(), 1..80),
+    )
+}
+
+/// Runs a timeline through the engine; `forget` applies the stores' rule
+/// of dropping state from `forget_at` on (with no grace for dormant tier-1
+/// state, so that the inexact case is exercised too).
+fn engine_replies(
+    tiers: &[Tier],
+    hard: Option<u64>,
+    global: Option<u64>,
+    events: &[Event],
+    forget: bool,
+) -> Vec<RateReply> {
+    let limits = RateLimits {
+        hard_limit: hard,
+        global_limit: global,
+        tiers,
+    };
+    let mut states = vec![(RateState::default(), Some(0u64)); 3];
+    let mut global_log = HitLog::default();
+    let mut now = 0;
+    events
+        .iter()
+        .map(|e| {
+            now += e.gap;
+            let (state, forget_at) = &mut states[e.domain];
+            if forget && forget_at.is_some_and(|f| now >= f) {
+                *state = RateState::default();
+            }
+            let amount = Amount::new(e.copies, e.min).expect("valid");
+            let reply = decide(
+                limits,
+                state,
+                &mut global_log,
+                now,
+                amount,
+                Enforcement::Enforce,
+            );
+            *forget_at = state.forget_at(tiers, 0);
+            reply
+        })
+        .collect()
+}
+
+fn naive_replies(
+    tiers: &[Tier],
+    hard: Option<u64>,
+    global: Option<u64>,
+    events: &[Event],
+) -> Vec<RateReply> {
+    let mut naive = Naive {
+        tiers: tiers.to_vec(),
+        hard,
+        global,
+        domains: vec![
+            NaiveDomain {
+                tiers: vec![NaiveTier::default(); tiers.len()],
+                hits: vec![],
+            };
+            3
+        ],
+        global_hits: vec![],
+    };
+    let mut now = 0;
+    events
+        .iter()
+        .map(|e| {
+            now += e.gap;
+            naive.request(e.domain, now, e.copies, e.min)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn engine_matches_naive_model((tiers, hard, global, events) in scenario()) {
+        let engine = engine_replies(&tiers, hard, global, &events, false);
+        let naive = naive_replies(&tiers, hard, global, &events);
+        for (i, (a, b)) in engine.iter().zip(&naive).enumerate() {
+            prop_assert_eq!(a, b, "event {} of {:?}", i, events);
+        }
+    }
+
+    /// Dropping idle state (as the stores do) never changes a decision:
+    /// the hits granted, the binding limits, the counts and, for a grant,
+    /// the tier it landed in. Only `burst` and the tier context of a
+    /// rejection may differ (see `RateState::forget_at`).
+    #[test]
+    fn forgetting_idle_state_never_changes_a_decision((tiers, hard, global, events) in scenario()) {
+        let engine = engine_replies(&tiers, hard, global, &events, true);
+        let naive = naive_replies(&tiers, hard, global, &events);
+        for (i, (a, b)) in engine.iter().zip(&naive).enumerate() {
+            let decision = |r: &RateReply| (r.granted, r.hard_limited, r.global_limited, r.domain_hits_last_second, r.global_hits_last_second);
+            prop_assert_eq!(decision(a), decision(b), "event {} of {:?}", i, events);
+            if a.granted > 0 {
+                prop_assert_eq!((a.tier, a.tier_hits, a.tier_limit), (b.tier, b.tier_hits, b.tier_limit), "event {}", i);
+            }
+        }
+    }
+}

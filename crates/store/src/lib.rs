@@ -1,0 +1,65 @@
+//! Where Charon's state lives.
+//!
+//! A [`Store`] swaps state atomically and nothing else: every decision is
+//! made by `charon-core`, given the state the store holds and the store's
+//! own clock. The in-memory store is the embedded default; the Redis store
+//! shares one authoritative state between limiting servers.
+
+mod clock;
+mod error;
+pub mod memory;
+
+use async_trait::async_trait;
+use charon_core::Millis;
+use charon_core::config::{CopyLimits, Enforcement, RateLimits};
+use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::rate::RateReply;
+use charon_core::request::Amount;
+
+pub use clock::SystemClock;
+pub use error::StoreError;
+pub use memory::MemoryStore;
+
+/// Atomic access to rate and copy state. Each method is one atomic step:
+/// state changes only when the reply is a grant (or, for release, transfer
+/// and seize, when it succeeds).
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// A short name for logs and metrics (`memory`, `redis`).
+    fn kind(&self) -> &'static str;
+
+    /// Decides and records `request(resource, domain, amount)` with the
+    /// limits that apply to the domain.
+    async fn request(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: RateLimits<'_>,
+        amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<RateReply, StoreError>;
+
+    /// Decides and records `reserve(resource, domain, amount)`; the group set
+    /// of the hold is the names of `limits.groups`.
+    async fn reserve(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: &CopyLimits,
+        amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<ReserveReply, StoreError>;
+
+    /// Gives back `copies` held under `hold`. The caller has checked that
+    /// its session holds them.
+    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError>;
+
+    /// Moves `copies` held under `hold` into the staging area for `ttl`
+    /// milliseconds and returns the transfer id. Staged copies stay counted
+    /// and are released by themselves when the ttl passes.
+    async fn transfer(&self, hold: &Hold, copies: u64, ttl: Millis) -> Result<String, StoreError>;
+
+    /// Takes staged copies out of the staging area: `None` if the id is
+    /// unknown, already seized or expired.
+    async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError>;
+}

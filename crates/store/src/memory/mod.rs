@@ -1,0 +1,268 @@
+//! The in-memory store: the embedded default of a single limiting server.
+//!
+//! Rate state is kept per (resource, domain) pair in a sharded table, the
+//! last second of hits per resource beside it (for G), and copy counts per
+//! resource. Idle state is dropped from the moment core says it can no
+//! longer affect a decision (`RateState::forget_at`): lazily when the pair
+//! is next used, and by [`MemoryStore::sweep`], which a server runs
+//! periodically so memory does not grow as domains come and go.
+
+mod copies;
+mod shards;
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use charon_core::config::{CopyLimits, Enforcement, RateLimits};
+use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide};
+use charon_core::request::Amount;
+use charon_core::time::SECOND;
+use charon_core::{Clock, Millis};
+
+use self::copies::{CopyTable, TransferIds};
+use self::shards::{Hashed, Shards};
+use crate::{Store, StoreError};
+
+/// State of one (resource, domain) pair.
+struct PairEntry {
+    /// `resource`, a NUL byte, `domain`: one allocation per pair. Names
+    /// never contain control characters (checked at the edge).
+    key: Box<str>,
+    resource_len: usize,
+    hash: u64,
+    state: RateState,
+    /// From when `state` is as good as none (see `RateState::forget_at`).
+    forget_at: Option<Millis>,
+}
+
+impl PairEntry {
+    fn is(&self, resource: &str, domain: &str) -> bool {
+        self.resource_len == resource.len()
+            && self.key.len() == resource.len() + 1 + domain.len()
+            && self.key.starts_with(resource)
+            && self.key.ends_with(domain)
+    }
+}
+
+impl Hashed for PairEntry {
+    fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// The last second of hits of one resource, across all domains.
+struct GlobalEntry {
+    resource: Box<str>,
+    hash: u64,
+    log: HitLog,
+}
+
+impl Hashed for GlobalEntry {
+    fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// The in-memory [`Store`].
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    hasher: foldhash::fast::RandomState,
+    pairs: Shards<PairEntry>,
+    globals: Shards<GlobalEntry>,
+    copies: CopyTable,
+    transfers: TransferIds,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("clock", &self.clock)
+            .field("pairs", &self.pairs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one [`MemoryStore::sweep`] dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub pairs: usize,
+    pub resources: usize,
+    pub transfers: usize,
+}
+
+impl MemoryStore {
+    /// A store reading `clock`, with unguessable transfer ids.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::build(clock, TransferIds::random())
+    }
+
+    /// A store whose transfer ids are `t1`, `t2`, …: reproducible output
+    /// for `charon simulate` and tests.
+    pub fn with_sequential_ids(clock: Arc<dyn Clock>) -> Self {
+        Self::build(clock, TransferIds::sequential())
+    }
+
+    fn build(clock: Arc<dyn Clock>, transfers: TransferIds) -> Self {
+        let shards = 64;
+        Self {
+            clock,
+            hasher: foldhash::fast::RandomState::default(),
+            pairs: Shards::new(shards),
+            globals: Shards::new(shards),
+            copies: CopyTable::new(shards),
+            transfers,
+        }
+    }
+
+    /// The store's clock, read once per operation.
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    /// Drops every piece of state that can no longer affect a decision and
+    /// every staged transfer whose ttl has passed.
+    pub fn sweep(&self) -> Swept {
+        let now = self.now();
+        let pairs = self
+            .pairs
+            .retain(|e| !e.forget_at.is_some_and(|f| now >= f));
+        let resources = self.globals.retain(|e| {
+            e.log.prune(now, SECOND);
+            !e.log.is_empty()
+        });
+        let (emptied, transfers) = self.copies.sweep(now, &self.transfers);
+        Swept {
+            pairs,
+            resources: resources + emptied,
+            transfers,
+        }
+    }
+
+    /// (resource, domain) pairs with rate state in memory.
+    pub fn pair_count(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Copies in staging areas, across resources (for metrics).
+    pub fn staged_copies(&self) -> u64 {
+        self.copies.staged_copies()
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn request(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: RateLimits<'_>,
+        amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<RateReply, StoreError> {
+        let now = self.now();
+        let pair_hash = self.hasher.hash_one((resource, domain));
+        let global_hash = self.hasher.hash_one(resource);
+        // Lock order: pair shard, then global shard. Nothing takes them the
+        // other way round.
+        let reply = self.pairs.with(
+            pair_hash,
+            |e| e.is(resource, domain),
+            || PairEntry {
+                key: format!("{resource}\0{domain}").into_boxed_str(),
+                resource_len: resource.len(),
+                hash: pair_hash,
+                state: RateState::default(),
+                forget_at: None,
+            },
+            |pair| {
+                if pair.forget_at.is_some_and(|f| now >= f) {
+                    pair.state = RateState::default();
+                }
+                let reply = self.globals.with(
+                    global_hash,
+                    |g| &*g.resource == resource,
+                    || GlobalEntry {
+                        resource: resource.into(),
+                        hash: global_hash,
+                        log: HitLog::default(),
+                    },
+                    |global| {
+                        decide(
+                            limits,
+                            &mut pair.state,
+                            &mut global.log,
+                            now,
+                            amount,
+                            enforcement,
+                        )
+                    },
+                );
+                pair.forget_at = pair.state.forget_at(limits.tiers, DORMANT_GRACE);
+                reply
+            },
+        );
+        Ok(reply)
+    }
+
+    async fn reserve(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: &CopyLimits,
+        amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<ReserveReply, StoreError> {
+        let now = self.now();
+        let hash = self.hasher.hash_one(resource);
+        Ok(self.copies.reserve(
+            hash,
+            resource,
+            domain,
+            limits,
+            amount,
+            enforcement,
+            now,
+            &self.transfers,
+        ))
+    }
+
+    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {
+        let now = self.now();
+        let hash = self.hasher.hash_one(hold.resource.as_str());
+        self.copies
+            .release(hash, hold, copies, now, &self.transfers)
+    }
+
+    async fn transfer(&self, hold: &Hold, copies: u64, ttl: Millis) -> Result<String, StoreError> {
+        let now = self.now();
+        let hash = self.hasher.hash_one(hold.resource.as_str());
+        Ok(self.copies.transfer(
+            hash,
+            hold,
+            copies,
+            now.saturating_add(ttl),
+            now,
+            &self.transfers,
+        ))
+    }
+
+    async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError> {
+        let now = self.now();
+        let Some(resource) = self.transfers.resource_of(transfer_id) else {
+            return Ok(None);
+        };
+        let hash = self.hasher.hash_one(&*resource);
+        Ok(self
+            .copies
+            .seize(hash, &resource, transfer_id, now, &self.transfers))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,90 @@
+//! A hash table split into independently locked shards, so that requests
+//! for different (resource, domain) pairs almost never wait for each other
+//! and no global lock sits on the hot path.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashTable;
+
+/// Entries that know their own hash (computed once, when inserted), so the
+/// table can grow without re-hashing keys.
+pub(crate) trait Hashed {
+    fn hash(&self) -> u64;
+}
+
+pub(crate) struct Shards<E> {
+    shards: Box<[Mutex<HashTable<E>>]>,
+}
+
+impl<E: Hashed> Shards<E> {
+    /// `count` shards, rounded up to a power of two.
+    pub(crate) fn new(count: usize) -> Self {
+        let count = count.max(1).next_power_of_two();
+        Self {
+            shards: (0..count).map(|_| Mutex::new(HashTable::new())).collect(),
+        }
+    }
+
+    /// The locked shard for `hash`. The shard index comes from middle bits
+    /// of the hash: the table inside uses the low bits for its buckets and
+    /// the top seven for its tags, and sharing them would crowd buckets.
+    pub(crate) fn lock(&self, hash: u64) -> MutexGuard<'_, HashTable<E>> {
+        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        // A panic while a shard was locked cannot leave it half-updated in a
+        // way later requests should fear more than a dead limiter.
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Finds the entry for `hash` matching `is`, inserting `make()` if
+    /// there is none, and runs `f` on it.
+    pub(crate) fn with<R>(
+        &self,
+        hash: u64,
+        is: impl Fn(&E) -> bool,
+        make: impl FnOnce() -> E,
+        f: impl FnOnce(&mut E) -> R,
+    ) -> R {
+        let mut shard = self.lock(hash);
+        match shard.find_mut(hash, is) {
+            Some(e) => f(e),
+            None => f(shard.insert_unique(hash, make(), E::hash).into_mut()),
+        }
+    }
+
+    /// Keeps only the entries for which `keep` holds, shard by shard, and
+    /// gives memory back when a shard has shrunk a lot.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&mut E) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let mut t = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = t.len();
+            t.retain(&mut keep);
+            removed += before - t.len();
+            if t.capacity() > 64 && t.len() * 4 < t.capacity() {
+                t.shrink_to_fit(E::hash);
+            }
+        }
+        removed
+    }
+
+    /// Visits every entry, shard by shard.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&E)) {
+        for shard in &self.shards {
+            shard
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .for_each(&mut f);
+        }
+    }
+
+    /// Entries in all shards.
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
+    }
+}

@@ -62,4 +62,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Takes staged copies out of the staging area: `None` if the id is
     /// unknown, already seized or expired.
     async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError>;
+
+    /// Runs the store's background duties for as long as the server runs
+    /// (the in-memory store drops idle state; the Redis store renews this
+    /// server's liveness and cleans up after dead servers). Returns only
+    /// when the server must stop serving, with the reason.
+    async fn maintain(&self) -> StoreError;
 }

@@ -25,6 +25,9 @@ use self::copies::{CopyTable, TransferIds};
 use self::shards::{Hashed, Shards};
 use crate::{Store, StoreError};
 
+/// How often [`Store::maintain`] sweeps idle state.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// State of one (resource, domain) pair.
 struct PairEntry {
     /// `resource`, a NUL byte, `domain`: one allocation per pair. Names
@@ -250,6 +253,15 @@ impl Store for MemoryStore {
             now,
             &self.transfers,
         ))
+    }
+
+    async fn maintain(&self) -> StoreError {
+        let mut every = tokio::time::interval(SWEEP_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            self.sweep();
+        }
     }
 
     async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError> {

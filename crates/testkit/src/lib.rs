@@ -1,0 +1,52 @@
+//! Test support for Charon's integration tests: start real things on free
+//! ports in temporary directories, wait until they are ready, and clean
+//! them up on drop, so tests run in parallel and never touch anyone's data.
+//!
+//! Everything is started from binaries on `PATH` (`redis-server`,
+//! `initdb`/`pg_ctl`); nothing is installed here.
+
+#![allow(clippy::unwrap_used)]
+
+mod postgres;
+mod redis;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+pub use postgres::Postgres;
+pub use redis::RedisServer;
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// Waits until something accepts TCP connections on `port`.
+pub fn wait_for_port(port: u16, timeout: Duration) -> Result<(), String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("nothing listens on port {port} after {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `ready` until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    ready()
+}

@@ -39,7 +39,14 @@ impl HitLog {
         }
         match self.entries.back_mut() {
             Some((last, count)) if *last == t => *count = count.saturating_add(n),
-            _ => self.entries.push_back((t, n)),
+            _ => {
+                if self.entries.capacity() == 0 {
+                    // Most logs of most domains hold one entry: don't pay
+                    // for the default four.
+                    self.entries.reserve_exact(1);
+                }
+                self.entries.push_back((t, n));
+            }
         }
         self.total = self.total.saturating_add(n);
     }

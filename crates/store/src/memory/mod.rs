@@ -33,16 +33,20 @@ struct PairEntry {
     /// `resource`, a NUL byte, `domain`: one allocation per pair. Names
     /// never contain control characters (checked at the edge).
     key: Box<str>,
-    resource_len: usize,
+    resource_len: u32,
     hash: u64,
     state: RateState,
-    /// From when `state` is as good as none (see `RateState::forget_at`).
-    forget_at: Option<Millis>,
+    /// From when `state` is as good as none (see `RateState::forget_at`);
+    /// [`NEVER`] if never.
+    forget_at: Millis,
 }
+
+/// `forget_at` of state that must be kept.
+const NEVER: Millis = Millis::MAX;
 
 impl PairEntry {
     fn is(&self, resource: &str, domain: &str) -> bool {
-        self.resource_len == resource.len()
+        self.resource_len as usize == resource.len()
             && self.key.len() == resource.len() + 1 + domain.len()
             && self.key.starts_with(resource)
             && self.key.ends_with(domain)
@@ -128,9 +132,7 @@ impl MemoryStore {
     /// every staged transfer whose ttl has passed.
     pub fn sweep(&self) -> Swept {
         let now = self.now();
-        let pairs = self
-            .pairs
-            .retain(|e| !e.forget_at.is_some_and(|f| now >= f));
+        let pairs = self.pairs.retain(|e| now < e.forget_at);
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()
@@ -178,13 +180,14 @@ impl Store for MemoryStore {
             |e| e.is(resource, domain),
             || PairEntry {
                 key: format!("{resource}\0{domain}").into_boxed_str(),
-                resource_len: resource.len(),
+                // Names are at most 1024 bytes (checked at the edge).
+                resource_len: u32::try_from(resource.len()).unwrap_or(u32::MAX),
                 hash: pair_hash,
                 state: RateState::default(),
-                forget_at: None,
+                forget_at: NEVER,
             },
             |pair| {
-                if pair.forget_at.is_some_and(|f| now >= f) {
+                if now >= pair.forget_at {
                     pair.state = RateState::default();
                 }
                 let reply = self.globals.with(
@@ -206,7 +209,10 @@ impl Store for MemoryStore {
                         )
                     },
                 );
-                pair.forget_at = pair.state.forget_at(limits.tiers, DORMANT_GRACE);
+                pair.forget_at = pair
+                    .state
+                    .forget_at(limits.tiers, DORMANT_GRACE)
+                    .unwrap_or(NEVER);
                 reply
             },
         );

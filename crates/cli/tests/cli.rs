@@ -1,0 +1,129 @@
+//! The `charon` binary's own behaviour: `config check`, and `simulate` on
+//! hostile input.
+
+mod support;
+
+use std::io::Write;
+
+use support::{charon, simulate_raw};
+
+#[test]
+fn config_check_prints_the_normalized_configuration() {
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    write!(
+        file,
+        "resources:\n  - {{ name: a, kind: rate, tiers: [ {{ limit: 2, window: 2s, active: 5s }}, {{ limit: 1, window: 1s, active: 0s }} ] }}\n"
+    )
+    .expect("write");
+    let out = charon()
+        .args(["config", "check"])
+        .arg(file.path())
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        stdout.contains("active: 4s"),
+        "trimmed to whole windows:\n{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("limit:").count(),
+        1,
+        "the tier with active 0s is gone:\n{stdout}"
+    );
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(
+        stderr.contains("resources[0].tiers[0].active: 5s trimmed to 4s"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("resources[0].tiers[1]: removed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn config_check_lists_every_error_and_fails() {
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    write!(
+        file,
+        "resources:\n  - {{ name: a, kind: rate, tiers: [] }}\n  - {{ name: b, kind: rate, tiers: [ {{ limit: 1, window: 1x }} ], hard_limt: 3 }}\n"
+    )
+    .expect("write");
+    let out = charon()
+        .args(["config", "check"])
+        .arg(file.path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(
+        stderr.contains("resources[1].tiers[0].window: \"1x\" is not a duration"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("resources[1].hard_limt: unknown field"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn config_check_of_a_missing_file_fails_clearly() {
+    let out = charon()
+        .args(["config", "check", "/nonexistent/limits.yaml"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/limits.yaml"));
+}
+
+#[test]
+fn simulate_refuses_an_invalid_configuration() {
+    let (lines, status, stderr) = simulate_raw("resources: [ { name: a } ]", b"");
+    assert!(!status.success());
+    assert!(lines.is_empty());
+    assert!(
+        stderr.contains("resources[0].kind: is required"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn simulate_survives_random_bytes_with_one_error_line_per_line() {
+    // A fixed pseudo-random stream (xorshift) so a failure reproduces.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut input = Vec::new();
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        input.push((x >> 24) as u8);
+    }
+    input.extend_from_slice(
+        b"\n{\"t\": 1, \"op\": \"requ\n{\"t\": 99999999999999999999, \"op\": \"request\"}\n",
+    );
+    input.extend_from_slice(&[b'x'; 2_000_000]);
+    input.extend_from_slice(
+        b"\n{\"t\": 1, \"op\": \"request\", \"resource\": \"api\", \"domain\": \"d\"}",
+    );
+    let expected = input
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .count();
+    let config = "resources: [ { name: api, kind: rate, tiers: [ { limit: 1, window: 1s } ] } ]";
+    let (lines, status, stderr) = simulate_raw(config, &input);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(lines.len(), expected);
+    let (last, errors) = lines.split_last().expect("lines");
+    assert!(errors.iter().all(|l| l["error"] == "client"));
+    assert!(errors.iter().any(|l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("line longer than"))
+    }));
+    assert_eq!(
+        last["granted"], 1,
+        "the run went on after the bad lines: {last}"
+    );
+}

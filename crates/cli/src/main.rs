@@ -1,7 +1,9 @@
 //! `charon`: the limiting server, its simulator and its tools.
 
+mod client_cmd;
 mod config_cmd;
 mod lines;
+mod serve;
 mod simulate;
 
 use std::path::PathBuf;
@@ -22,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a limiting server (gRPC + HTTP).
+    Serve(serve::ServeArgs),
     /// Replay JSON-line events against a configuration on a virtual clock.
     ///
     /// Reads one event per line on stdin and writes one JSON reply per event
@@ -30,6 +34,11 @@ enum Command {
         /// The limits (SPEC §6 YAML).
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+    },
+    /// Talk to a running server: one request, or hold copies.
+    Client {
+        #[command(subcommand)]
+        command: client_cmd::ClientCommand,
     },
     /// Work with configuration files.
     Config {
@@ -50,6 +59,8 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Client { command } => client_cmd::run(command),
         Command::Simulate { config } => simulate::run(&config),
         Command::Config {
             command: ConfigCommand::Check { file },

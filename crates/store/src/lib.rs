@@ -63,6 +63,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// unknown, already seized or expired.
     async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError>;
 
+    /// Checks that the store can answer now (for `/readyz`).
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Copies sitting in staging areas, waiting to be seized (for metrics).
+    async fn staged_copies(&self) -> Result<u64, StoreError>;
+
     /// Runs the store's background duties for as long as the server runs
     /// (the in-memory store drops idle state; the Redis store renews this
     /// server's liveness and cleans up after dead servers). Returns only

@@ -7,12 +7,18 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod charon;
+#[cfg(feature = "server")]
+mod in_process;
 mod postgres;
 mod redis;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+pub use charon::{CharonProcess, http_get, signal};
+#[cfg(feature = "server")]
+pub use in_process::InProcessServer;
 pub use postgres::Postgres;
 pub use redis::RedisServer;
 

@@ -149,11 +149,6 @@ impl MemoryStore {
     pub fn pair_count(&self) -> usize {
         self.pairs.len()
     }
-
-    /// Copies in staging areas, across resources (for metrics).
-    pub fn staged_copies(&self) -> u64 {
-        self.copies.staged_copies()
-    }
 }
 
 #[async_trait]
@@ -259,6 +254,14 @@ impl Store for MemoryStore {
             now,
             &self.transfers,
         ))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn staged_copies(&self) -> Result<u64, StoreError> {
+        Ok(self.copies.staged_copies())
     }
 
     async fn maintain(&self) -> StoreError {

@@ -120,7 +120,7 @@ async fn transfers_stage_and_expire_by_themselves() {
     let hold = Hold::new("vm", "d", ["g".to_owned()]);
     let id = s.transfer(&hold, 2, 100).await.expect("ok");
     assert_eq!(id, "t1");
-    assert_eq!(s.staged_copies(), 2);
+    assert_eq!(s.staged_copies().await.expect("ok"), 2);
     clock.set(99);
     let r = s
         .reserve("vm", "d", &limits, one(), Enforcement::Enforce)

@@ -1,0 +1,453 @@
+//! The client: unary rate requests, and copy operations on a shared
+//! session stream, with back-off, degraded mode and the kill switch.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use charon_proto::v1;
+use charon_proto::v1::limiter_client::LimiterClient;
+use charon_proto::v1::session_reply::Result as Reply;
+use charon_proto::v1::session_request::Op;
+use tonic::transport::{Channel, Endpoint};
+use tracing::debug;
+
+use crate::backoff::next_sleep;
+use crate::grant::{RateGrant, Source};
+use crate::hold::Hold;
+use crate::multi::MultiCall;
+use crate::session::SessionConn;
+use crate::{ClientOptions, Error};
+
+/// A connection to Charon. Cheap to clone; clones share the connection,
+/// the session, the kill switch and the counters.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    grpc: LimiterClient<Channel>,
+    pub(crate) options: ClientOptions,
+    session: tokio::sync::Mutex<Option<Arc<SessionConn>>>,
+    generation: AtomicU64,
+    kill_switch: AtomicBool,
+    counters: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    reserves: AtomicU64,
+    rejections: AtomicU64,
+    degraded: AtomicU64,
+    kill_switched: AtomicU64,
+    server_errors: AtomicU64,
+}
+
+/// What a client has seen, for the application's own metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Rate requests made (each call, not each retry).
+    pub requests: u64,
+    /// Reserves made (each call, not each retry).
+    pub reserves: u64,
+    /// Calls that ended rejected.
+    pub rejections: u64,
+    /// Grants made by the client alone because the server could not answer.
+    pub degraded_grants: u64,
+    /// Rejections the kill switch turned into grants.
+    pub kill_switch_grants: u64,
+    /// Server errors and unreachable servers seen.
+    pub server_errors: u64,
+}
+
+fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
+    if copies == 0 || min_copies == 0 || min_copies > copies {
+        return Err(Error::Client(format!(
+            "need 1 <= min_copies <= copies (got copies {copies}, min_copies {min_copies})"
+        )));
+    }
+    Ok(())
+}
+
+impl Client {
+    /// A client for `options.endpoint`. Connects lazily: a client made
+    /// while the server is down works (degraded) and recovers by itself.
+    pub fn connect(options: ClientOptions) -> Result<Self, Error> {
+        let half = options.keepalive / 2;
+        let channel = Endpoint::from_shared(options.endpoint.clone())
+            .map_err(|e| Error::Client(format!("bad endpoint {:?}: {e}", options.endpoint)))?
+            .connect_timeout(options.connect_timeout)
+            .http2_keep_alive_interval(half)
+            .keep_alive_timeout(half)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                grpc: LimiterClient::new(channel),
+                options,
+                session: tokio::sync::Mutex::new(None),
+                generation: AtomicU64::new(0),
+                kill_switch: AtomicBool::new(false),
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// Turns the kill switch on or off. While on, every rejection becomes a
+    /// grant of `min_copies`, marked [`Source::KillSwitch`] (paper §4.3:
+    /// try a limiter on live traffic without letting it reject anything).
+    pub fn set_kill_switch(&self, on: bool) {
+        self.inner.kill_switch.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether the kill switch is on.
+    pub fn kill_switch(&self) -> bool {
+        self.inner.kill_switch.load(Ordering::SeqCst)
+    }
+
+    /// What this client has seen so far.
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.counters;
+        Stats {
+            requests: c.requests.load(Ordering::Relaxed),
+            reserves: c.reserves.load(Ordering::Relaxed),
+            rejections: c.rejections.load(Ordering::Relaxed),
+            degraded_grants: c.degraded.load(Ordering::Relaxed),
+            kill_switch_grants: c.kill_switched.load(Ordering::Relaxed),
+            server_errors: c.server_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A rate-limited request for `resource` on behalf of `domain`.
+    pub fn request(&self, resource: impl Into<String>, domain: impl Into<String>) -> RateCall {
+        RateCall {
+            client: self.clone(),
+            resource: resource.into(),
+            domain: domain.into(),
+            copies: 1,
+            min_copies: 1,
+            max_wait: Duration::ZERO,
+        }
+    }
+
+    /// A reserve of copies of `resource` on behalf of `domain`.
+    pub fn reserve(&self, resource: impl Into<String>, domain: impl Into<String>) -> ReserveCall {
+        ReserveCall {
+            client: self.clone(),
+            resource: resource.into(),
+            domain: domain.into(),
+            copies: 1,
+            min_copies: 1,
+            max_wait: Duration::ZERO,
+        }
+    }
+
+    /// Takes over copies another client staged with [`Hold::transfer`].
+    /// Not possible in degraded mode: an unreachable server is an error.
+    pub async fn seize(&self, transfer_id: &str) -> Result<Hold, Error> {
+        let op = Op::Seize(v1::SeizeRequest {
+            transfer_id: transfer_id.to_owned(),
+        });
+        let (reply, generation) = self.session_call(op).await?;
+        match reply {
+            Reply::Seize(s) => Ok(Hold::on_server(
+                self.clone(),
+                s.resource,
+                s.domain,
+                s.groups,
+                s.copies,
+                generation,
+                None,
+                Duration::ZERO,
+            )),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The pseudo-atomic request of several resources of paper §3.3.
+    pub fn multi(&self, domain: impl Into<String>) -> MultiCall {
+        MultiCall::new(self.clone(), domain.into())
+    }
+
+    /// Sends `op` on the session, opening one if there is none or it broke.
+    pub(crate) async fn session_call(&self, op: Op) -> Result<(Reply, u64), Error> {
+        let session = self.session().await?;
+        let reply = session.call(op, self.inner.options.request_timeout).await?;
+        if let Reply::Error(e) = &reply {
+            return Err(from_reply_error(e));
+        }
+        Ok((reply, session.generation))
+    }
+
+    async fn session(&self) -> Result<Arc<SessionConn>, Error> {
+        let mut slot = self.inner.session.lock().await;
+        if let Some(s) = slot.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(s.clone());
+        }
+        let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let timeout = self.inner.options.connect_timeout + self.inner.options.request_timeout;
+        let session =
+            Arc::new(SessionConn::open(self.inner.grpc.clone(), generation, timeout).await?);
+        debug!(generation, "session opened");
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// The generation of the live session, if any (holds of older ones are
+    /// gone on the server).
+    pub(crate) fn live_generation(&self) -> Option<u64> {
+        self.inner
+            .session
+            .try_lock()
+            .ok()
+            .and_then(|s| s.as_ref().filter(|s| !s.is_closed()).map(|s| s.generation))
+    }
+
+    fn count(&self, f: impl Fn(&Counters) -> &AtomicU64) {
+        f(&self.inner.counters).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Degraded mode: a server error becomes a local grant if allowed.
+    fn degrade(&self, e: Error) -> Result<(), Error> {
+        self.count(|c| &c.server_errors);
+        if self.inner.options.fail_open && e.is_server() {
+            self.count(|c| &c.degraded);
+            debug!(error = %e, "degraded grant");
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+
+    /// Sleeps before the next attempt, or says to give up.
+    async fn back_off(&self, attempt: u32, max_wait: Duration, started: Instant) -> bool {
+        let unit = rand::random::<f64>();
+        match next_sleep(
+            self.inner.options.backoff_base,
+            attempt,
+            max_wait,
+            started.elapsed(),
+            unit,
+        ) {
+            Some(d) => {
+                tokio::time::sleep(d).await;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+pub(crate) fn from_reply_error(e: &v1::Error) -> Error {
+    if e.class == v1::error::Class::Client as i32 {
+        Error::Client(e.message.clone())
+    } else {
+        Error::Server(e.message.clone())
+    }
+}
+
+fn unexpected(reply: &Reply) -> Error {
+    Error::Server(format!("unexpected reply {reply:?}"))
+}
+
+/// A rate-limited request being built: see [`Client::request`].
+#[derive(Debug)]
+#[must_use = "a request does nothing until it is sent"]
+pub struct RateCall {
+    client: Client,
+    resource: String,
+    domain: String,
+    copies: u64,
+    min_copies: u64,
+    max_wait: Duration,
+}
+
+impl RateCall {
+    /// Ask for up to `n` hits (default 1).
+    pub fn copies(mut self, n: u64) -> Self {
+        self.copies = n;
+        self
+    }
+
+    /// Accept no fewer than `n` hits (default 1).
+    pub fn min_copies(mut self, n: u64) -> Self {
+        self.min_copies = n;
+        self
+    }
+
+    /// Retry rejections with back-off for at most this long (default 0:
+    /// no retry).
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Sends the request; see [`RateGrant`].
+    pub async fn send(self) -> Result<RateGrant, Error> {
+        check_amount(self.copies, self.min_copies)?;
+        let client = &self.client;
+        client.count(|c| &c.requests);
+        let started = Instant::now();
+        let req = v1::RateRequest {
+            resource: self.resource.clone(),
+            domain: self.domain.clone(),
+            copies: Some(self.copies),
+            min_copies: Some(self.min_copies),
+        };
+        let local = |source| RateGrant {
+            granted: self.min_copies,
+            source,
+            reply: None,
+            waited: started.elapsed(),
+        };
+        let mut attempt = 0;
+        loop {
+            let timeout = client.inner.options.request_timeout;
+            let answer =
+                tokio::time::timeout(timeout, client.inner.grpc.clone().request(req.clone())).await;
+            let reply = match answer {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(status)) => {
+                    client.degrade(Error::from_status(&status))?;
+                    return Ok(local(Source::Degraded));
+                }
+                Err(_) => {
+                    client.degrade(Error::Server(format!("no answer within {timeout:?}")))?;
+                    return Ok(local(Source::Degraded));
+                }
+            };
+            if reply.granted > 0 {
+                return Ok(RateGrant {
+                    granted: reply.granted,
+                    source: Source::Server,
+                    reply: Some(reply),
+                    waited: started.elapsed(),
+                });
+            }
+            if client.kill_switch() {
+                client.count(|c| &c.kill_switched);
+                return Ok(RateGrant {
+                    reply: Some(reply),
+                    ..local(Source::KillSwitch)
+                });
+            }
+            attempt += 1;
+            if !client.back_off(attempt, self.max_wait, started).await {
+                client.count(|c| &c.rejections);
+                return Ok(RateGrant {
+                    granted: 0,
+                    source: Source::Server,
+                    reply: Some(reply),
+                    waited: started.elapsed(),
+                });
+            }
+        }
+    }
+}
+
+/// A reserve being built: see [`Client::reserve`].
+#[derive(Debug)]
+#[must_use = "a reserve does nothing until it is sent"]
+pub struct ReserveCall {
+    client: Client,
+    resource: String,
+    domain: String,
+    copies: u64,
+    min_copies: u64,
+    max_wait: Duration,
+}
+
+impl ReserveCall {
+    /// Ask for up to `n` copies (default 1).
+    pub fn copies(mut self, n: u64) -> Self {
+        self.copies = n;
+        self
+    }
+
+    /// Accept no fewer than `n` copies (default 1).
+    pub fn min_copies(mut self, n: u64) -> Self {
+        self.min_copies = n;
+        self
+    }
+
+    /// Retry rejections with back-off for at most this long (default 0).
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Sends the reserve. The result is a [`Hold`] in every case: check
+    /// [`Hold::is_granted`]; dropping it releases what it still holds.
+    pub async fn send(self) -> Result<Hold, Error> {
+        check_amount(self.copies, self.min_copies)?;
+        let client = &self.client;
+        client.count(|c| &c.reserves);
+        let started = Instant::now();
+        let op = Op::Reserve(v1::ReserveRequest {
+            resource: self.resource.clone(),
+            domain: self.domain.clone(),
+            copies: Some(self.copies),
+            min_copies: Some(self.min_copies),
+        });
+        let mut attempt = 0;
+        loop {
+            let reply = match client.session_call(op.clone()).await {
+                Ok((Reply::Reserve(r), generation)) => (r, generation),
+                Ok((other, _)) => return Err(unexpected(&other)),
+                Err(e) => {
+                    client.degrade(e)?;
+                    return Ok(Hold::local(
+                        client.clone(),
+                        self.resource,
+                        self.domain,
+                        self.min_copies,
+                        Source::Degraded,
+                        None,
+                        started.elapsed(),
+                    ));
+                }
+            };
+            let (r, generation) = reply;
+            if r.granted > 0 {
+                let groups = r.groups.iter().map(|g| g.name.clone()).collect();
+                return Ok(Hold::on_server(
+                    client.clone(),
+                    self.resource,
+                    self.domain,
+                    groups,
+                    r.granted,
+                    generation,
+                    Some(r),
+                    started.elapsed(),
+                ));
+            }
+            if client.kill_switch() {
+                client.count(|c| &c.kill_switched);
+                return Ok(Hold::local(
+                    client.clone(),
+                    self.resource,
+                    self.domain,
+                    self.min_copies,
+                    Source::KillSwitch,
+                    Some(r),
+                    started.elapsed(),
+                ));
+            }
+            attempt += 1;
+            if !client.back_off(attempt, self.max_wait, started).await {
+                client.count(|c| &c.rejections);
+                return Ok(Hold::rejected(
+                    client.clone(),
+                    self.resource,
+                    self.domain,
+                    r,
+                    started.elapsed(),
+                ));
+            }
+        }
+    }
+}

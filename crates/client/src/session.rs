@@ -1,0 +1,124 @@
+//! One `Session` stream shared by every hold of a client: operations are
+//! pipelined on it, each waiting for the reply with its own id.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use charon_proto::v1;
+use charon_proto::v1::limiter_client::LimiterClient;
+use charon_proto::v1::session_reply::Result as Reply;
+use charon_proto::v1::session_request::Op;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use crate::Error;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, Error>>>>>;
+
+/// An open session stream. When it breaks, the server releases every hold
+/// made on it; the client then opens a new one for new holds.
+#[derive(Debug)]
+pub(crate) struct SessionConn {
+    tx: mpsc::Sender<v1::SessionRequest>,
+    pending: Pending,
+    next_id: AtomicU64,
+    closed: Arc<AtomicBool>,
+    /// Which session this is, so holds of an earlier one know it is gone.
+    pub generation: u64,
+}
+
+impl SessionConn {
+    /// Opens a stream and starts reading its replies.
+    pub async fn open(
+        mut grpc: LimiterClient<Channel>,
+        generation: u64,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
+        let (tx, rx) = mpsc::channel(256);
+        let response = tokio::time::timeout(timeout, grpc.session(ReceiverStream::new(rx)))
+            .await
+            .map_err(|_| Error::Server(format!("no session within {timeout:?}")))?
+            .map_err(|s| Error::from_status(&s))?;
+        let mut inbound = response.into_inner();
+        let pending: Pending = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let (reader_pending, reader_closed) = (pending.clone(), closed.clone());
+        tokio::spawn(async move {
+            let reason = loop {
+                match inbound.message().await {
+                    Ok(Some(reply)) => {
+                        let waiter = reader_pending
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .remove(&reply.id);
+                        if let (Some(waiter), Some(result)) = (waiter, reply.result) {
+                            let _ = waiter.send(Ok(result));
+                        }
+                    }
+                    Ok(None) => break "the server ended the session".to_owned(),
+                    Err(status) => break format!("the session broke: {status}"),
+                }
+            };
+            reader_closed.store(true, Ordering::SeqCst);
+            let waiters = std::mem::take(
+                &mut *reader_pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            for (_, w) in waiters {
+                let _ = w.send(Err(Error::Server(reason.clone())));
+            }
+        });
+        Ok(Self {
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            closed,
+            generation,
+        })
+    }
+
+    /// Whether the stream has ended (its holds are gone on the server).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst) || self.tx.is_closed()
+    }
+
+    /// Sends one operation and waits for its reply.
+    pub async fn call(&self, op: Op, timeout: Duration) -> Result<Reply, Error> {
+        if self.is_closed() {
+            return Err(Error::Server("the session is closed".to_owned()));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, tx);
+        let forget = || {
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+        };
+        if self
+            .tx
+            .send(v1::SessionRequest { id, op: Some(op) })
+            .await
+            .is_err()
+        {
+            forget();
+            return Err(Error::Server("the session is closed".to_owned()));
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Error::Server("the session is closed".to_owned())),
+            Err(_) => {
+                forget();
+                Err(Error::Server(format!("no answer within {timeout:?}")))
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! `charon.v1.Limiter` over gRPC: a thin shell that parses messages,
+//! calls the limiter, and maps replies and errors back.
+
+mod ops;
+mod session;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use charon_limiter::LimitError;
+use charon_proto::v1;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::ServerState;
+use crate::metrics::{self, Outcome};
+
+/// The `Limiter` service.
+#[derive(Debug, Clone)]
+pub struct LimiterService {
+    state: Arc<ServerState>,
+}
+
+impl LimiterService {
+    /// A service deciding with `state.limiter`.
+    pub fn new(state: Arc<ServerState>) -> Self {
+        Self { state }
+    }
+}
+
+/// Runs a rate request and records it.
+async fn observed_request(
+    state: &ServerState,
+    req: &v1::RateRequest,
+) -> Result<v1::RateReply, LimitError> {
+    let started = Instant::now();
+    let result = ops::request::run(&state.limiter, req).await;
+    let outcome = match &result {
+        Ok(r) => Outcome::of_grant(r.granted, req.copies.unwrap_or(1)),
+        Err(e) => error_outcome(e),
+    };
+    record(state, "request", &req.resource, outcome, started);
+    result
+}
+
+fn error_outcome(e: &LimitError) -> Outcome {
+    match e {
+        LimitError::Client(_) => Outcome::ClientError,
+        LimitError::Server(_) => Outcome::ServerError,
+    }
+}
+
+fn record(
+    state: &ServerState,
+    operation: &'static str,
+    resource: &str,
+    outcome: Outcome,
+    started: Instant,
+) {
+    let label = metrics::resource_label(&state.limiter.config(), resource, outcome);
+    metrics::observe(operation, label, outcome, started.elapsed());
+}
+
+#[tonic::async_trait]
+impl v1::limiter_server::Limiter for LimiterService {
+    async fn request(
+        &self,
+        request: Request<v1::RateRequest>,
+    ) -> Result<Response<v1::RateReply>, Status> {
+        let req = request.into_inner();
+        observed_request(&self.state, &req)
+            .await
+            .map(Response::new)
+            .map_err(|e| status::to_status(&e))
+    }
+
+    type SessionStream = ReceiverStream<Result<v1::SessionReply, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<v1::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        if self.state.shutdown.is_triggered() {
+            return Err(Status::unavailable("shutting down"));
+        }
+        Ok(Response::new(session::start(
+            self.state.clone(),
+            request.into_inner(),
+        )))
+    }
+}

@@ -1,0 +1,198 @@
+//! The `Session` stream: the session of SPEC §3.
+//!
+//! Each stream gets a driver task that reads operations and a copy lane
+//! that owns the limiter's [`Session`] (its hold set). Rate requests need
+//! no hold set and run concurrently, up to `session_concurrency` at once;
+//! copy operations run one after another in the order they arrived, so a
+//! client may pipeline a reserve and the release of its copies. Every
+//! reply echoes its operation's id; replies may come out of order.
+//!
+//! The stream ends when the client closes it, when the connection breaks
+//! or stops answering keep-alive pings, or at shutdown; then the lane
+//! finishes what it was given and ends the session, releasing every hold.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use charon_core::copy::Hold;
+use charon_limiter::{LimitError, Session};
+use charon_proto::v1;
+use charon_proto::v1::session_reply::Result as Reply;
+use charon_proto::v1::session_request::Op;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+use tracing::{debug, warn};
+
+use super::{error_outcome, observed_request, ops, record, status};
+use crate::ServerState;
+use crate::metrics::{self, Outcome};
+
+type Out = mpsc::Sender<Result<v1::SessionReply, Status>>;
+
+/// Starts driving a session stream; returns the stream of replies.
+pub(super) fn start(
+    state: Arc<ServerState>,
+    inbound: Streaming<v1::SessionRequest>,
+) -> ReceiverStream<Result<v1::SessionReply, Status>> {
+    let (tx, rx) = mpsc::channel(state.options.session_concurrency * 2);
+    tokio::spawn(drive(state, inbound, tx));
+    ReceiverStream::new(rx)
+}
+
+async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionRequest>, tx: Out) {
+    let _live = state.shutdown.session_guard();
+    metrics::sessions_open(1.0);
+    let (lane_tx, lane_rx) = mpsc::channel(state.options.session_concurrency);
+    let lane = tokio::spawn(copy_lane(state.clone(), lane_rx, tx.clone()));
+    let permits = Arc::new(Semaphore::new(state.options.session_concurrency));
+    let shutdown = state.shutdown.clone();
+    loop {
+        let next = tokio::select! {
+            m = inbound.message() => m,
+            () = shutdown.wait() => break,
+            () = tx.closed() => break,
+        };
+        let message = match next {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) => {
+                debug!(status = %e, "session stream broke");
+                break;
+            }
+        };
+        let id = message.id;
+        match message.op {
+            None => {
+                let e = LimitError::Client(charon_core::ClientError::invalid(
+                    "a session message needs an operation",
+                ));
+                let _ = tx
+                    .send(Ok(reply(id, Reply::Error(status::to_error(&e)))))
+                    .await;
+            }
+            Some(Op::Request(req)) => {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
+                let (state, tx) = (state.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let result = match observed_request(&state, &req).await {
+                        Ok(r) => Reply::Request(r),
+                        Err(e) => Reply::Error(status::to_error(&e)),
+                    };
+                    let _ = tx.send(Ok(reply(id, result))).await;
+                    drop(permit);
+                });
+            }
+            Some(op) => {
+                if lane_tx.send((id, op)).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(lane_tx);
+    let _ = lane.await;
+    metrics::sessions_open(-1.0);
+}
+
+fn reply(id: u64, result: Reply) -> v1::SessionReply {
+    v1::SessionReply {
+        id,
+        result: Some(result),
+    }
+}
+
+/// Runs copy operations in order on the session, then ends it.
+async fn copy_lane(state: Arc<ServerState>, mut ops: mpsc::Receiver<(u64, Op)>, tx: Out) {
+    let mut session = state.limiter.session();
+    while let Some((id, op)) = ops.recv().await {
+        let before = session.held_copies();
+        let result = copy_op(&state, &mut session, op).await;
+        metrics::copies_held(session.held_copies() as i64 - before as i64);
+        // A client that went away still has its operations applied; their
+        // holds are released below with the rest.
+        let _ = tx.send(Ok(reply(id, result))).await;
+    }
+    let held = session.held_copies();
+    metrics::copies_held(-(held as i64));
+    match session.end().await {
+        Ok(released) => debug!(released, "session ended"),
+        Err((e, left)) => {
+            warn!(error = %e, holds = left.len(), "could not release a session's holds; retrying in the background");
+            tokio::spawn(retry_releases(state, left));
+        }
+    }
+}
+
+async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
+    let started = Instant::now();
+    let (operation, resource, asked, result) = match op {
+        Op::Reserve(req) => {
+            let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
+            ("reserve", req.resource, req.copies.unwrap_or(1), r)
+        }
+        Op::Release(req) => {
+            let resource = req.resource.clone();
+            (
+                "release",
+                resource,
+                1,
+                ops::release::run(session, req).await.map(Reply::Release),
+            )
+        }
+        Op::Transfer(req) => {
+            let resource = req.resource.clone();
+            (
+                "transfer",
+                resource,
+                1,
+                ops::transfer::run(session, req).await.map(Reply::Transfer),
+            )
+        }
+        Op::Seize(req) => {
+            let r = ops::seize::run(session, &req).await;
+            let resource = r.as_ref().map(|s| s.resource.clone()).unwrap_or_default();
+            ("seize", resource, 1, r.map(Reply::Seize))
+        }
+        // The driver runs rate requests itself; should one get here, it is
+        // still answered correctly.
+        Op::Request(req) => {
+            let r = ops::request::run(&state.limiter, &req)
+                .await
+                .map(Reply::Request);
+            ("request", req.resource, req.copies.unwrap_or(1), r)
+        }
+    };
+    let (outcome, reply) = match result {
+        Ok(Reply::Reserve(r)) => (Outcome::of_grant(r.granted, asked), Reply::Reserve(r)),
+        Ok(Reply::Request(r)) => (Outcome::of_grant(r.granted, asked), Reply::Request(r)),
+        Ok(reply) => (Outcome::Granted, reply),
+        Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
+    };
+    record(state, operation, &resource, outcome, started);
+    reply
+}
+
+/// Keeps trying to release holds a session could not give back when it
+/// ended (its store was unreachable), for up to ten minutes.
+async fn retry_releases(state: Arc<ServerState>, mut left: Vec<(Hold, u64)>) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !left.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut still = Vec::new();
+        for (hold, n) in left {
+            if state.limiter.store().release(&hold, n).await.is_err() {
+                still.push((hold, n));
+            }
+        }
+        left = still;
+    }
+    if !left.is_empty() {
+        warn!(
+            holds = left.len(),
+            "gave up releasing holds of an ended session"
+        );
+    }
+}

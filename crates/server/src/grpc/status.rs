@@ -1,0 +1,52 @@
+//! SPEC §5 on the wire, in one place: how client and server errors become
+//! gRPC statuses (unary calls) and `Error` messages (session streams).
+//!
+//! Codes: client errors are `INVALID_ARGUMENT` (malformed), `NOT_FOUND`
+//! (unknown resource or transfer id) and `FAILED_PRECONDITION` (wrong kind
+//! of resource, copies not held); server errors are `UNAVAILABLE` (the store
+//! cannot be reached; this server resigned) and `INTERNAL` (bad data). Every
+//! status also carries `charon-error-class: client|server`.
+
+use charon_core::ClientError;
+use charon_limiter::LimitError;
+use charon_proto::v1;
+use charon_store::StoreError;
+use tonic::{Code, Status};
+
+/// The metadata key carrying the SPEC §5 class.
+pub const CLASS_KEY: &str = "charon-error-class";
+
+pub fn code(e: &LimitError) -> Code {
+    match e {
+        LimitError::Client(ClientError::InvalidArgument(_)) => Code::InvalidArgument,
+        LimitError::Client(ClientError::UnknownResource(_) | ClientError::UnknownTransfer(_)) => {
+            Code::NotFound
+        }
+        LimitError::Client(ClientError::WrongKind { .. } | ClientError::NotHeld { .. }) => {
+            Code::FailedPrecondition
+        }
+        LimitError::Server(StoreError::Unavailable(_) | StoreError::Resigned(_)) => {
+            Code::Unavailable
+        }
+        LimitError::Server(StoreError::BadData(_)) => Code::Internal,
+    }
+}
+
+pub fn to_status(e: &LimitError) -> Status {
+    let mut status = Status::new(code(e), e.to_string());
+    if let Ok(v) = e.class().parse() {
+        status.metadata_mut().insert(CLASS_KEY, v);
+    }
+    status
+}
+
+pub fn to_error(e: &LimitError) -> v1::Error {
+    let class = match e {
+        LimitError::Client(_) => v1::error::Class::Client,
+        LimitError::Server(_) => v1::error::Class::Server,
+    };
+    v1::Error {
+        class: class as i32,
+        message: e.to_string(),
+    }
+}

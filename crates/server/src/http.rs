@@ -1,0 +1,72 @@
+//! The HTTP side of the server: metrics, health and readiness. Built as a
+//! router that tests call without a socket.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::ServerState;
+use crate::metrics;
+
+/// `/metrics`, `/healthz` and `/readyz`.
+pub fn router(state: Arc<ServerState>) -> Router {
+    metrics::install();
+    Router::new()
+        .route("/metrics", get(render_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(state)
+}
+
+async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
+    let store = state.limiter.store();
+    if let Ok(Ok(staged)) =
+        tokio::time::timeout(Duration::from_secs(1), store.staged_copies()).await
+    {
+        metrics::transfers_staged(staged);
+    }
+    let handle = metrics::install();
+    handle.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+}
+
+/// 200 when the server can decide correctly now: not shutting down, and
+/// its store answers within a second. The body says why not otherwise.
+async fn ready(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
+    let source = state.config_source.load();
+    if state.shutdown.is_triggered() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting down\n".to_owned(),
+        );
+    }
+    if !state.is_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready\nconfig: {source}\n"),
+        );
+    }
+    let store = state.limiter.store();
+    match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
+        Ok(Ok(())) => (
+            StatusCode::OK,
+            format!("ready\nstore: {}\nconfig: {source}\n", store.kind()),
+        ),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store: {e}\nconfig: {source}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store: no answer within 1s\nconfig: {source}\n"),
+        ),
+    }
+}

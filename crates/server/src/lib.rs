@@ -1,0 +1,158 @@
+//! The limiting server of paper §3–4.2: a thin shell around
+//! [`charon_limiter::Limiter`].
+//!
+//! - gRPC (`charon.v1.Limiter`, SPEC §6): unary `Request`, and the
+//!   bidirectional `Session` stream that *is* the session of SPEC §3 — when
+//!   it ends for any reason, every hold it owns is released. HTTP/2
+//!   keep-alive detects peers that vanished without a word. The standard
+//!   health service and server reflection are served beside it.
+//! - HTTP: `/metrics` (Prometheus), `/healthz`, `/readyz`, plus whatever
+//!   routes the binary mounts (the simulator page, the config API).
+//! - Configuration reload without restart ([`reload`]) and graceful
+//!   shutdown ([`Shutdown`]).
+
+mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod reload;
+mod shutdown;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use charon_limiter::Limiter;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+pub use grpc::LimiterService;
+pub use shutdown::Shutdown;
+
+/// How the server behaves on the network.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// A peer that stopped answering is detected (and its session ended)
+    /// within about this long: HTTP/2 pings every half of it, each given the
+    /// other half to be answered.
+    pub keepalive: Duration,
+    /// How long a graceful shutdown may take before the server stops anyway.
+    pub shutdown_grace: Duration,
+    /// The largest gRPC message accepted; larger ones are refused with
+    /// `RESOURCE_EXHAUSTED` (on a session stream, that ends the stream).
+    pub max_message_bytes: usize,
+    /// Operations of one session stream in flight at once (rate requests
+    /// run concurrently; copy operations run in order).
+    pub session_concurrency: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            keepalive: Duration::from_secs(20),
+            shutdown_grace: Duration::from_secs(10),
+            max_message_bytes: 1 << 20,
+            session_concurrency: 64,
+        }
+    }
+}
+
+/// What the server shares between its protocols.
+#[derive(Debug)]
+pub struct ServerState {
+    pub limiter: Arc<Limiter>,
+    pub options: ServerOptions,
+    pub shutdown: Shutdown,
+    ready: AtomicBool,
+    /// A human summary of where the configuration comes from and which
+    /// version is in force, for `/readyz`.
+    pub config_source: arc_swap::ArcSwap<String>,
+}
+
+impl ServerState {
+    /// State for a server around `limiter`.
+    pub fn new(limiter: Arc<Limiter>, options: ServerOptions) -> Arc<Self> {
+        Arc::new(Self {
+            limiter,
+            options,
+            shutdown: Shutdown::new(),
+            ready: AtomicBool::new(true),
+            config_source: arc_swap::ArcSwap::from_pointee(String::new()),
+        })
+    }
+
+    /// Whether `/readyz` should say yes (the store is checked separately).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed) && !self.shutdown.is_triggered()
+    }
+
+    /// Marks the server as not ready (while it cannot serve correctly).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+}
+
+/// Serves gRPC on `grpc` and HTTP on `http` until `state.shutdown` is
+/// triggered, then shuts down gracefully: stops accepting, ends every
+/// session (releasing its holds) and waits for in-flight work, at most
+/// `shutdown_grace`.
+pub async fn serve(
+    state: Arc<ServerState>,
+    grpc: TcpListener,
+    http: TcpListener,
+    extra_routes: axum::Router,
+) -> std::io::Result<()> {
+    let grpc_addr: SocketAddr = grpc.local_addr()?;
+    let http_addr: SocketAddr = http.local_addr()?;
+    let options = state.options.clone();
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<charon_proto::v1::limiter_server::LimiterServer<LimiterService>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(charon_proto::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(std::io::Error::other)?;
+    let half = options.keepalive / 2;
+    let limiter_service =
+        charon_proto::v1::limiter_server::LimiterServer::new(LimiterService::new(state.clone()))
+            .max_decoding_message_size(options.max_message_bytes);
+    let shutdown = state.shutdown.clone();
+    let grpc_server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(half))
+        .http2_keepalive_timeout(Some(half))
+        .tcp_keepalive(Some(half))
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(limiter_service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
+            shutdown.wait().await
+        });
+
+    let app = http::router(state.clone()).merge(extra_routes);
+    let shutdown = state.shutdown.clone();
+    let http_server =
+        axum::serve(http, app).with_graceful_shutdown(async move { shutdown.wait().await });
+
+    tracing::debug!(%grpc_addr, %http_addr, "serving");
+    let grpc_task = tokio::spawn(grpc_server);
+    let http_task = tokio::spawn(async move { http_server.await });
+    state.shutdown.wait().await;
+    health_reporter
+        .set_not_serving::<charon_proto::v1::limiter_server::LimiterServer<LimiterService>>()
+        .await;
+    info!("shutting down: no new connections, ending sessions");
+    let drained = tokio::time::timeout(options.shutdown_grace, async {
+        let _ = grpc_task.await;
+        let _ = http_task.await;
+        state.shutdown.sessions_ended().await;
+    })
+    .await;
+    if drained.is_err() {
+        warn!(grace = ?options.shutdown_grace, "shutdown grace period passed; stopping anyway");
+    }
+    Ok(())
+}

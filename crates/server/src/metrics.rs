@@ -1,0 +1,130 @@
+//! What the server counts, in one place: names, labels and buckets.
+//!
+//! Exposed in Prometheus text format on `/metrics`:
+//! - `charon_decisions_total{operation, resource, outcome}` — outcome is
+//!   `granted`, `partial` (fewer than asked), `rejected`, `client_error` or
+//!   `server_error`; `resource` is the configured name, `(unconfigured)` for
+//!   resources admitted by `allow_unconfigured` (unbounded names must not
+//!   become unbounded label values) and `(unknown)` for refused ones;
+//! - `charon_decision_duration_seconds{operation}` — a histogram;
+//! - `charon_errors_total{operation, class}`;
+//! - `charon_sessions_open`, `charon_copies_held` (by this server's
+//!   sessions), `charon_transfers_staged_copies` (read from the store);
+//! - `charon_config_reloads_total{result}`, `charon_config_version`.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use charon_core::config::Config;
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Latency buckets from 10 µs (in-memory decisions) to 1 s (a struggling
+/// Redis).
+const BUCKETS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once) and returns the
+/// handle that renders it.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("charon_decision_duration_seconds".into()),
+                BUCKETS,
+            )
+            .map(PrometheusBuilder::build_recorder)
+            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        let handle = recorder.handle();
+        // Fails only if another recorder was installed first; then ours
+        // renders nothing, which the tests of /metrics would catch.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Granted,
+    Partial,
+    Rejected,
+    ClientError,
+    ServerError,
+}
+
+impl Outcome {
+    /// The outcome of a grant of `granted` out of `asked`.
+    pub fn of_grant(granted: u64, asked: u64) -> Self {
+        match granted {
+            0 => Outcome::Rejected,
+            g if g < asked => Outcome::Partial,
+            _ => Outcome::Granted,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Granted => "granted",
+            Outcome::Partial => "partial",
+            Outcome::Rejected => "rejected",
+            Outcome::ClientError => "client_error",
+            Outcome::ServerError => "server_error",
+        }
+    }
+}
+
+/// The `resource` label for a resource name (see the module docs).
+pub fn resource_label(config: &Config, resource: &str, outcome: Outcome) -> String {
+    if config.resource(resource).is_some() {
+        resource.to_owned()
+    } else if outcome == Outcome::ClientError {
+        "(unknown)".to_owned()
+    } else {
+        "(unconfigured)".to_owned()
+    }
+}
+
+/// Records one operation.
+pub fn observe(operation: &'static str, resource: String, outcome: Outcome, elapsed: Duration) {
+    counter!("charon_decisions_total", "operation" => operation, "resource" => resource, "outcome" => outcome.label())
+        .increment(1);
+    histogram!("charon_decision_duration_seconds", "operation" => operation)
+        .record(elapsed.as_secs_f64());
+    let class = match outcome {
+        Outcome::ClientError => "client",
+        Outcome::ServerError => "server",
+        _ => return,
+    };
+    counter!("charon_errors_total", "operation" => operation, "class" => class).increment(1);
+}
+
+/// A session opened (+1) or ended (−1).
+pub fn sessions_open(delta: f64) {
+    gauge!("charon_sessions_open").increment(delta);
+}
+
+/// Copies held by this server's sessions changed by `delta`.
+pub fn copies_held(delta: i64) {
+    gauge!("charon_copies_held").increment(delta as f64);
+}
+
+/// Copies waiting in staging areas.
+pub fn transfers_staged(copies: u64) {
+    gauge!("charon_transfers_staged_copies").set(copies as f64);
+}
+
+/// A configuration reload was applied (`true`) or refused.
+pub fn config_reload(applied: bool) {
+    let result = if applied { "applied" } else { "refused" };
+    counter!("charon_config_reloads_total", "result" => result).increment(1);
+}
+
+/// The version of the configuration in force (0 for a file).
+pub fn config_version(version: u64) {
+    gauge!("charon_config_version").set(version as f64);
+}

@@ -1,0 +1,173 @@
+//! A real `charon serve` process.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::{free_port, wait_until};
+
+/// `charon serve` on free ports with a configuration file in a temporary
+/// directory; its log goes to a file there. Killed on drop.
+#[derive(Debug)]
+pub struct CharonProcess {
+    child: Option<Child>,
+    /// The gRPC port.
+    pub grpc_port: u16,
+    /// The HTTP port.
+    pub http_port: u16,
+    dir: TempDir,
+}
+
+impl CharonProcess {
+    /// Starts `bin serve --config <config> <extra args>` and waits until
+    /// `/readyz` answers 200.
+    pub fn start(bin: &Path, config: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("limits.yaml"), config).expect("write config");
+        let process = Self {
+            child: None,
+            grpc_port: free_port(),
+            http_port: free_port(),
+            dir,
+        };
+        process.spawn_into(bin, extra)
+    }
+
+    fn spawn_into(mut self, bin: &Path, extra: &[&str]) -> Self {
+        let log = std::fs::File::create(self.dir.path().join("charon.log")).expect("log file");
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg("--config")
+            .arg(self.config_path())
+            .args(["--listen", &format!("127.0.0.1:{}", self.grpc_port)])
+            .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port)])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn charon serve");
+        self.child = Some(child);
+        let ready = wait_until(Duration::from_secs(20), || {
+            self.http_get("/readyz")
+                .is_some_and(|(code, _)| code == 200)
+        });
+        assert!(ready, "charon serve did not become ready:\n{}", self.log());
+        self
+    }
+
+    /// The configuration file the server reads (rewrite it to reload).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("limits.yaml")
+    }
+
+    /// `http://127.0.0.1:PORT` of the gRPC side.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("charon.log")).unwrap_or_default()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// A GET on the HTTP side: (status, body), or `None` if it cannot
+    /// connect.
+    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.http_port, path)
+    }
+
+    /// Sends a signal (`TERM`, `HUP`, `STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        signal(self.pid(), name);
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for the process to exit by itself, at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for CharonProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sends signal `name` to process `pid` with `kill(1)`.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill(1)");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// A minimal HTTP/1.1 GET on 127.0.0.1:`port`.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Some((code, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}

@@ -124,10 +124,10 @@ pub(crate) fn yaml_setup(body: &Map<String, Value>) -> Result<Setup, ApiError> {
 pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
     // Counted before anything else is looked at, so an oversized list costs
     // nothing to refuse.
-    if let Some(Value::Array(events)) = body.get("events") {
-        if events.len() > MAX_EVENTS {
-            return Err(ApiError::TooManyEvents(events.len()));
-        }
+    if let Some(Value::Array(events)) = body.get("events")
+        && events.len() > MAX_EVENTS
+    {
+        return Err(ApiError::TooManyEvents(events.len()));
     }
     let mut issues = Vec::new();
     unknown_fields(body, "", BODY_FIELDS, &mut issues);
@@ -188,17 +188,17 @@ fn setup(
         resource.insert("hard_limit".into(), h.clone());
     }
     if let Some(tiers) = body.get("tiers") {
-        if let Value::Array(items) = tiers {
-            if items.len() > MAX_TIERS {
-                issues.push(issue(
-                    "tiers",
-                    format!(
-                        "{} tiers; the simulator shows at most {MAX_TIERS}",
-                        items.len()
-                    ),
-                ));
-                return None;
-            }
+        if let Value::Array(items) = tiers
+            && items.len() > MAX_TIERS
+        {
+            issues.push(issue(
+                "tiers",
+                format!(
+                    "{} tiers; the simulator shows at most {MAX_TIERS}",
+                    items.len()
+                ),
+            ));
+            return None;
         }
         resource.insert("tiers".into(), millis_to_spans(tiers));
     }
@@ -277,13 +277,15 @@ fn events(items: &[Value], issues: &mut Vec<ConfigIssue>) -> Vec<Event> {
             }
             Some(v) => whole(v, &format!("{path}.t"), issues),
         };
-        if let (Some(t), Some(before)) = (t, latest) {
-            if t < before {
-                issues.push(issue(
-                    &format!("{path}.t"),
-                    format!("{t} is before the previous event's t ({before}); events must be in time order"),
-                ));
-            }
+        if let (Some(t), Some(before)) = (t, latest)
+            && t < before
+        {
+            issues.push(issue(
+                &format!("{path}.t"),
+                format!(
+                    "{t} is before the previous event's t ({before}); events must be in time order"
+                ),
+            ));
         }
         let copies = count_or_one(map, "copies", &path, issues);
         let min_copies = count_or_one(map, "min_copies", &path, issues);

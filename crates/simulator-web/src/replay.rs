@@ -110,6 +110,8 @@ struct TierSnapshot {
     /// When its cooldown ends (`null`: never, or inactive).
     cooldown_until: Option<Millis>,
     limit: u64,
+    /// Tw in milliseconds (normalized), to draw the window.
+    window_ms: Millis,
     /// Hits in its window.
     hits: u64,
     /// Those hits as `[time, hits]`, oldest first.
@@ -160,10 +162,10 @@ pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
         totals.granted_hits += reply.granted;
         totals.bursts += usize::from(reply.burst);
         for (i, (tier, log)) in tiers.iter().zip(&mut periods).enumerate() {
-            if let Some(e) = state.tiers.get(i).and_then(|t| t.entered) {
-                if log.last().map(|p| p.entered) != Some(e) {
-                    log.push(Period::of(tier, e));
-                }
+            if let Some(e) = state.tiers.get(i).and_then(|t| t.entered)
+                && log.last().map(|p| p.entered) != Some(e)
+            {
+                log.push(Period::of(tier, e));
             }
         }
         if now < replay.report_from {
@@ -259,6 +261,7 @@ fn snapshot(
                 active_until: period.and_then(|p| p.active_until),
                 cooldown_until: period.and_then(|p| p.cooldown_until),
                 limit: tier.limit,
+                window_ms: tier.window,
                 hits: state.tier_hits(index),
                 hit_times: times,
             })

@@ -647,22 +647,31 @@
       if (e.reply.granted > 0) q.granted++; else q.rejected++;
       reqs.set(e.t, q);
     }
-    for (const [k, count] of hits) {
+    // Counts label marks that stand for several hits or requests; where
+    // marks crowd, a count is drawn only if it does not overlap the last.
+    const lastLabel = new Map();
+    const count = (row, x, y, n) => {
+      const text = String(n);
+      if (n < 2 || x < (lastLabel.get(row) ?? -Infinity)) return;
+      g.appendChild(svg('text', { x, y, class: 'hit-count' }, text));
+      lastLabel.set(row, x + 6 * text.length + 3);
+    };
+    for (const [k, n] of hits) {
       const [tier, t] = k.split('/').map(Number);
       const x = t * L.scale;
       const y = L.laneY(tier);
       g.appendChild(svg('line', { x1: x, x2: x, y1: y + 14, y2: y + L.laneH - 18, class: 'hit' }));
-      if (count > 1) g.appendChild(svg('text', { x: x + 2, y: y + 12, class: 'hit-count' }, String(count)));
+      count(`tier${tier}`, x + 2, y + 12, n);
     }
     for (const [t, q] of reqs) {
       const x = t * L.scale;
       if (q.granted) {
         g.appendChild(svg('text', { x, y: L.reqY + 14, class: 'req-granted', 'text-anchor': 'middle' }, '✓'));
-        if (q.granted > 1) g.appendChild(svg('text', { x: x + 6, y: L.reqY + 12, class: 'req-count' }, String(q.granted)));
+        count('granted', x + 6, L.reqY + 12, q.granted);
       }
       if (q.rejected) {
         g.appendChild(svg('text', { x, y: L.reqY + 31, class: 'req-rejected', 'text-anchor': 'middle' }, '✕'));
-        if (q.rejected > 1) g.appendChild(svg('text', { x: x + 6, y: L.reqY + 29, class: 'req-count' }, String(q.rejected)));
+        count('rejected', x + 6, L.reqY + 29, q.rejected);
       }
     }
     // Gutter: which tier, its phase in words, and its role.

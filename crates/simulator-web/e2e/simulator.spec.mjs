@@ -145,7 +145,8 @@ async function steps(page, { name, viewport, full }) {
   check((await text(page, 'current-tier')).startsWith('Current tier: 2'), 'the current tier should read 2');
   check(await page.getByTestId('lane-phase-2').textContent() === 'ACTIVE', 'the timeline lane of tier 2 should say ACTIVE');
   await noHorizontalScroll(page, viewport.width);
-  await page.getByTestId('timeline').scrollIntoViewIfNeeded();
+  // On a phone the timeline is below the controls: show it from its top.
+  await page.locator('#timeline-h').evaluate((el) => el.scrollIntoView({ block: 'start' }));
   await page.screenshot({ path: path.join(out, `simulator-${name}-burst.png`) });
 
   // Five seconds later tier 2's active period is over: cooldown, tier 1 current.

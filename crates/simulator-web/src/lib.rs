@@ -53,8 +53,14 @@ pub fn router() -> Router {
             "/simulator/",
             get(|| async { Redirect::permanent(PAGE_PATH) }),
         )
-        .route("/simulator/assets/simulator.js", get(script))
-        .route("/simulator/assets/simulator.css", get(style))
+        .route(
+            "/simulator/assets/simulator.js",
+            get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }),
+        )
+        .route(
+            "/simulator/assets/simulator.css",
+            get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }),
+        )
         .route("/simulator/api/presets", get(api::presets))
         .route("/simulator/api/run", post(api::run))
         .route("/simulator/api/yaml", post(api::yaml))
@@ -67,34 +73,20 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 
 async fn page() -> impl IntoResponse {
     (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CONTENT_SECURITY_POLICY, CSP),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        PAGE_HTML,
+        [(header::CONTENT_SECURITY_POLICY, CSP)],
+        asset("text/html; charset=utf-8", PAGE_HTML),
     )
 }
 
-async fn script() -> impl IntoResponse {
+/// A compiled-in file. `no-cache`: a new binary must never be shown an old
+/// script, and revalidating three small files costs nothing.
+fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
     (
         [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CONTENT_TYPE, content_type),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        PAGE_JS,
-    )
-}
-
-async fn style() -> impl IntoResponse {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        PAGE_CSS,
+        body,
     )
 }

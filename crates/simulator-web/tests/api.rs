@@ -435,6 +435,23 @@ async fn presets_hold_the_cookbook() {
 
 #[tokio::test]
 async fn the_page_and_its_assets_are_served() {
+    let response = charon_simulator_web::router()
+        .oneshot(
+            Request::get("/simulator")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await
+        .expect("answer");
+    let csp = response
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "the page loads nothing from elsewhere: {csp}"
+    );
     let (status, content_type, bytes) = call("GET", "/simulator", None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(content_type.starts_with("text/html"));

@@ -1,0 +1,397 @@
+//! From a request body to a validated configuration and request list.
+//!
+//! The configuration part is checked by charon-core exactly as a
+//! configuration file is: the body's `name`, `hard_limit` and `tiers` become
+//! one rate resource, [`Config::from_value`] validates and normalizes it
+//! (SPEC §2), and its issue paths are reported relative to the body
+//! (`tiers[1].window`, not `resources[0].tiers[1].window`).
+
+use charon_core::config::{Adjustment, Config, ConfigIssue, RateResource, ResourceKind};
+use charon_core::request::Amount;
+use charon_core::{MAX_COUNT, Millis};
+use serde_json::{Map, Value, json};
+
+use crate::api::ApiError;
+
+/// The most requests one replay may hold. Past it the page asks for a reset:
+/// at the generator's fastest this is several minutes of traffic.
+pub const MAX_EVENTS: usize = 20_000;
+
+/// The most tiers a simulated resource may have (a real configuration has
+/// no such bound; a page with more lanes than this is unreadable anyway).
+pub const MAX_TIERS: usize = 32;
+
+/// Every issue is reported, up to this many; a list of 20 000 broken events
+/// needs only the first few to be understood.
+const MAX_ISSUES: usize = 50;
+
+/// The resource name used when the body has none (replays need no name).
+const DEFAULT_NAME: &str = "simulator/example";
+
+/// The fields a body may have. `/run` uses all of them; `/yaml` accepts the
+/// same body and uses the configuration fields only.
+const BODY_FIELDS: &[&str] = &[
+    "name",
+    "hard_limit",
+    "tiers",
+    "events",
+    "at",
+    "report_from",
+    "detail",
+];
+const EVENT_FIELDS: &[&str] = &["t", "copies", "min_copies"];
+
+/// A validated, normalized one-resource configuration.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    pub config: Config,
+    /// What normalization changed, with body-relative paths.
+    pub adjustments: Vec<Adjustment>,
+}
+
+impl Setup {
+    pub fn rate(&self) -> &RateResource {
+        match &self.config.resources()[0].kind {
+            ResourceKind::Rate(r) => r,
+            // `setup` builds the value with `kind: rate` itself.
+            ResourceKind::Copy(_) => unreachable!("the simulator builds rate resources only"),
+        }
+    }
+
+    /// What normalization changed, as the API reports it.
+    pub fn adjustments_json(&self) -> Vec<Value> {
+        self.adjustments
+            .iter()
+            .map(|a| json!({"path": a.path, "change": a.change}))
+            .collect()
+    }
+}
+
+/// One simulated request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Event {
+    pub t: Millis,
+    pub amount: Amount,
+}
+
+/// How much of each event's state `/run` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// Reply, hits placed, and every tier's state with its hits' times.
+    Full,
+    /// Reply and hits placed only (what the page needs for its log).
+    Replies,
+}
+
+/// A validated `/run` body.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    pub setup: Setup,
+    pub events: Vec<Event>,
+    /// The page's clock, for the `now` snapshot.
+    pub at: Option<Millis>,
+    /// Events before this time are replayed but not listed.
+    pub report_from: Millis,
+    pub detail: Detail,
+}
+
+/// Parses a body as a JSON object.
+pub(crate) fn body(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(ApiError::invalid(vec![issue(
+            "",
+            format!("expected a JSON object, found {}", kind_of(&other)),
+        )])),
+        Err(e) => Err(ApiError::invalid(vec![issue(
+            "",
+            format!("the body is not JSON: {e}"),
+        )])),
+    }
+}
+
+/// The configuration of a `/yaml` body: `name` is required there, since
+/// what it renders is meant to be pasted into a real configuration.
+pub(crate) fn yaml_setup(body: &Map<String, Value>) -> Result<Setup, ApiError> {
+    let mut issues = Vec::new();
+    unknown_fields(body, "", BODY_FIELDS, &mut issues);
+    let setup = setup(body, None, &mut issues);
+    finish(issues)?;
+    Ok(setup.expect("no issues means a setup"))
+}
+
+/// A whole `/run` body.
+pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
+    // Counted before anything else is looked at, so an oversized list costs
+    // nothing to refuse.
+    if let Some(Value::Array(events)) = body.get("events")
+        && events.len() > MAX_EVENTS
+    {
+        return Err(ApiError::TooManyEvents(events.len()));
+    }
+    let mut issues = Vec::new();
+    unknown_fields(body, "", BODY_FIELDS, &mut issues);
+    let setup = setup(body, Some(DEFAULT_NAME), &mut issues);
+    let events = match body.get("events") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => events(items, &mut issues),
+        Some(other) => {
+            issues.push(issue(
+                "events",
+                format!("expected a list of events, found {}", kind_of(other)),
+            ));
+            Vec::new()
+        }
+    };
+    let at = optional_millis(body, "at", &mut issues);
+    let report_from = optional_millis(body, "report_from", &mut issues).unwrap_or(0);
+    let detail = match body.get("detail") {
+        None | Some(Value::Null) => Detail::Full,
+        Some(Value::String(s)) if s == "full" => Detail::Full,
+        Some(Value::String(s)) if s == "replies" => Detail::Replies,
+        Some(other) => {
+            issues.push(issue(
+                "detail",
+                format!("expected \"full\" or \"replies\", found {}", kind_of(other)),
+            ));
+            Detail::Full
+        }
+    };
+    finish(issues)?;
+    Ok(Replay {
+        setup: setup.expect("no issues means a setup"),
+        events,
+        at,
+        report_from,
+        detail,
+    })
+}
+
+/// Builds the one-resource configuration and lets charon-core judge it.
+fn setup(
+    body: &Map<String, Value>,
+    default_name: Option<&str>,
+    issues: &mut Vec<ConfigIssue>,
+) -> Option<Setup> {
+    let mut resource = Map::new();
+    match (body.get("name"), default_name) {
+        (Some(name), _) => {
+            resource.insert("name".into(), name.clone());
+        }
+        (None, Some(name)) => {
+            resource.insert("name".into(), name.into());
+        }
+        (None, None) => {}
+    }
+    resource.insert("kind".into(), "rate".into());
+    if let Some(h) = body.get("hard_limit") {
+        resource.insert("hard_limit".into(), h.clone());
+    }
+    if let Some(tiers) = body.get("tiers") {
+        if let Value::Array(items) = tiers
+            && items.len() > MAX_TIERS
+        {
+            issues.push(issue(
+                "tiers",
+                format!(
+                    "{} tiers; the simulator shows at most {MAX_TIERS}",
+                    items.len()
+                ),
+            ));
+            return None;
+        }
+        resource.insert("tiers".into(), millis_to_spans(tiers));
+    }
+    match Config::from_value(&json!({ "resources": [resource] })) {
+        Ok((config, adjustments)) => Some(Setup {
+            config,
+            adjustments: adjustments
+                .into_iter()
+                .map(|a| Adjustment {
+                    path: local_path(&a.path),
+                    change: a.change,
+                })
+                .collect(),
+        }),
+        Err(errors) => {
+            issues.extend(errors.0.into_iter().map(|i| ConfigIssue {
+                path: local_path(&i.path),
+                message: i.message,
+            }));
+            None
+        }
+    }
+}
+
+/// Durations may be given as whole milliseconds for convenience; charon-core
+/// reads the human strings of SPEC §1, so `250` becomes `"250ms"`.
+fn millis_to_spans(tiers: &Value) -> Value {
+    let Value::Array(items) = tiers else {
+        return tiers.clone();
+    };
+    let items = items
+        .iter()
+        .map(|t| {
+            let Value::Object(map) = t else {
+                return t.clone();
+            };
+            let mut map = map.clone();
+            for key in ["window", "active", "cooldown"] {
+                if let Some(ms) = map.get(key).and_then(Value::as_u64) {
+                    map.insert(key.into(), format!("{ms}ms").into());
+                }
+            }
+            Value::Object(map)
+        })
+        .collect();
+    Value::Array(items)
+}
+
+/// `resources[0].tiers[1].window` → `tiers[1].window`.
+fn local_path(path: &str) -> String {
+    if path == "resources[0]" {
+        return String::new();
+    }
+    path.strip_prefix("resources[0].")
+        .unwrap_or(path)
+        .to_owned()
+}
+
+fn events(items: &[Value], issues: &mut Vec<ConfigIssue>) -> Vec<Event> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut latest: Option<Millis> = None;
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("events[{i}]");
+        let Value::Object(map) = item else {
+            issues.push(issue(
+                &path,
+                format!("expected an event (an object), found {}", kind_of(item)),
+            ));
+            continue;
+        };
+        unknown_fields(map, &path, EVENT_FIELDS, issues);
+        let t = match map.get("t") {
+            None | Some(Value::Null) => {
+                issues.push(issue(&format!("{path}.t"), "is required"));
+                None
+            }
+            Some(v) => whole(v, &format!("{path}.t"), issues),
+        };
+        if let (Some(t), Some(before)) = (t, latest)
+            && t < before
+        {
+            issues.push(issue(
+                &format!("{path}.t"),
+                format!(
+                    "{t} is before the previous event's t ({before}); events must be in time order"
+                ),
+            ));
+        }
+        let copies = count_or_one(map, "copies", &path, issues);
+        let min_copies = count_or_one(map, "min_copies", &path, issues);
+        let (Some(t), Some(copies), Some(min_copies)) = (t, copies, min_copies) else {
+            continue;
+        };
+        latest = Some(latest.map_or(t, |l| l.max(t)));
+        match Amount::new(copies, min_copies) {
+            Ok(amount) => out.push(Event { t, amount }),
+            Err(e) => issues.push(issue(&path, e.to_string())),
+        }
+    }
+    out
+}
+
+fn count_or_one(
+    map: &Map<String, Value>,
+    key: &str,
+    path: &str,
+    issues: &mut Vec<ConfigIssue>,
+) -> Option<u64> {
+    match map.get(key) {
+        None | Some(Value::Null) => Some(1),
+        Some(v) => whole(v, &format!("{path}.{key}"), issues),
+    }
+}
+
+fn optional_millis(
+    map: &Map<String, Value>,
+    key: &str,
+    issues: &mut Vec<ConfigIssue>,
+) -> Option<Millis> {
+    match map.get(key) {
+        None | Some(Value::Null) => None,
+        Some(v) => whole(v, key, issues),
+    }
+}
+
+/// A whole number in `0..=MAX_COUNT` (times, copies).
+fn whole(v: &Value, path: &str, issues: &mut Vec<ConfigIssue>) -> Option<u64> {
+    match v.as_u64() {
+        Some(n) if n <= MAX_COUNT => Some(n),
+        Some(n) => {
+            issues.push(issue(
+                path,
+                format!("{n} is too large (at most {MAX_COUNT})"),
+            ));
+            None
+        }
+        None => {
+            issues.push(issue(
+                path,
+                format!("expected a whole number ≥ 0, found {}", kind_of(v)),
+            ));
+            None
+        }
+    }
+}
+
+fn unknown_fields(
+    map: &Map<String, Value>,
+    path: &str,
+    allowed: &[&str],
+    issues: &mut Vec<ConfigIssue>,
+) {
+    for key in map.keys() {
+        if !allowed.contains(&key.as_str()) {
+            let at = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            issues.push(issue(
+                &at,
+                format!("unknown field (expected one of: {})", allowed.join(", ")),
+            ));
+        }
+    }
+}
+
+fn finish(mut issues: Vec<ConfigIssue>) -> Result<(), ApiError> {
+    if issues.is_empty() {
+        return Ok(());
+    }
+    if issues.len() > MAX_ISSUES {
+        let more = issues.len() - MAX_ISSUES;
+        issues.truncate(MAX_ISSUES);
+        issues.push(issue("", format!("… and {more} more issues")));
+    }
+    Err(ApiError::invalid(issues))
+}
+
+fn issue(path: &str, message: impl Into<String>) -> ConfigIssue {
+    ConfigIssue {
+        path: path.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn kind_of(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(_) => "a list".to_owned(),
+        Value::Object(_) => "an object".to_owned(),
+    }
+}

@@ -1,0 +1,92 @@
+//! The interactive burst-tier simulator in the browser (issue 6).
+//!
+//! [`router`] serves one page at `/simulator` and a small JSON API under
+//! `/simulator/api/`. The page keeps its own virtual clock and the list of
+//! requests made so far; every time something changes it sends the whole
+//! list to `POST /simulator/api/run`, which replays it from empty state
+//! through [`charon_core::rate::decide`] (the function every store calls)
+//! and answers with each reply and the tiers' state. The API holds no state
+//! between calls, so the page needs nothing from the server but this router,
+//! and no decision is ever made in JavaScript.
+//!
+//! The router uses absolute paths: mount it at the root of the HTTP server
+//! with `Router::merge`.
+
+mod api;
+mod input;
+mod presets;
+mod replay;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::header;
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+
+pub use input::{MAX_EVENTS, MAX_TIERS};
+pub use replay::MAX_HIT_TIMES;
+
+/// Where the page lives.
+pub const PAGE_PATH: &str = "/simulator";
+
+const PAGE_HTML: &str = include_str!("../assets/simulator.html");
+const PAGE_JS: &str = include_str!("../assets/simulator.js");
+const PAGE_CSS: &str = include_str!("../assets/simulator.css");
+
+/// Request bodies may be this large: 20 000 events fit with room to spare,
+/// and a body too large for it is refused before it is parsed.
+const BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// The simulator's routes, ready to be merged into the server's router:
+///
+/// - `GET /simulator`: the page (HTML; its script and style sheet are served
+///   beside it under `/simulator/assets/`);
+/// - `GET /simulator/api/presets`: the cookbook configurations and limits;
+/// - `POST /simulator/api/run`: stateless replay of a request list;
+/// - `POST /simulator/api/yaml`: the page's configuration as SPEC §6 YAML.
+///
+/// See `docs/simulator.md` for the bodies and answers.
+pub fn router() -> Router {
+    Router::new()
+        .route(PAGE_PATH, get(page))
+        .route(
+            "/simulator/",
+            get(|| async { Redirect::permanent(PAGE_PATH) }),
+        )
+        .route(
+            "/simulator/assets/simulator.js",
+            get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }),
+        )
+        .route(
+            "/simulator/assets/simulator.css",
+            get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }),
+        )
+        .route("/simulator/api/presets", get(api::presets))
+        .route("/simulator/api/run", post(api::run))
+        .route("/simulator/api/yaml", post(api::yaml))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+}
+
+/// Everything the page loads comes from this router: the policy says so to
+/// the browser, and nothing else may be framed, sniffed or fetched.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+async fn page() -> impl IntoResponse {
+    (
+        [(header::CONTENT_SECURITY_POLICY, CSP)],
+        asset("text/html; charset=utf-8", PAGE_HTML),
+    )
+}
+
+/// A compiled-in file. `no-cache`: a new binary must never be shown an old
+/// script, and revalidating three small files costs nothing.
+fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+}

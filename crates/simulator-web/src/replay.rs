@@ -1,0 +1,270 @@
+//! The stateless replay behind `POST /simulator/api/run`.
+//!
+//! Every decision is [`charon_core::rate::decide`]'s, on the same state type
+//! the stores keep; this module only watches the state between decisions
+//! and describes it. One domain is simulated, so the global hit log sees
+//! exactly the domain's hits (and G, which the simulator does not offer,
+//! would behave as H).
+
+use charon_core::Millis;
+use charon_core::config::{Enforcement, Tier};
+use charon_core::rate::{HitLog, Phase, RateState, decide};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::api::ApiError;
+use crate::input::{Detail, Replay};
+
+/// The most `[time, hits]` entries one answer may list in its tier
+/// snapshots. Each snapshot lists a window's worth of hits, so long windows
+/// and many requests multiply; past this the caller is told to ask for
+/// `detail: "replies"` or a later `report_from`.
+pub const MAX_HIT_TIMES: usize = 500_000;
+
+/// The domain the replay runs as (no overrides exist, so any name would do).
+const DOMAIN: &str = "simulated";
+
+/// The answer to a replay.
+#[derive(Debug, Serialize)]
+pub(crate) struct Answer {
+    /// The resource as it will be enforced: normalized, SPEC §6 layout.
+    resource: Value,
+    /// What normalization changed, body-relative paths.
+    adjustments: Vec<Value>,
+    totals: Totals,
+    /// Events before `report_from`, replayed but not listed.
+    skipped: usize,
+    events: Vec<EventOut>,
+    /// For each tier (index 0 is tier 1), every period it was entered whose
+    /// cooldown had not ended by `report_from`, oldest first.
+    periods: Vec<Vec<Period>>,
+    /// The state at the page's clock.
+    now: NowOut,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Totals {
+    requests: usize,
+    granted_requests: usize,
+    rejected_requests: usize,
+    granted_hits: u64,
+    bursts: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct EventOut {
+    /// Position in the request's `events`.
+    index: usize,
+    t: Millis,
+    copies: u64,
+    min_copies: u64,
+    /// SPEC §2 rule 6, in the field names of `charon simulate`.
+    reply: Map<String, Value>,
+    /// Where the granted hits went: several tiers when one request passed
+    /// through several (rule 5).
+    placed: Vec<Placed>,
+    /// Every tier after the decision (`detail: "full"` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tiers: Option<Vec<TierSnapshot>>,
+}
+
+#[derive(Debug, Serialize)]
+struct Placed {
+    tier: usize,
+    hits: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+struct Period {
+    entered: Millis,
+    /// `None`: active for ever.
+    active_until: Option<Millis>,
+    cooldown_until: Option<Millis>,
+}
+
+impl Period {
+    /// The periods of SPEC §2 rule 2 for `tier` entered at `e`.
+    fn of(tier: &Tier, e: Millis) -> Self {
+        let active_until = tier.active.map(|a| e.saturating_add(a));
+        Self {
+            entered: e,
+            active_until,
+            cooldown_until: active_until.map(|a| a.saturating_add(tier.cooldown)),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct TierSnapshot {
+    tier: usize,
+    /// `inactive`, `active` or `cooldown`.
+    phase: &'static str,
+    current: bool,
+    /// Active under a higher active tier: keeps its hits, receives none.
+    shadowed: bool,
+    /// The latest entry, while the tier is active or cooling down (`null`
+    /// when inactive).
+    entered: Option<Millis>,
+    /// When that entry's active period ends (`null`: never, or inactive).
+    active_until: Option<Millis>,
+    /// When its cooldown ends (`null`: never, or inactive).
+    cooldown_until: Option<Millis>,
+    limit: u64,
+    /// Tw in milliseconds (normalized), to draw the window.
+    window_ms: Millis,
+    /// Hits in its window.
+    hits: u64,
+    /// Those hits as `[time, hits]`, oldest first.
+    hit_times: Vec<(Millis, u64)>,
+}
+
+#[derive(Debug, Serialize)]
+struct NowOut {
+    t: Millis,
+    current_tier: usize,
+    domain_hits_last_second: u64,
+    tiers: Vec<TierSnapshot>,
+}
+
+/// Replays `replay.events` from empty state.
+pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
+    let rate = replay.setup.rate();
+    let limits = rate.limits_for(DOMAIN);
+    let tiers = limits.tiers;
+    let mut state = RateState::default();
+    let mut global = HitLog::default();
+    let mut periods: Vec<Vec<Period>> = vec![Vec::new(); tiers.len()];
+    let mut totals = Totals::default();
+    let mut events = Vec::new();
+    let mut budget = MAX_HIT_TIMES;
+    for (index, ev) in replay.events.iter().enumerate() {
+        let now = ev.t;
+        // `decide` brings the state to `now` first as well; doing it here
+        // makes the counts below the hits in each window just before the
+        // decision, so the difference after it is where the hits went.
+        state.advance(tiers, now);
+        let before: Vec<u64> = (1..=tiers.len()).map(|i| state.tier_hits(i)).collect();
+        let reply = decide(
+            limits,
+            &mut state,
+            &mut global,
+            now,
+            ev.amount,
+            Enforcement::Enforce,
+        );
+
+        totals.requests += 1;
+        if reply.granted > 0 {
+            totals.granted_requests += 1;
+        } else {
+            totals.rejected_requests += 1;
+        }
+        totals.granted_hits += reply.granted;
+        totals.bursts += usize::from(reply.burst);
+        for (i, (tier, log)) in tiers.iter().zip(&mut periods).enumerate() {
+            if let Some(e) = state.tiers.get(i).and_then(|t| t.entered)
+                && log.last().map(|p| p.entered) != Some(e)
+            {
+                log.push(Period::of(tier, e));
+            }
+        }
+        if now < replay.report_from {
+            continue;
+        }
+        let placed = before
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &b)| {
+                let hits = state.tier_hits(i + 1).saturating_sub(b);
+                (hits > 0).then_some(Placed { tier: i + 1, hits })
+            })
+            .collect();
+        let mut out = Map::new();
+        charon_limiter::json::rate_reply(&reply, &mut out);
+        let snapshots = match replay.detail {
+            Detail::Full => Some(snapshot(tiers, &state, now, &mut budget)?),
+            Detail::Replies => None,
+        };
+        events.push(EventOut {
+            index,
+            t: now,
+            copies: ev.amount.copies(),
+            min_copies: ev.amount.min_copies(),
+            reply: out,
+            placed,
+            tiers: snapshots,
+        });
+    }
+
+    let last = replay.events.last().map_or(0, |e| e.t);
+    let at = replay.at.unwrap_or(last).max(last);
+    // A view of the state at the page's clock: what time alone changed
+    // (windows emptied, tiers cooled down), never a decision.
+    let mut view = state;
+    view.advance(tiers, at);
+    let now = NowOut {
+        t: at,
+        current_tier: view.current_tier(tiers, at),
+        domain_hits_last_second: view.last_second.count(),
+        tiers: snapshot(tiers, &view, at, &mut budget)?,
+    };
+    for log in &mut periods {
+        log.retain(|p| p.cooldown_until.is_none_or(|c| c >= replay.report_from));
+    }
+    let resource = replay
+        .setup
+        .config
+        .to_value()
+        .get_mut("resources")
+        .and_then(|r| r.get_mut(0))
+        .map(Value::take)
+        .unwrap_or_default();
+    Ok(Answer {
+        resource,
+        adjustments: replay.setup.adjustments_json(),
+        skipped: totals.requests - events.len(),
+        totals,
+        events,
+        periods,
+        now,
+    })
+}
+
+/// Every tier of `state` (already brought to `now`) as of `now`, with the
+/// times of the hits in its window, charged to `budget`.
+fn snapshot(
+    tiers: &[Tier],
+    state: &RateState,
+    now: Millis,
+    budget: &mut usize,
+) -> Result<Vec<TierSnapshot>, ApiError> {
+    let current = state.current_tier(tiers, now);
+    tiers
+        .iter()
+        .enumerate()
+        .map(|(i, tier)| {
+            let index = i + 1;
+            let ts = state.tiers.get(i);
+            let phase = state.phase(tiers, index, now);
+            let times: Vec<(Millis, u64)> =
+                ts.map(|t| t.hits.entries().collect()).unwrap_or_default();
+            *budget = budget
+                .checked_sub(times.len())
+                .ok_or(ApiError::TooManyHitTimes)?;
+            let period = ts.and_then(|t| t.entered).map(|e| Period::of(tier, e));
+            Ok(TierSnapshot {
+                tier: index,
+                phase: phase.name(),
+                current: index == current,
+                shadowed: phase == Phase::Active && index < current,
+                entered: period.map(|p| p.entered),
+                active_until: period.and_then(|p| p.active_until),
+                cooldown_until: period.and_then(|p| p.cooldown_until),
+                limit: tier.limit,
+                window_ms: tier.window,
+                hits: state.tier_hits(index),
+                hit_times: times,
+            })
+        })
+        .collect()
+}

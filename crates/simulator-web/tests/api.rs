@@ -1,0 +1,472 @@
+//! The simulator's API through its router, without a socket.
+
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode, header};
+use charon_core::config::Config;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+async fn call(method: &str, uri: &str, body: Option<Value>) -> (StatusCode, String, Vec<u8>) {
+    let request = Request::builder().method(method).uri(uri);
+    let request = match body {
+        Some(b) => request
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(b.to_string())),
+        None => request.body(Body::empty()),
+    }
+    .expect("request");
+    let response = charon_simulator_web::router()
+        .oneshot(request)
+        .await
+        .expect("the router answers");
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (status, content_type, bytes.to_vec())
+}
+
+async fn post(uri: &str, body: Value) -> (StatusCode, Value) {
+    let (status, content_type, bytes) = call("POST", uri, Some(body)).await;
+    assert!(
+        content_type.starts_with("application/json"),
+        "{uri} answered {content_type}"
+    );
+    let value = serde_json::from_slice(&bytes).expect("a JSON answer");
+    (status, value)
+}
+
+fn penalty_tiers() -> Value {
+    json!([
+        { "limit": 5, "window": "1s", "cooldown": "0s" },
+        { "limit": 25, "window": "1s", "active": "5s", "cooldown": "15s" }
+    ])
+}
+
+fn events(ts: impl IntoIterator<Item = u64>) -> Vec<Value> {
+    ts.into_iter().map(|t| json!({ "t": t })).collect()
+}
+
+/// (granted, tier, burst) of an event's reply.
+fn gtb(event: &Value) -> (u64, u64, bool) {
+    let r = &event["reply"];
+    (
+        r["granted"].as_u64().expect("granted"),
+        r["tier"].as_u64().expect("tier"),
+        r["burst"].as_bool().expect("burst"),
+    )
+}
+
+/// The snapshot of tier `i` (one-indexed) in a list of tier snapshots.
+fn tier(snapshots: &Value, i: usize) -> &Value {
+    &snapshots[i - 1]
+}
+
+#[tokio::test]
+async fn the_penalty_preset_bursts_fills_tier_2_and_cools_down() {
+    // 31 requests at 0..30 ms, then 6 just after tier 2's active period.
+    let mut ts: Vec<u64> = (0..31).collect();
+    ts.extend(5_005..5_011);
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": penalty_tiers(), "events": events(ts), "at": 6_000 }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let ev = out["events"].as_array().expect("events");
+    assert_eq!(ev.len(), 37);
+
+    assert_eq!(gtb(&ev[0]), (1, 1, true), "tier 0 bursts into tier 1");
+    for e in &ev[1..5] {
+        assert_eq!(gtb(e), (1, 1, false));
+    }
+    assert_eq!(gtb(&ev[5]), (1, 2, true), "the 6th hit bursts into tier 2");
+    assert_eq!(ev[5]["placed"], json!([{ "tier": 2, "hits": 1 }]));
+    let after_burst = &ev[5]["tiers"];
+    assert_eq!(tier(after_burst, 2)["phase"], "active");
+    assert_eq!(tier(after_burst, 2)["current"], true);
+    assert_eq!(tier(after_burst, 2)["entered"], 5);
+    assert_eq!(tier(after_burst, 2)["active_until"], 5_005);
+    assert_eq!(tier(after_burst, 2)["cooldown_until"], 20_005);
+    assert_eq!(tier(after_burst, 2)["hit_times"], json!([[5, 1]]));
+    assert_eq!(tier(after_burst, 1)["phase"], "active");
+    assert_eq!(tier(after_burst, 1)["shadowed"], true, "tier 1 is shadowed");
+    assert_eq!(tier(after_burst, 1)["current"], false);
+    assert_eq!(
+        tier(after_burst, 1)["hit_times"],
+        json!([[0, 1], [1, 1], [2, 1], [3, 1], [4, 1]])
+    );
+
+    for e in &ev[6..30] {
+        assert_eq!(gtb(e), (1, 2, false));
+    }
+    assert_eq!(ev[29]["reply"]["tier_hits"], 25);
+    assert_eq!(ev[29]["reply"]["tier_limit"], 25);
+    assert_eq!(
+        gtb(&ev[30]),
+        (0, 2, false),
+        "rejected: tier 2 is full and there is no tier 3"
+    );
+    assert_eq!(ev[30]["placed"], json!([]));
+
+    // At 5005 tier 2 cools down and tier 1 is current again, its window
+    // empty by now: five grants, then a rejection (no burst while cooling).
+    for e in &ev[31..36] {
+        assert_eq!(gtb(e), (1, 1, false));
+        assert_eq!(tier(&e["tiers"], 2)["phase"], "cooldown");
+        assert_eq!(tier(&e["tiers"], 1)["current"], true);
+    }
+    assert_eq!(gtb(&ev[36]), (0, 1, false), "no burst during cooldown");
+
+    assert_eq!(
+        out["totals"],
+        json!({"requests": 37, "granted_requests": 35, "rejected_requests": 2, "granted_hits": 35, "bursts": 2})
+    );
+    assert_eq!(
+        out["periods"],
+        json!([
+            [{ "entered": 0, "active_until": null, "cooldown_until": null }],
+            [{ "entered": 5, "active_until": 5_005, "cooldown_until": 20_005 }]
+        ])
+    );
+    let now = &out["now"];
+    assert_eq!(now["t"], 6_000);
+    assert_eq!(now["current_tier"], 1);
+    assert_eq!(now["domain_hits_last_second"], 5);
+    assert_eq!(tier(&now["tiers"], 2)["phase"], "cooldown");
+    assert_eq!(tier(&now["tiers"], 2)["hits"], 0);
+    assert_eq!(tier(&now["tiers"], 1)["hits"], 5);
+    assert_eq!(out["resource"]["tiers"][1]["active"], "5s");
+}
+
+#[tokio::test]
+async fn the_clock_alone_moves_the_now_snapshot() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": penalty_tiers(), "events": events(0..6), "at": 20_005 }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let now = &out["now"];
+    assert_eq!(tier(&now["tiers"], 2)["phase"], "inactive");
+    assert_eq!(tier(&now["tiers"], 2)["entered"], Value::Null);
+    assert_eq!(tier(&now["tiers"], 1)["hits"], 0, "the window emptied");
+    assert_eq!(now["current_tier"], 1, "tier 1 never ends");
+}
+
+#[tokio::test]
+async fn a_multi_hit_request_passes_through_tiers_and_min_copies_holds() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "tiers": penalty_tiers(),
+            "events": [
+                { "t": 0, "copies": 10 },
+                { "t": 1, "copies": 30, "min_copies": 25 },
+                { "t": 2, "copies": 30, "min_copies": 1 }
+            ],
+            "detail": "replies"
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let ev = &out["events"];
+    assert_eq!(gtb(&ev[0]), (10, 2, true));
+    assert_eq!(
+        ev[0]["placed"],
+        json!([{ "tier": 1, "hits": 5 }, { "tier": 2, "hits": 5 }])
+    );
+    assert_eq!(gtb(&ev[1]), (0, 2, false), "25 do not fit in the 20 left");
+    assert_eq!(gtb(&ev[2]), (20, 2, false));
+    assert_eq!(ev[2]["copies"], 30);
+    assert_eq!(ev[2]["min_copies"], 1);
+    assert!(
+        ev[0].get("tiers").is_none(),
+        "detail: replies has no snapshots"
+    );
+}
+
+#[tokio::test]
+async fn report_from_lists_only_recent_events_but_replays_all() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "tiers": penalty_tiers(),
+            "events": events((0..31).chain([30_000])),
+            "report_from": 30_000,
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["skipped"], 31);
+    assert_eq!(out["events"][0]["index"], 31);
+    assert_eq!(out["totals"]["requests"], 32);
+    assert_eq!(
+        out["periods"][1],
+        json!([]),
+        "tier 2's cooldown ended at 20005"
+    );
+}
+
+#[tokio::test]
+async fn hard_limit_and_millisecond_durations() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "hard_limit": 3,
+            "tiers": [{ "limit": 5, "window": 1000, "cooldown": 0 }],
+            "events": [{ "t": 0, "copies": 5, "min_copies": 1 }]
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let reply = &out["events"][0]["reply"];
+    assert_eq!(reply["granted"], 3);
+    assert_eq!(reply["hard_limit"], 3);
+    assert_eq!(reply["hard_limited"], true);
+    assert_eq!(out["resource"]["tiers"][0]["window"], "1s");
+}
+
+#[tokio::test]
+async fn validation_errors_carry_body_paths() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "hard_limit": -1,
+            "tiers": [
+                { "limit": 5, "window": "1x" },
+                { "limt": 25, "window": "1s", "active": "5s" }
+            ],
+            "events": [
+                { "t": 10 },
+                { "t": 5, "copies": 0 },
+                { "t": 20, "copies": 2, "min_copies": 3 },
+                { "t": "soon", "colour": "red" }
+            ],
+            "global_limit": 7
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
+    assert_eq!(out["error"], "invalid");
+    let paths: Vec<&str> = out["issues"]
+        .as_array()
+        .expect("issues")
+        .iter()
+        .map(|i| i["path"].as_str().expect("path"))
+        .collect();
+    for expected in [
+        "global_limit",
+        "hard_limit",
+        "tiers[0].window",
+        "tiers[1].limt",
+        "tiers[1].limit",
+        "events[1].t",
+        "events[1]",
+        "events[2]",
+        "events[3].t",
+        "events[3].colour",
+    ] {
+        assert!(paths.contains(&expected), "no issue at {expected}: {out}");
+    }
+    let message = out["message"].as_str().expect("message");
+    assert!(
+        message.contains("tiers[0].window: \"1x\" is not a duration"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn normalization_is_applied_and_reported() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "tiers": [
+                { "limit": 5, "window": "1s" },
+                { "limit": 9, "window": "2s", "active": "1s" },
+                { "limit": 9, "window": "1s", "active": "0s" },
+                { "limit": 25, "window": "2s", "active": "5s" }
+            ],
+            "events": []
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(
+        out["adjustments"],
+        json!([
+            { "path": "tiers[1].window", "change": "2s shortened to the active period 1s" },
+            { "path": "tiers[2]", "change": "removed: its active period is 0s" },
+            { "path": "tiers[3].active", "change": "5s trimmed to 4s, a whole number of 2s windows" }
+        ])
+    );
+    let tiers = out["resource"]["tiers"].as_array().expect("tiers");
+    assert_eq!(tiers.len(), 3);
+    assert_eq!(tiers[1]["window"], "1s");
+    assert_eq!(tiers[2]["active"], "4s");
+    assert_eq!(out["now"]["tiers"].as_array().map(Vec::len), Some(3));
+}
+
+#[tokio::test]
+async fn not_json_and_not_an_object() {
+    let (status, _, bytes) = call(
+        "POST",
+        "/simulator/api/run",
+        Some(Value::String("x".into())),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let out: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(out["issues"][0]["path"], "");
+
+    let request = Request::builder()
+        .method("POST")
+        .uri("/simulator/api/run")
+        .body(Body::from("{not json"))
+        .expect("request");
+    let response = charon_simulator_web::router()
+        .oneshot(request)
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_event_cap_is_enforced() {
+    let max = charon_simulator_web::MAX_EVENTS as u64;
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": penalty_tiers(), "events": events(0..max + 1) }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
+    assert_eq!(out["error"], "too_many_events");
+    assert_eq!(out["max_events"], max);
+
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": penalty_tiers(), "events": events(0..max), "detail": "replies" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(out["totals"]["requests"], max);
+}
+
+#[tokio::test]
+async fn snapshots_too_large_are_refused_with_a_way_out() {
+    let body = |detail: &str| {
+        json!({
+            "tiers": [{ "limit": 100_000, "window": "1h" }],
+            "events": events(0..5_000),
+            "detail": detail,
+        })
+    };
+    let (status, out) = post("/simulator/api/run", body("full")).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(out["error"], "too_many_hit_times");
+    let (status, out) = post("/simulator/api/run", body("replies")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(out["now"]["tiers"][0]["hits"], 5_000);
+}
+
+#[tokio::test]
+async fn yaml_export_parses_back_to_the_same_configuration() {
+    let (status, out) = post(
+        "/simulator/api/yaml",
+        json!({ "name": "api/search", "hard_limit": 100, "tiers": penalty_tiers() }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let yaml = out["yaml"].as_str().expect("yaml");
+    let (parsed, adjustments) = Config::from_yaml(yaml).expect("the export parses");
+    assert!(adjustments.is_empty());
+    let expected = json!({"resources": [{
+        "name": "api/search", "kind": "rate", "hard_limit": 100, "tiers": penalty_tiers()
+    }]});
+    let (expected, _) = Config::from_value(&expected).expect("valid");
+    assert_eq!(parsed, expected);
+    assert!(yaml.contains("api/search"), "{yaml}");
+}
+
+#[tokio::test]
+async fn yaml_export_needs_a_valid_name_and_reports_normalization() {
+    let (status, out) = post("/simulator/api/yaml", json!({ "tiers": penalty_tiers() })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(out["issues"][0]["path"], "name");
+
+    let (status, out) = post(
+        "/simulator/api/yaml",
+        json!({ "name": "api/x", "tiers": [{ "limit": 1, "window": "2s", "active": "1s" }] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(out["adjustments"][0]["path"], "tiers[0].window");
+    let (parsed, _) = Config::from_yaml(out["yaml"].as_str().expect("yaml")).expect("parses");
+    let again = parsed.to_yaml();
+    assert_eq!(
+        again,
+        out["yaml"].as_str().expect("yaml"),
+        "already normalized"
+    );
+}
+
+#[tokio::test]
+async fn presets_hold_the_cookbook() {
+    let (status, _, bytes) = call("GET", "/simulator/api/presets", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let out: Value = serde_json::from_slice(&bytes).expect("JSON");
+    let ids: Vec<&str> = out["presets"]
+        .as_array()
+        .expect("presets")
+        .iter()
+        .map(|p| p["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["simple", "penalty", "prison", "batch"]);
+    let penalty = &out["presets"][1];
+    assert_eq!(penalty["tiers"][1]["limit"], 25);
+    assert_eq!(out["max_events"], charon_simulator_web::MAX_EVENTS);
+}
+
+#[tokio::test]
+async fn the_page_and_its_assets_are_served() {
+    let response = charon_simulator_web::router()
+        .oneshot(
+            Request::get("/simulator")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await
+        .expect("answer");
+    let csp = response
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "the page loads nothing from elsewhere: {csp}"
+    );
+    let (status, content_type, bytes) = call("GET", "/simulator", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("text/html"));
+    let html = String::from_utf8(bytes).expect("UTF-8");
+    assert!(html.contains("/simulator/assets/simulator.js"));
+    assert!(html.contains("/simulator/assets/simulator.css"));
+    for (path, kind) in [
+        ("/simulator/assets/simulator.js", "text/javascript"),
+        ("/simulator/assets/simulator.css", "text/css"),
+    ] {
+        let (status, content_type, bytes) = call("GET", path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(content_type.starts_with(kind), "{path}: {content_type}");
+        assert!(!bytes.is_empty(), "{path}");
+    }
+    let (status, _, _) = call("GET", "/simulator/", None).await;
+    assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
+}

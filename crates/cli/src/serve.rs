@@ -112,7 +112,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             reason
         })
     };
-    charon_server::serve(state, grpc, http, axum::Router::new()).await?;
+    charon_server::serve(state, grpc, http, charon_simulator_web::router()).await?;
     if maintenance.is_finished() {
         return Ok(ExitCode::from(EXIT_RESIGNED));
     }

@@ -1,5 +1,6 @@
 //! `charon`: the limiting server, its simulator and its tools.
 
+mod bench;
 mod client_cmd;
 mod config_cmd;
 mod lines;
@@ -35,6 +36,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Load-test a running server's Request RPC; prints throughput and
+    /// latency percentiles.
+    Bench(bench::BenchArgs),
     /// Talk to a running server: one request, or hold copies.
     Client {
         #[command(subcommand)]
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Client { command } => client_cmd::run(command),
         Command::Simulate { config } => simulate::run(&config),
         Command::Config {

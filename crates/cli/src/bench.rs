@@ -59,7 +59,9 @@ struct Tally {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(bench(args))
 }
 
@@ -130,7 +132,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             })
         );
     } else {
-        println!("charon bench: {mode}, {} connections, {} domains, {:?}", args.connections, args.domains, args.duration);
+        println!(
+            "charon bench: {mode}, {} connections, {} domains, {:?}",
+            args.connections, args.domains, args.duration
+        );
         println!("  requests   {measured} ({:.0}/s)", measured as f64 / secs);
         println!(
             "  granted    {}   rejected {}   errors {}",
@@ -138,7 +143,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             tally.rejected.load(Ordering::Relaxed),
             tally.errors.load(Ordering::Relaxed)
         );
-        println!("  latency    p50 {:?}   p99 {:?}   p99.9 {:?}   max {:?}", q(0.5), q(0.99), q(0.999), Duration::from_micros(h.max()));
+        println!(
+            "  latency    p50 {:?}   p99 {:?}   p99.9 {:?}   max {:?}",
+            q(0.5),
+            q(0.99),
+            q(0.999),
+            Duration::from_micros(h.max())
+        );
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -172,7 +183,12 @@ impl Worker {
     }
 
     /// Sends one request; `since` is when it was due (open loop) or sent.
-    async fn one(mut client: LimiterClient<Channel>, req: v1::RateRequest, since: Instant, shared: Arc<Shared>) {
+    async fn one(
+        mut client: LimiterClient<Channel>,
+        req: v1::RateRequest,
+        since: Instant,
+        shared: Arc<Shared>,
+    ) {
         let result = client.request(req).await;
         let done = Instant::now();
         let tally = &shared.tally;
@@ -182,7 +198,9 @@ impl Worker {
             Err(_) => tally.errors.fetch_add(1, Ordering::Relaxed),
         };
         if since >= shared.measure_from && done <= shared.end {
-            let us = u64::try_from(done.duration_since(since).as_micros()).unwrap_or(u64::MAX).max(1);
+            let us = u64::try_from(done.duration_since(since).as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1);
             let _ = shared.histogram.lock().await.record(us);
         }
     }
@@ -190,7 +208,13 @@ impl Worker {
     async fn closed_loop(self) {
         while Instant::now() < self.shared.end {
             let req = self.request();
-            Self::one(self.client.clone(), req, Instant::now(), self.shared.clone()).await;
+            Self::one(
+                self.client.clone(),
+                req,
+                Instant::now(),
+                self.shared.clone(),
+            )
+            .await;
         }
     }
 
@@ -200,7 +224,12 @@ impl Worker {
         while due < self.shared.end {
             tokio::time::sleep_until(due.into()).await;
             let req = self.request();
-            in_flight.spawn(Self::one(self.client.clone(), req, due, self.shared.clone()));
+            in_flight.spawn(Self::one(
+                self.client.clone(),
+                req,
+                due,
+                self.shared.clone(),
+            ));
             while in_flight.try_join_next().is_some() {}
             due += interval;
         }

@@ -653,18 +653,61 @@ async fn metrics_count_decisions_latency_sessions_and_holds() {
 async fn bench_reports_throughput_and_percentiles() {
     let server = start(&[]);
     let out = std::process::Command::new(bin())
-        .args(["bench", "--server", &server.endpoint(), "--resource", "api", "--domains", "100", "--connections", "2"])
-        .args(["--concurrency", "4", "--duration", "1s", "--warmup", "200ms", "--json"])
+        .args([
+            "bench",
+            "--server",
+            &server.endpoint(),
+            "--resource",
+            "api",
+            "--domains",
+            "100",
+            "--connections",
+            "2",
+        ])
+        .args([
+            "--concurrency",
+            "4",
+            "--duration",
+            "1s",
+            "--warmup",
+            "200ms",
+            "--json",
+        ])
         .output()
         .expect("run bench");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(v["requests"].as_u64().is_some_and(|n| n > 100), "{v}");
-    assert!(v["granted"].as_u64().is_some_and(|n| n > 0) && v["rejected"].as_u64().is_some_and(|n| n > 0), "{v}");
+    assert!(
+        v["granted"].as_u64().is_some_and(|n| n > 0)
+            && v["rejected"].as_u64().is_some_and(|n| n > 0),
+        "{v}"
+    );
     assert_eq!(v["errors"], 0, "{v}");
-    assert!(v["p50_us"].as_u64() <= v["p99_us"].as_u64() && v["p99_us"].as_u64() <= v["p999_us"].as_u64(), "{v}");
+    assert!(
+        v["p50_us"].as_u64() <= v["p99_us"].as_u64()
+            && v["p99_us"].as_u64() <= v["p999_us"].as_u64(),
+        "{v}"
+    );
     let open = std::process::Command::new(bin())
-        .args(["bench", "--server", &server.endpoint(), "--resource", "api", "--rate", "500", "--duration", "1s", "--warmup", "0s", "--json"])
+        .args([
+            "bench",
+            "--server",
+            &server.endpoint(),
+            "--resource",
+            "api",
+            "--rate",
+            "500",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+            "--json",
+        ])
         .output()
         .expect("run bench");
     let v: serde_json::Value = serde_json::from_slice(&open.stdout).expect("JSON");

@@ -126,11 +126,7 @@ impl Client {
     pub fn request(&self, resource: impl Into<String>, domain: impl Into<String>) -> RateCall {
         RateCall {
             client: self.clone(),
-            resource: resource.into(),
-            domain: domain.into(),
-            copies: 1,
-            min_copies: 1,
-            max_wait: Duration::ZERO,
+            ask: Ask::new(resource.into(), domain.into()),
         }
     }
 
@@ -138,11 +134,7 @@ impl Client {
     pub fn reserve(&self, resource: impl Into<String>, domain: impl Into<String>) -> ReserveCall {
         ReserveCall {
             client: self.clone(),
-            resource: resource.into(),
-            domain: domain.into(),
-            copies: 1,
-            min_copies: 1,
-            max_wait: Duration::ZERO,
+            ask: Ask::new(resource.into(), domain.into()),
         }
     }
 
@@ -223,21 +215,48 @@ impl Client {
         }
     }
 
-    /// Sleeps before the next attempt, or says to give up.
-    async fn back_off(&self, attempt: u32, max_wait: Duration, started: Instant) -> bool {
-        let unit = rand::random::<f64>();
-        match next_sleep(
-            self.inner.options.backoff_base,
-            attempt,
-            max_wait,
-            started.elapsed(),
-            unit,
-        ) {
-            Some(d) => {
-                tokio::time::sleep(d).await;
-                true
+    /// Runs `attempt` until it is granted, or the kill switch turns a
+    /// rejection into a grant, or `max_wait` runs out (back-off of paper
+    /// §3.2 between attempts). A server error ends it at once: it is not
+    /// retried on the same server (SPEC §5) and degraded mode may grant.
+    async fn until_granted<G, R, Fut>(
+        &self,
+        max_wait: Duration,
+        mut attempt: impl FnMut() -> Fut,
+    ) -> Result<Ending<G, R>, Error>
+    where
+        Fut: std::future::Future<Output = Result<Answer<G, R>, Error>>,
+    {
+        let started = Instant::now();
+        let mut rejections = 0;
+        loop {
+            let rejection = match attempt().await {
+                Ok(Answer::Granted(g)) => return Ok(Ending::Granted(g)),
+                Ok(Answer::Rejected(r)) => r,
+                Err(e) => {
+                    self.degrade(e)?;
+                    return Ok(Ending::Degraded);
+                }
+            };
+            if self.kill_switch() {
+                self.count(|c| &c.kill_switched);
+                return Ok(Ending::KillSwitch(rejection));
             }
-            None => false,
+            rejections += 1;
+            let unit = rand::random::<f64>();
+            match next_sleep(
+                self.inner.options.backoff_base,
+                rejections,
+                max_wait,
+                started.elapsed(),
+                unit,
+            ) {
+                Some(d) => tokio::time::sleep(d).await,
+                None => {
+                    self.count(|c| &c.rejections);
+                    return Ok(Ending::Rejected(rejection));
+                }
+            }
         }
     }
 }
@@ -254,11 +273,26 @@ fn unexpected(reply: &Reply) -> Error {
     Error::Server(format!("unexpected reply {reply:?}"))
 }
 
-/// A rate-limited request being built: see [`Client::request`].
-#[derive(Debug)]
-#[must_use = "a request does nothing until it is sent"]
-pub struct RateCall {
-    client: Client,
+/// What one attempt came to.
+enum Answer<G, R> {
+    Granted(G),
+    Rejected(R),
+}
+
+/// How a call with retries ended.
+enum Ending<G, R> {
+    Granted(G),
+    /// Rejected, and the kill switch granted instead.
+    KillSwitch(R),
+    /// Rejected until `max_wait` ran out: the last rejection.
+    Rejected(R),
+    /// The server could not answer; degraded mode grants.
+    Degraded,
+}
+
+/// What a call asks for, shared by requests and reserves.
+#[derive(Debug, Clone)]
+struct Ask {
     resource: String,
     domain: String,
     copies: u64,
@@ -266,86 +300,96 @@ pub struct RateCall {
     max_wait: Duration,
 }
 
+macro_rules! ask_builder {
+    ($call:ident, $what:literal) => {
+        impl $call {
+            #[doc = concat!("Ask for up to `n` ", $what, " (default 1).")]
+            pub fn copies(mut self, n: u64) -> Self {
+                self.ask.copies = n;
+                self
+            }
+
+            #[doc = concat!("Accept no fewer than `n` ", $what, " (default 1).")]
+            pub fn min_copies(mut self, n: u64) -> Self {
+                self.ask.min_copies = n;
+                self
+            }
+
+            /// Retry rejections with back-off for at most this long
+            /// (default 0: no retry).
+            pub fn max_wait(mut self, d: Duration) -> Self {
+                self.ask.max_wait = d;
+                self
+            }
+        }
+    };
+}
+
+impl Ask {
+    fn new(resource: String, domain: String) -> Self {
+        Self {
+            resource,
+            domain,
+            copies: 1,
+            min_copies: 1,
+            max_wait: Duration::ZERO,
+        }
+    }
+}
+
+/// A rate-limited request being built: see [`Client::request`].
+#[derive(Debug)]
+#[must_use = "a request does nothing until it is sent"]
+pub struct RateCall {
+    client: Client,
+    ask: Ask,
+}
+
+ask_builder!(RateCall, "hits");
+
 impl RateCall {
-    /// Ask for up to `n` hits (default 1).
-    pub fn copies(mut self, n: u64) -> Self {
-        self.copies = n;
-        self
-    }
-
-    /// Accept no fewer than `n` hits (default 1).
-    pub fn min_copies(mut self, n: u64) -> Self {
-        self.min_copies = n;
-        self
-    }
-
-    /// Retry rejections with back-off for at most this long (default 0:
-    /// no retry).
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.max_wait = d;
-        self
-    }
-
     /// Sends the request; see [`RateGrant`].
     pub async fn send(self) -> Result<RateGrant, Error> {
-        check_amount(self.copies, self.min_copies)?;
-        let client = &self.client;
+        let Self { client, ask } = self;
+        check_amount(ask.copies, ask.min_copies)?;
         client.count(|c| &c.requests);
         let started = Instant::now();
         let req = v1::RateRequest {
-            resource: self.resource.clone(),
-            domain: self.domain.clone(),
-            copies: Some(self.copies),
-            min_copies: Some(self.min_copies),
+            resource: ask.resource,
+            domain: ask.domain,
+            copies: Some(ask.copies),
+            min_copies: Some(ask.min_copies),
         };
-        let local = |source| RateGrant {
-            granted: self.min_copies,
+        let timeout = client.inner.options.request_timeout;
+        let ending = client
+            .until_granted(ask.max_wait, || {
+                let (mut grpc, req) = (client.inner.grpc.clone(), req.clone());
+                async move {
+                    let reply = tokio::time::timeout(timeout, grpc.request(req))
+                        .await
+                        .map_err(|_| Error::Server(format!("no answer within {timeout:?}")))?
+                        .map_err(|s| Error::from_status(&s))?
+                        .into_inner();
+                    Ok(if reply.granted > 0 {
+                        Answer::Granted(reply)
+                    } else {
+                        Answer::Rejected(reply)
+                    })
+                }
+            })
+            .await?;
+        let (granted, source, reply) = match ending {
+            Ending::Granted(r) => (r.granted, Source::Server, Some(r)),
+            Ending::KillSwitch(r) => (ask.min_copies, Source::KillSwitch, Some(r)),
+            Ending::Rejected(r) => (0, Source::Server, Some(r)),
+            Ending::Degraded => (ask.min_copies, Source::Degraded, None),
+        };
+        Ok(RateGrant {
+            granted,
             source,
-            reply: None,
+            reply,
             waited: started.elapsed(),
-        };
-        let mut attempt = 0;
-        loop {
-            let timeout = client.inner.options.request_timeout;
-            let answer =
-                tokio::time::timeout(timeout, client.inner.grpc.clone().request(req.clone())).await;
-            let reply = match answer {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(status)) => {
-                    client.degrade(Error::from_status(&status))?;
-                    return Ok(local(Source::Degraded));
-                }
-                Err(_) => {
-                    client.degrade(Error::Server(format!("no answer within {timeout:?}")))?;
-                    return Ok(local(Source::Degraded));
-                }
-            };
-            if reply.granted > 0 {
-                return Ok(RateGrant {
-                    granted: reply.granted,
-                    source: Source::Server,
-                    reply: Some(reply),
-                    waited: started.elapsed(),
-                });
-            }
-            if client.kill_switch() {
-                client.count(|c| &c.kill_switched);
-                return Ok(RateGrant {
-                    reply: Some(reply),
-                    ..local(Source::KillSwitch)
-                });
-            }
-            attempt += 1;
-            if !client.back_off(attempt, self.max_wait, started).await {
-                client.count(|c| &c.rejections);
-                return Ok(RateGrant {
-                    granted: 0,
-                    source: Source::Server,
-                    reply: Some(reply),
-                    waited: started.elapsed(),
-                });
-            }
-        }
+        })
     }
 }
 
@@ -354,100 +398,71 @@ impl RateCall {
 #[must_use = "a reserve does nothing until it is sent"]
 pub struct ReserveCall {
     client: Client,
-    resource: String,
-    domain: String,
-    copies: u64,
-    min_copies: u64,
-    max_wait: Duration,
+    ask: Ask,
 }
 
+ask_builder!(ReserveCall, "copies");
+
 impl ReserveCall {
-    /// Ask for up to `n` copies (default 1).
-    pub fn copies(mut self, n: u64) -> Self {
-        self.copies = n;
-        self
-    }
-
-    /// Accept no fewer than `n` copies (default 1).
-    pub fn min_copies(mut self, n: u64) -> Self {
-        self.min_copies = n;
-        self
-    }
-
-    /// Retry rejections with back-off for at most this long (default 0).
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.max_wait = d;
-        self
-    }
-
     /// Sends the reserve. The result is a [`Hold`] in every case: check
     /// [`Hold::is_granted`]; dropping it releases what it still holds.
     pub async fn send(self) -> Result<Hold, Error> {
-        check_amount(self.copies, self.min_copies)?;
-        let client = &self.client;
+        let Self { client, ask } = self;
+        check_amount(ask.copies, ask.min_copies)?;
         client.count(|c| &c.reserves);
         let started = Instant::now();
         let op = Op::Reserve(v1::ReserveRequest {
-            resource: self.resource.clone(),
-            domain: self.domain.clone(),
-            copies: Some(self.copies),
-            min_copies: Some(self.min_copies),
+            resource: ask.resource.clone(),
+            domain: ask.domain.clone(),
+            copies: Some(ask.copies),
+            min_copies: Some(ask.min_copies),
         });
-        let mut attempt = 0;
-        loop {
-            let reply = match client.session_call(op.clone()).await {
-                Ok((Reply::Reserve(r), generation)) => (r, generation),
-                Ok((other, _)) => return Err(unexpected(&other)),
-                Err(e) => {
-                    client.degrade(e)?;
-                    return Ok(Hold::local(
-                        client.clone(),
-                        self.resource,
-                        self.domain,
-                        self.min_copies,
-                        Source::Degraded,
-                        None,
-                        started.elapsed(),
-                    ));
+        let ending = client
+            .until_granted(ask.max_wait, || async {
+                match client.session_call(op.clone()).await? {
+                    (Reply::Reserve(r), generation) if r.granted > 0 => {
+                        Ok(Answer::Granted((r, generation)))
+                    }
+                    (Reply::Reserve(r), _) => Ok(Answer::Rejected(r)),
+                    (other, _) => Err(unexpected(&other)),
                 }
-            };
-            let (r, generation) = reply;
-            if r.granted > 0 {
+            })
+            .await?;
+        let waited = started.elapsed();
+        let (resource, domain) = (ask.resource, ask.domain);
+        Ok(match ending {
+            Ending::Granted((r, generation)) => {
                 let groups = r.groups.iter().map(|g| g.name.clone()).collect();
-                return Ok(Hold::on_server(
+                Hold::on_server(
                     client.clone(),
-                    self.resource,
-                    self.domain,
+                    resource,
+                    domain,
                     groups,
                     r.granted,
                     generation,
                     Some(r),
-                    started.elapsed(),
-                ));
+                    waited,
+                )
             }
-            if client.kill_switch() {
-                client.count(|c| &c.kill_switched);
-                return Ok(Hold::local(
-                    client.clone(),
-                    self.resource,
-                    self.domain,
-                    self.min_copies,
-                    Source::KillSwitch,
-                    Some(r),
-                    started.elapsed(),
-                ));
-            }
-            attempt += 1;
-            if !client.back_off(attempt, self.max_wait, started).await {
-                client.count(|c| &c.rejections);
-                return Ok(Hold::rejected(
-                    client.clone(),
-                    self.resource,
-                    self.domain,
-                    r,
-                    started.elapsed(),
-                ));
-            }
-        }
+            Ending::KillSwitch(r) => Hold::local(
+                client.clone(),
+                resource,
+                domain,
+                ask.min_copies,
+                Source::KillSwitch,
+                Some(r),
+                waited,
+            ),
+            Ending::Rejected(r) => Hold::rejected(client.clone(), resource, domain, r, waited),
+            Ending::Degraded => Hold::local(
+                client.clone(),
+                resource,
+                domain,
+                ask.min_copies,
+                Source::Degraded,
+                None,
+                waited,
+            ),
+        })
     }
 }

@@ -126,7 +126,10 @@ impl Tokens {
                 ApiError::unauthorized("the Authorization header must be `Bearer TOKEN`", true)
             })?;
         match self.role_of(presented) {
-            None => Err(ApiError::unauthorized("the bearer token is not valid", true)),
+            None => Err(ApiError::unauthorized(
+                "the bearer token is not valid",
+                true,
+            )),
             Some(role) if role < need => Err(ApiError::forbidden(
                 "this token may read the configuration but not change it",
             )),

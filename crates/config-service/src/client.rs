@@ -93,14 +93,14 @@ impl ConfigClient {
     }
 
     async fn send(&self, request: RequestBuilder) -> Result<Response, ClientError> {
-        let response = self
-            .authorized(request)
-            .send()
-            .await
-            .map_err(|e| ClientError::Unreachable {
-                url: self.base.to_string(),
-                message: error_chain(&e),
-            })?;
+        let response =
+            self.authorized(request)
+                .send()
+                .await
+                .map_err(|e| ClientError::Unreachable {
+                    url: self.base.to_string(),
+                    message: error_chain(&e),
+                })?;
         if response.status().is_success() {
             return Ok(response);
         }

@@ -81,11 +81,7 @@ impl ApiError {
 
     /// 412: `If-Match` names a version the target has changed since.
     pub fn version_conflict(message: impl Into<String>, current: u64) -> Self {
-        let mut e = Self::new(
-            StatusCode::PRECONDITION_FAILED,
-            "version_conflict",
-            message,
-        );
+        let mut e = Self::new(StatusCode::PRECONDITION_FAILED, "version_conflict", message);
         e.body.current_version = Some(current);
         e
     }

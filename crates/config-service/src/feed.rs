@@ -127,7 +127,9 @@ impl ConfigFeed {
                     feed.loaded = true;
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "ignoring configuration cache"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring configuration cache")
+                }
             }
         }
         Ok(feed)

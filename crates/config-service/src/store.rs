@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use charon_core::config::NamespaceSettings;
 use serde_json::Value;
-use sqlx::any::AnyPoolOptions;
 use sqlx::AnyConnection;
+use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
@@ -180,8 +180,8 @@ impl Db {
     pub async fn open(spec: &str, options: &StoreOptions) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let (url, backend) = database_url(spec)?;
-        let in_memory = backend == Backend::Sqlite
-            && (url.contains(":memory:") || url.contains("mode=memory"));
+        let in_memory =
+            backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
         let mut pool = AnyPoolOptions::new().acquire_timeout(options.acquire_timeout);
         pool = if in_memory {
             // Each connection to an in-memory database would be a database
@@ -521,7 +521,12 @@ impl WriteTx {
 
     /// Whether a change to this entity was committed after `version`, as
     /// far as the kept history tells.
-    pub async fn changed_after(&mut self, entity: Entity, name: &str, version: u64) -> Result<bool> {
+    pub async fn changed_after(
+        &mut self,
+        entity: Entity,
+        name: &str,
+        version: u64,
+    ) -> Result<bool> {
         changed_after(&mut self.tx, entity, name, version).await
     }
 

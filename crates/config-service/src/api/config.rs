@@ -130,7 +130,13 @@ fn parse_import(
         .get(header::CONTENT_TYPE)
         .map(|v| {
             v.to_str()
-                .map(|s| s.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+                .map(|s| {
+                    s.split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase()
+                })
                 .map_err(|_| ApiError::unsupported_media_type("unreadable Content-Type"))
         })
         .transpose()?;

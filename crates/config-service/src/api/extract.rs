@@ -39,9 +39,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryPa
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| QueryParams(v))
-            .map_err(|e| {
-                ApiError::invalid_at("", format!("bad query string: {}", e.body_text()))
-            })
+            .map_err(|e| ApiError::invalid_at("", format!("bad query string: {}", e.body_text())))
     }
 }
 
@@ -74,7 +72,12 @@ pub(crate) fn is_json(headers: &HeaderMap) -> Result<bool, ApiError> {
     let v = v
         .to_str()
         .map_err(|_| ApiError::unsupported_media_type("unreadable Content-Type"))?;
-    let essence = v.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = v
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     Ok(essence == "application/json" || essence.ends_with("+json"))
 }
 

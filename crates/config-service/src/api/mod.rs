@@ -43,7 +43,10 @@ pub fn router(state: AppState) -> Router {
                 .put(resources::put)
                 .delete(resources::delete),
         )
-        .route("/v1/resources/{name}/domains", get(resources::list_overrides))
+        .route(
+            "/v1/resources/{name}/domains",
+            get(resources::list_overrides),
+        )
         .route(
             "/v1/resources/{name}/domains/{domain}",
             get(resources::get_override)

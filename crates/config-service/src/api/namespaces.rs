@@ -81,14 +81,14 @@ pub(super) async fn put(
     let mut problems: Vec<Problem> =
         match Config::from_value(&json!({ "namespaces": { &p.namespace: {} } })) {
             Ok(_) => Vec::new(),
-            Err(e) => e
-                .0
-                .into_iter()
-                .map(|i| Problem {
-                    path: "namespace".to_owned(),
-                    message: i.message,
-                })
-                .collect(),
+            Err(e) => {
+                e.0.into_iter()
+                    .map(|i| Problem {
+                        path: "namespace".to_owned(),
+                        message: i.message,
+                    })
+                    .collect()
+            }
         };
     let settings = match parse_namespace(&body) {
         Ok(s) => Some(s),

@@ -118,7 +118,11 @@ async fn edit(
             }
             let committed = tx.commit().await?;
             if committed.changed {
-                tracing::info!(resource = name, version = committed.version, "resource stored");
+                tracing::info!(
+                    resource = name,
+                    version = committed.version,
+                    "resource stored"
+                );
             }
             let status = if created && committed.changed {
                 StatusCode::CREATED

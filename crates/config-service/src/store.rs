@@ -301,7 +301,17 @@ async fn meta(conn: &mut AnyConnection) -> Result<Meta> {
     })
 }
 
+/// Whether a name can be stored at all. Names with control characters are
+/// refused by validation, so none is ever stored; a lookup of one must not
+/// reach PostgreSQL, which refuses NUL bytes in text with an error.
+fn storable(name: &str) -> bool {
+    !name.contains('\0')
+}
+
 async fn resource(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredResource>> {
+    if !storable(name) {
+        return Ok(None);
+    }
     let row = sqlx::query("SELECT document, updated_version FROM charon_resources WHERE name = $1")
         .bind(name)
         .fetch_optional(conn)
@@ -336,6 +346,9 @@ async fn resources(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredRe
 }
 
 async fn namespace(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredNamespace>> {
+    if !storable(name) {
+        return Ok(None);
+    }
     let row = sqlx::query(
         "SELECT allow_unconfigured, ignore_configured, updated_version \
          FROM charon_namespaces WHERE name = $1",
@@ -424,6 +437,9 @@ async fn changed_after(
     name: &str,
     version: u64,
 ) -> Result<bool> {
+    if !storable(name) {
+        return Ok(false);
+    }
     let row = sqlx::query(
         "SELECT COUNT(*) AS n FROM charon_changes WHERE entity = $1 AND name = $2 AND version > $3",
     )
@@ -563,6 +579,9 @@ impl WriteTx {
 
     /// Deletes a resource; false if there was none.
     pub async fn delete_resource(&mut self, name: &str) -> Result<bool> {
+        if !storable(name) {
+            return Ok(false);
+        }
         let done = sqlx::query("DELETE FROM charon_resources WHERE name = $1")
             .bind(name)
             .execute(&mut *self.tx)
@@ -594,6 +613,9 @@ impl WriteTx {
 
     /// Deletes a namespace's switches; false if there were none.
     pub async fn delete_namespace(&mut self, name: &str) -> Result<bool> {
+        if !storable(name) {
+            return Ok(false);
+        }
         let done = sqlx::query("DELETE FROM charon_namespaces WHERE name = $1")
             .bind(name)
             .execute(&mut *self.tx)

@@ -1353,6 +1353,25 @@ async fn unknown_paths_and_methods_answer_json(db: TestDb) {
     let unencoded = app.get("/v1/resources/api/search").send().await.expect(404);
     assert!(unencoded.json["message"].as_str().unwrap().contains("%2F"));
     app.get("/v1/nothing").send().await.expect(404);
+    // Names no one can store (PostgreSQL refuses NUL in text) are simply
+    // not there, or invalid when written.
+    app.get(&resource_path("a\0b")).send().await.expect(404);
+    app.delete(&resource_path("a\0b")).send().await.expect(404);
+    app.get("/v1/namespaces/%00").send().await.expect(404);
+    app.delete("/v1/namespaces/%00").send().await.expect(404);
+    app.put("/v1/namespaces/%00")
+        .json(json!({}))
+        .send()
+        .await
+        .expect(400);
+    app.get("/v1/resources?namespace=%00")
+        .send()
+        .await
+        .expect(200);
+    app.get("/v1/changes?since=1&epoch=%00")
+        .send()
+        .await
+        .expect(200);
     let wrong = app
         .method(Method::PATCH, "/v1/changes")
         .send()

@@ -124,11 +124,13 @@ impl IfMatch {
             )
         };
         let mut versions = Vec::new();
+        let mut exists = false;
         for value in all {
             let text = value.to_str().map_err(|_| bad())?;
-            for item in text.split(',').map(str::trim) {
+            for item in text.split(',').map(|s| s.trim_matches([' ', '\t'])) {
                 if item == "*" {
-                    return Ok(Some(IfMatch::Exists));
+                    exists = true;
+                    continue;
                 }
                 let unquoted = item
                     .strip_prefix('"')
@@ -139,6 +141,9 @@ impl IfMatch {
                 }
                 versions.push(unquoted.parse().map_err(|_| bad())?);
             }
+        }
+        if exists {
+            return Ok(Some(IfMatch::Exists));
         }
         Ok(Some(IfMatch::Versions(versions)))
     }
@@ -169,5 +174,8 @@ mod tests {
         assert!(parse("seven").is_err());
         assert!(parse("\"\"").is_err());
         assert!(parse("-1").is_err());
+        assert!(parse("*, x").is_err());
+        assert!(parse("5,,6").is_err());
+        assert!(parse("\"5").is_err());
     }
 }

@@ -87,9 +87,9 @@ fn missing(name: &str) -> ApiError {
     ApiError::not_found(format!("no resource {name:?}"))
 }
 
-/// One commit to one resource: takes the write lock, checks `If-Match`
-/// against the resource, applies `change` to its current document and
-/// stores the result if it differs.
+/// One commit to one resource: takes the write lock, applies `change` to
+/// the resource's current document (validating it), checks `If-Match`
+/// against the resource, and stores the result if it differs.
 async fn edit(
     state: &AppState,
     name: &str,
@@ -99,14 +99,17 @@ async fn edit(
     let mut tx = state.db().write().await?;
     let current = tx.resource(name).await?;
     let updated = current.as_ref().map(|r| r.updated_version);
+    let current = current.map(|r| r.document);
+    // What is wrong with the request itself (400, 404, 422) is answered
+    // before the precondition: a bad request stays bad at any version.
+    let edit = change(current.as_ref())?;
     precondition(
         &mut tx,
         if_match.as_ref(),
         Target::Entity(Entity::Resource, name, updated),
     )
     .await?;
-    let current = current.map(|r| r.document);
-    match change(current.as_ref())? {
+    match edit {
         Edit::Put {
             normalized,
             created,

@@ -122,46 +122,37 @@ pub(crate) fn with_name(mut body: Value, url_name: &str, what: &str) -> Result<V
     Ok(body)
 }
 
-fn object_mut<'v>(v: &'v mut Value, key: &str) -> &'v mut Map<String, Value> {
-    let map = match v {
-        Value::Object(m) => m,
-        other => {
-            *other = Value::Object(Map::new());
-            let Value::Object(m) = other else {
-                unreachable!("just made an object")
-            };
-            m
-        }
-    };
-    let entry = map
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !entry.is_object() {
-        *entry = Value::Object(Map::new());
-    }
-    match entry {
-        Value::Object(m) => m,
-        _ => unreachable!("just made an object"),
-    }
-}
-
-fn array_mut<'v>(v: &'v mut Value, key: &str) -> &'v mut Vec<Value> {
+/// `v` as an object, made one if it is not. (Stored documents always are
+/// objects; this keeps the edits total.)
+fn ensure_object(v: &mut Value) -> &mut Map<String, Value> {
     if !v.is_object() {
         *v = Value::Object(Map::new());
     }
-    let Value::Object(map) = v else {
-        unreachable!("just made an object")
-    };
-    let entry = map
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !entry.is_array() {
-        *entry = Value::Array(Vec::new());
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
     }
-    match entry {
+}
+
+/// `v` as an array, made one if it is not.
+fn ensure_array(v: &mut Value) -> &mut Vec<Value> {
+    if !v.is_array() {
+        *v = Value::Array(Vec::new());
+    }
+    match v {
         Value::Array(a) => a,
-        _ => unreachable!("just made an array"),
+        _ => unreachable!("made an array above"),
     }
+}
+
+/// The object at `v[key]`, created if missing.
+fn object_mut<'v>(v: &'v mut Value, key: &str) -> &'v mut Map<String, Value> {
+    ensure_object(ensure_object(v).entry(key).or_insert(Value::Null))
+}
+
+/// The array at `v[key]`, created if missing.
+fn array_mut<'v>(v: &'v mut Value, key: &str) -> &'v mut Vec<Value> {
+    ensure_array(ensure_object(v).entry(key).or_insert(Value::Null))
 }
 
 /// The override of `domain` in a resource document.

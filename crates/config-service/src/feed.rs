@@ -45,6 +45,11 @@ pub struct FeedOptions {
     /// Where to keep the last view across restarts (JSON; written after
     /// each change, atomically). None: memory only.
     pub cache_file: Option<PathBuf>,
+    /// Ask for a full snapshot instead of a delta when the last one is
+    /// older than this (anti-entropy: a database restored from a backup
+    /// keeps its epoch, and a delta cannot tell that history was rewound).
+    /// None: only when the service says so. Default 15 minutes.
+    pub resync_every: Option<Duration>,
 }
 
 impl Default for FeedOptions {
@@ -53,6 +58,7 @@ impl Default for FeedOptions {
             token: None,
             timeout: Duration::from_secs(5),
             cache_file: None,
+            resync_every: Some(Duration::from_secs(15 * 60)),
         }
     }
 }
@@ -82,6 +88,9 @@ struct Cached {
 pub struct ConfigFeed {
     client: ConfigClient,
     cache_file: Option<PathBuf>,
+    resync_every: Option<Duration>,
+    /// When the last snapshot was applied.
+    last_snapshot: Option<Instant>,
     /// Whether the view came from the service (or its cache) at all.
     loaded: bool,
     epoch: Option<String>,
@@ -100,6 +109,8 @@ impl ConfigFeed {
         let mut feed = Self {
             client,
             cache_file: options.cache_file,
+            resync_every: options.resync_every,
+            last_snapshot: None,
             loaded: false,
             epoch: None,
             version: 0,
@@ -156,7 +167,16 @@ impl ConfigFeed {
     /// first time); `None` when it was up to date. On error the view is
     /// unchanged.
     pub async fn refresh(&mut self) -> Result<Option<(u64, Arc<Config>)>, FeedError> {
-        let since = if self.loaded { self.version } else { 0 };
+        let resync = match (self.resync_every, self.last_snapshot) {
+            (Some(every), Some(at)) => at.elapsed() >= every,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let since = if self.loaded && !resync {
+            self.version
+        } else {
+            0
+        };
         let changes = self.client.changes(since, self.epoch.as_deref()).await?;
         if self.loaded
             && !changes.snapshot
@@ -196,6 +216,9 @@ impl ConfigFeed {
         let (config, _) = Config::new(namespaces.clone(), resources.values().cloned().collect())
             .map_err(|e| FeedError::Invalid(e.to_string()))?;
         let changed = !self.loaded || changes.version != self.version || config != *self.config;
+        if changes.snapshot {
+            self.last_snapshot = Some(Instant::now());
+        }
         self.loaded = true;
         self.epoch = Some(changes.epoch);
         self.version = changes.version;

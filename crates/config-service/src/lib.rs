@@ -95,7 +95,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "configuration API listening");
     }
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state).fallback(api::not_found))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -1415,6 +1415,54 @@ async fn every_documented_operation_is_served() {
     assert_eq!(count, 23, "operations documented");
 }
 
+/// The router mounts in a host router beside its own routes and fallback.
+#[tokio::test]
+async fn the_router_mounts_beside_other_routes() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use axum::routing::{get, post};
+    use tower::ServiceExt;
+
+    let db = TestDb::sqlite();
+    let app = db.app().await;
+    let host = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/simulate", post(|| async { "simulated" }))
+        .merge(charon_config_service::router(app.state.clone()))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "host fallback") });
+    let call = |method: &str, path: &str| {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let host = host.clone();
+        async move {
+            let response = host.oneshot(request).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (status, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    assert_eq!(
+        call("GET", "/healthz").await,
+        (StatusCode::OK, "ok".to_owned())
+    );
+    assert_eq!(
+        call("POST", "/v1/simulate").await,
+        (StatusCode::OK, "simulated".to_owned())
+    );
+    let (status, body) = call("GET", "/v1/resources").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("\"resources\""));
+    assert_eq!(
+        call("GET", "/metrics").await,
+        (StatusCode::NOT_FOUND, "host fallback".to_owned())
+    );
+}
+
 /// A SQLite file keeps everything across restarts; migrations run once.
 #[tokio::test]
 async fn a_sqlite_file_survives_a_restart() {

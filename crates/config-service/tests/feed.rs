@@ -310,3 +310,103 @@ async fn a_limiter_decides_by_the_view_of_a_running_feed() {
     handle.stop();
     served.stop().await;
 }
+
+/// Copies the SQLite files of `location` (the database and its WAL) to a
+/// backup directory, or back from `restore`.
+fn copy_database(location: &str, restore: Option<&tempfile::TempDir>) -> tempfile::TempDir {
+    let db = std::path::Path::new(location);
+    let dir = db.parent().unwrap();
+    let stem = db.file_name().unwrap().to_str().unwrap();
+    let files = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(stem))
+            .collect()
+    };
+    match restore {
+        None => {
+            let backup = tempfile::tempdir().unwrap();
+            for f in files(dir) {
+                std::fs::copy(&f, backup.path().join(f.file_name().unwrap())).unwrap();
+            }
+            backup
+        }
+        Some(backup) => {
+            for f in files(dir) {
+                std::fs::remove_file(f).unwrap();
+            }
+            for f in files(backup.path()) {
+                std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+            }
+            tempfile::tempdir().unwrap()
+        }
+    }
+}
+
+/// A database restored from a backup keeps its epoch: a delta cannot tell
+/// that history was rewound, the periodic full resync does.
+#[tokio::test]
+async fn a_periodic_snapshot_repairs_a_view_after_a_restore() {
+    let db = TestDb::sqlite();
+    let app = db.app().await;
+    seed(&app).await;
+    // The backup, at version 2.
+    app.state.close().await;
+    let backup = copy_database(&db.location, None);
+    let app = db.app().await;
+    let served = Served::start(app.state.clone(), 0).await;
+    let port = served.port;
+    let delta_only = FeedOptions {
+        resync_every: None,
+        ..FeedOptions::default()
+    };
+    let resyncing = FeedOptions {
+        resync_every: Some(Duration::ZERO),
+        ..FeedOptions::default()
+    };
+    let mut feeds = [
+        ConfigFeed::new(&served.url, delta_only).unwrap(),
+        ConfigFeed::new(&served.url, resyncing).unwrap(),
+    ];
+    app.delete(&resource_path("sandbox/vm"))
+        .send()
+        .await
+        .expect(200); // 3
+    app.put("/v1/namespaces/x")
+        .json(json!({}))
+        .send()
+        .await
+        .expect(201); // 4
+    for feed in &mut feeds {
+        assert_eq!(feed.refresh().await.unwrap().unwrap().0, 4);
+        assert!(
+            feed.refresh().await.unwrap().is_none(),
+            "no spurious change"
+        );
+    }
+    served.stop().await;
+    app.state.close().await;
+
+    // Restored to version 2, then two other commits: version 4 again.
+    copy_database(&db.location, Some(&backup));
+    let app = db.app().await;
+    for name in ["a/1", "a/2"] {
+        app.put(&resource_path(name))
+            .json(json!({"kind": "copy", "domain_limit": 1}))
+            .send()
+            .await
+            .expect(201);
+    }
+    let served = Served::start(app.state.clone(), port).await;
+    let [delta_only, resyncing] = &mut feeds;
+    // The delta-only feed believes it is up to date, and is wrong.
+    assert!(delta_only.refresh().await.unwrap().is_none());
+    assert!(delta_only.config().resource("a/1").is_none());
+    // The resyncing one has the truth.
+    let (version, config) = resyncing.refresh().await.unwrap().expect("repaired");
+    assert_eq!(version, 4);
+    assert!(config.resource("a/1").is_some());
+    assert!(config.resource("sandbox/vm").is_some());
+    served.stop().await;
+}

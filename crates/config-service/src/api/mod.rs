@@ -27,9 +27,13 @@ use extract::IfMatch;
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 /// The configuration API as an axum router, ready to serve or to mount in
-/// another router (`Router::merge`, or `nest` under a prefix). It sets no
-/// router-wide fallback, so merging it never conflicts; unknown paths under
-/// `/v1/` answer a JSON 404.
+/// another router (`Router::merge`; `/openapi.json` documents the paths at
+/// the root). It sets no router-wide fallback, so merging it never
+/// conflicts. It owns `/openapi.json` and `/v1/…`: routes of the host
+/// under `/v1/` with a literal first segment (`/v1/simulate`) still win,
+/// and any other unknown path under `/v1/` answers a JSON 404 (with a hint
+/// when a resource name was not percent-encoded). [`crate::serve`] adds a
+/// JSON 404 for everything else.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/openapi.json", get(openapi))
@@ -87,7 +91,7 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-async fn not_found(uri: Uri) -> ApiError {
+pub(crate) async fn not_found(uri: Uri) -> ApiError {
     let hint = if uri.path().starts_with("/v1/resources/") {
         " (a resource name contains '/': send it percent-encoded as one path segment, \
          e.g. /v1/resources/api%2Fsearch)"

@@ -73,6 +73,9 @@ pub enum FeedError {
     /// format?). Nothing of it was applied.
     #[error("the configuration service sent a configuration this server cannot use: {0}")]
     Invalid(String),
+    /// The feed's task is gone (stopped, or it panicked in `on_change`).
+    #[error("the configuration feed has stopped")]
+    Stopped,
 }
 
 /// What a cache file holds.
@@ -248,7 +251,9 @@ impl ConfigFeed {
 
     /// Runs the feed in a task: refreshes now, then every `interval` and
     /// whenever [`FeedHandle::refresh_now`] asks, calling `on_change` with
-    /// every new view. Needs a tokio runtime.
+    /// every new view (not with the view it starts from: put
+    /// [`ConfigFeed::config`] in force before spawning, e.g. a view loaded
+    /// from the cache file). Needs a tokio runtime.
     pub fn spawn(
         self,
         interval: Duration,
@@ -374,9 +379,8 @@ impl FeedHandle {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Some(tx))
-            .map_err(|_| FeedError::Invalid("the feed task has stopped".to_owned()))?;
-        rx.await
-            .map_err(|_| FeedError::Invalid("the feed task has stopped".to_owned()))?
+            .map_err(|_| FeedError::Stopped)?;
+        rx.await.map_err(|_| FeedError::Stopped)?
     }
 
     /// The version of the view in force.

@@ -58,6 +58,8 @@ if [ -z "$url" ]; then
 fi
 
 echo "schemathesis against $url/openapi.json" >&2
+# Its cache (.schemathesis/) goes to the scratch directory, not the tree.
+cd "$work"
 "$venv/bin/schemathesis" run "$url/openapi.json" \
     --header "Authorization: Bearer $token" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,ignored_auth \

@@ -3,6 +3,7 @@
 mod bench;
 mod client_cmd;
 mod config_cmd;
+mod config_remote;
 mod lines;
 mod serve;
 mod simulate;
@@ -58,6 +59,25 @@ enum ConfigCommand {
         /// The file to check.
         file: PathBuf,
     },
+    /// Replace a configuration service's configuration with a file: shows
+    /// the difference, then applies it as one commit.
+    Apply {
+        /// The configuration (SPEC §6 YAML).
+        file: PathBuf,
+        #[command(flatten)]
+        remote: config_remote::RemoteArgs,
+        /// Apply without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Only show the difference.
+        #[arg(long, conflicts_with = "yes")]
+        dry_run: bool,
+    },
+    /// Print a configuration service's configuration as SPEC §6 YAML.
+    Export {
+        #[command(flatten)]
+        remote: config_remote::RemoteArgs,
+    },
 }
 
 fn main() -> ExitCode {
@@ -70,6 +90,18 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check { file },
         } => config_cmd::check(&file),
+        Command::Config {
+            command:
+                ConfigCommand::Apply {
+                    file,
+                    remote,
+                    yes,
+                    dry_run,
+                },
+        } => config_remote::apply(&file, &remote, yes, dry_run),
+        Command::Config {
+            command: ConfigCommand::Export { remote },
+        } => config_remote::export(&remote),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,282 @@
+//! `charon config apply` and `charon config export`: the whole
+//! configuration of a configuration service, from and to a SPEC §6 file.
+//!
+//! `apply` asks the service for the difference first (a dry run), shows it,
+//! and applies it with `If-Match` set to the version the difference was
+//! computed against, so what is applied is exactly what was shown: if
+//! someone changed the configuration in between, nothing is applied.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use charon_config_service::client::{ClientError, ConfigClient};
+use charon_config_service::wire::{DiffEntry, ImportOutcome};
+use clap::Args;
+use serde_json::Value;
+
+/// Where the configuration service is.
+#[derive(Args, Debug)]
+pub struct RemoteArgs {
+    /// Base URL of the configuration service.
+    #[arg(
+        long,
+        env = "CHARON_CONFIG_URL",
+        default_value = "http://127.0.0.1:7071",
+        value_name = "URL"
+    )]
+    url: String,
+    /// Bearer token (a write token for `apply`). Prefer the environment
+    /// variable: command lines are visible to other users.
+    #[arg(
+        long,
+        env = "CHARON_CONFIG_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+}
+
+impl RemoteArgs {
+    fn client(&self) -> anyhow::Result<ConfigClient> {
+        Ok(ConfigClient::new(
+            &self.url,
+            self.token.clone(),
+            Duration::from_secs(30),
+        )?)
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Explains an error answer; `file` prefixes the problems of a document.
+fn report(e: &ClientError, file: Option<&Path>) {
+    match e {
+        ClientError::Api { status, body } => {
+            if body.problems.is_empty() {
+                eprintln!("charon: {}", body.message);
+            }
+            for p in &body.problems {
+                let at = file
+                    .map(|f| format!("{}: ", f.display()))
+                    .unwrap_or_default();
+                if p.path.is_empty() {
+                    eprintln!("{at}{}", p.message);
+                } else {
+                    eprintln!("{at}{}: {}", p.path, p.message);
+                }
+            }
+            if *status == 401 || *status == 403 {
+                eprintln!("charon: pass a write token with --token or CHARON_CONFIG_TOKEN");
+            }
+        }
+        other => eprintln!("charon: {other}"),
+    }
+}
+
+/// `charon config apply FILE`.
+pub fn apply(
+    file: &Path,
+    remote: &RemoteArgs,
+    yes: bool,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let yaml =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let client = remote.client()?;
+    let rt = runtime()?;
+    let preview = match rt.block_on(client.import_yaml(&yaml, true, None)) {
+        Ok(p) => p,
+        Err(e) => {
+            report(&e, Some(file));
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for a in &preview.adjustments {
+        eprintln!("{}: normalized: {}: {}", file.display(), a.path, a.change);
+    }
+    if !preview.changed {
+        eprintln!(
+            "No changes: the service already has this configuration (version {}).",
+            preview.base_version
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = std::io::stdout().lock();
+    write_diff(&mut out, &preview)?;
+    out.flush()?;
+    drop(out);
+    if dry_run {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !yes && !confirm()? {
+        eprintln!("Nothing was applied.");
+        return Ok(ExitCode::FAILURE);
+    }
+    match rt.block_on(client.import_yaml(&yaml, false, Some(preview.base_version))) {
+        Ok(done) => {
+            eprintln!(
+                "Applied as one commit: the configuration is now at version {}.",
+                done.version
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(ClientError::Api { status: 412, body }) => {
+            eprintln!(
+                "charon: the configuration changed on the service after the difference above was \
+                 computed (it is now at version {}); nothing was applied. Run the command again \
+                 to see the new difference.",
+                body.current_version.unwrap_or_default()
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            report(&e, Some(file));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn confirm() -> anyhow::Result<bool> {
+    eprint!("Apply these changes as one commit? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// `charon config export`.
+pub fn export(remote: &RemoteArgs) -> anyhow::Result<ExitCode> {
+    let client = remote.client()?;
+    match runtime()?.block_on(client.export_yaml()) {
+        Ok(yaml) => {
+            print!("{yaml}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            report(&e, None);
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn yaml_lines(v: Option<&Value>) -> Vec<String> {
+    match v {
+        None => Vec::new(),
+        Some(v) => serde_saphyr::to_string(v)
+            .unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+            .lines()
+            .map(str::to_owned)
+            .collect(),
+    }
+}
+
+/// The difference, entry by entry, each as a line diff of its YAML.
+fn write_diff(out: &mut impl Write, outcome: &ImportOutcome) -> std::io::Result<()> {
+    let count = |op: &str| outcome.diff.iter().filter(|e| e.op == op).count();
+    writeln!(
+        out,
+        "{} change(s) against version {}: {} added, {} changed, {} removed",
+        outcome.diff.len(),
+        outcome.base_version,
+        count("add"),
+        count("change"),
+        count("remove"),
+    )?;
+    for entry in &outcome.diff {
+        write_entry(out, entry)?;
+    }
+    Ok(())
+}
+
+fn write_entry(out: &mut impl Write, entry: &DiffEntry) -> std::io::Result<()> {
+    let sign = match entry.op.as_str() {
+        "add" => '+',
+        "remove" => '-',
+        _ => '~',
+    };
+    writeln!(out, "\n{sign} {} {}", entry.kind, entry.name)?;
+    let before = yaml_lines(entry.before.as_ref());
+    let after = yaml_lines(entry.after.as_ref());
+    for line in line_diff(&before, &after, 2) {
+        writeln!(out, "    {line}")?;
+    }
+    Ok(())
+}
+
+/// A line diff with `context` unchanged lines around each change (longest
+/// common subsequence; documents are small).
+fn line_diff(a: &[String], b: &[String], context: usize) -> Vec<String> {
+    let (n, m) = (a.len(), b.len());
+    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let mut ops = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            ops.push((' ', &a[i]));
+            i += 1;
+            j += 1;
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            ops.push(('-', &a[i]));
+            i += 1;
+        } else {
+            ops.push(('+', &b[j]));
+            j += 1;
+        }
+    }
+    let near_change = |k: usize| {
+        let lo = k.saturating_sub(context);
+        let hi = (k + context).min(ops.len() - 1);
+        ops[lo..=hi].iter().any(|(s, _)| *s != ' ')
+    };
+    let mut lines = Vec::new();
+    let mut skipped = false;
+    for (k, (sign, text)) in ops.iter().enumerate() {
+        if *sign == ' ' && !near_change(k) {
+            if !skipped {
+                lines.push("  ...".to_owned());
+                skipped = true;
+            }
+            continue;
+        }
+        skipped = false;
+        lines.push(format!("{sign} {text}"));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn diffs_show_changes_with_context() {
+        let a = lines("a\nb\nc\nd\ne\nf\ng\nh");
+        let b = lines("a\nb\nc\nd\nE\nf\ng\nh\ni");
+        assert_eq!(
+            line_diff(&a, &b, 1),
+            ["  ...", "  d", "- e", "+ E", "  f", "  ...", "  h", "+ i"]
+        );
+        assert_eq!(line_diff(&[], &lines("x"), 2), ["+ x"]);
+    }
+}

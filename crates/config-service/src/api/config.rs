@@ -1,0 +1,317 @@
+//! `/v1/config`: the whole configuration in the SPEC §6 layout. Export as
+//! JSON or YAML; import (replace everything) as one commit, with the
+//! difference computed here and a dry run that only shows it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use charon_core::config::{Config, NamespaceSettings};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::extract::{IfMatch, QueryParams, RawBody};
+use super::{Target, etag, precondition, versioned};
+use crate::AppState;
+use crate::auth::Role;
+use crate::error::ApiError;
+use crate::store::{StoreError, StoredNamespace, StoredResource};
+use crate::wire::{Adjustment, DiffEntry, ImportOutcome, NamespaceBody};
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ExportQuery {
+    /// `json` (default) or `yaml`.
+    format: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ImportQuery {
+    /// Only compute and return the difference.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Media types read as YAML (JSON is YAML too, but is parsed as JSON when
+/// it says so, for exact error messages).
+const YAML_TYPES: &[&str] = &[
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "text/x-yaml",
+    "text/plain",
+];
+
+fn wants_yaml(q: &ExportQuery, headers: &HeaderMap) -> Result<bool, ApiError> {
+    match q.format.as_deref() {
+        Some("yaml") => Ok(true),
+        Some("json") => Ok(false),
+        Some(other) => Err(ApiError::invalid_at(
+            "format",
+            format!("unknown format {other:?}; expected json or yaml"),
+        )),
+        None => {
+            let accept = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            Ok(accept.contains("yaml") && !accept.contains("application/json"))
+        }
+    }
+}
+
+/// Builds the configuration from what is stored (validated again: what
+/// was stored was valid, so a failure here means the database was edited
+/// by hand).
+fn assemble(
+    resources: BTreeMap<String, StoredResource>,
+    namespaces: &BTreeMap<String, StoredNamespace>,
+) -> Result<Config, ApiError> {
+    let nss: Map<String, Value> = namespaces
+        .iter()
+        .map(|(n, s)| {
+            (
+                n.clone(),
+                json!({
+                    "allow_unconfigured": s.settings.allow_unconfigured,
+                    "ignore_configured": s.settings.ignore_configured,
+                }),
+            )
+        })
+        .collect();
+    let docs: Vec<Value> = resources.into_values().map(|r| r.document).collect();
+    Config::from_value(&json!({ "namespaces": nss, "resources": docs }))
+        .map(|(config, _)| config)
+        .map_err(|e| ApiError::from(StoreError::Corrupt(e.to_string())))
+}
+
+/// `GET /v1/config`.
+pub(super) async fn export(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<ExportQuery>,
+) -> Result<Response, ApiError> {
+    state.tokens().check(&headers, Role::Read)?;
+    let yaml = wants_yaml(&q, &headers)?;
+    let mut tx = state.db().read().await?;
+    let version = tx.meta().await?.version;
+    let resources = tx.resources().await?;
+    let namespaces = tx.namespaces().await?;
+    let config = assemble(resources, &namespaces)?;
+    if yaml {
+        let mut response = (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/yaml")],
+            config.to_yaml(),
+        )
+            .into_response();
+        response.headers_mut().insert(header::ETAG, etag(version));
+        Ok(response)
+    } else {
+        Ok(versioned(StatusCode::OK, version, &config.to_value()))
+    }
+}
+
+/// Parses an imported document with charon-core: every problem, with its
+/// path in the document.
+fn parse_import(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Config, Vec<charon_core::config::Adjustment>), ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::invalid_at("", "the body is not UTF-8 text"))?;
+    if text.trim().is_empty() {
+        return Err(ApiError::invalid_at(
+            "",
+            "the body is empty; to remove every resource, import `resources: []`",
+        ));
+    }
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| {
+            v.to_str()
+                .map(|s| {
+                    s.split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase()
+                })
+                .map_err(|_| ApiError::unsupported_media_type("unreadable Content-Type"))
+        })
+        .transpose()?;
+    let parsed = match essence.as_deref() {
+        Some("application/json") => {
+            let value: Value = serde_json::from_str(text).map_err(|e| {
+                ApiError::invalid_at("", format!("the body is not valid JSON: {e}"))
+            })?;
+            Config::from_value(&value)
+        }
+        None => Config::from_yaml(text),
+        Some(t) if YAML_TYPES.contains(&t) => Config::from_yaml(text),
+        Some(t) => {
+            return Err(ApiError::unsupported_media_type(format!(
+                "cannot import {t}; send application/yaml or application/json"
+            )));
+        }
+    };
+    parsed.map_err(ApiError::config)
+}
+
+/// What the imported configuration holds, by name.
+struct Wanted {
+    resources: BTreeMap<String, Value>,
+    namespaces: BTreeMap<String, NamespaceSettings>,
+}
+
+impl Wanted {
+    fn of(config: &Config) -> Self {
+        let mut resources = BTreeMap::new();
+        if let Value::Object(mut root) = config.to_value()
+            && let Some(Value::Array(docs)) = root.remove("resources")
+        {
+            for doc in docs {
+                let name = doc["name"].as_str().unwrap_or_default().to_owned();
+                resources.insert(name, doc);
+            }
+        }
+        Self {
+            resources,
+            namespaces: config.namespaces().clone(),
+        }
+    }
+}
+
+fn entry(kind: &str, name: &str, before: Option<Value>, after: Option<Value>) -> DiffEntry {
+    let op = match (&before, &after) {
+        (None, _) => "add",
+        (_, None) => "remove",
+        _ => "change",
+    };
+    DiffEntry {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        op: op.to_owned(),
+        before,
+        after,
+    }
+}
+
+fn settings_value(s: NamespaceSettings) -> Value {
+    serde_json::to_value(NamespaceBody::from(s)).unwrap_or(Value::Null)
+}
+
+/// The difference from what is stored to what is wanted: namespaces, then
+/// resources, each by name.
+fn diff(
+    resources: &BTreeMap<String, StoredResource>,
+    namespaces: &BTreeMap<String, StoredNamespace>,
+    wanted: &Wanted,
+) -> Vec<DiffEntry> {
+    let mut out = Vec::new();
+    let names: BTreeSet<&String> = namespaces.keys().chain(wanted.namespaces.keys()).collect();
+    for name in names {
+        let before = namespaces.get(name).map(|s| s.settings);
+        let after = wanted.namespaces.get(name).copied();
+        if before != after {
+            out.push(entry(
+                "namespace",
+                name,
+                before.map(settings_value),
+                after.map(settings_value),
+            ));
+        }
+    }
+    let names: BTreeSet<&String> = resources.keys().chain(wanted.resources.keys()).collect();
+    for name in names {
+        let before = resources.get(name).map(|r| &r.document);
+        let after = wanted.resources.get(name);
+        if before != after {
+            out.push(entry("resource", name, before.cloned(), after.cloned()));
+        }
+    }
+    out
+}
+
+/// `PUT /v1/config[?dry_run=true]`: replaces the whole configuration.
+pub(super) async fn import(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<ImportQuery>,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let need = if q.dry_run { Role::Read } else { Role::Write };
+    state.tokens().check(&headers, need)?;
+    let if_match = IfMatch::from_headers(&headers)?;
+    let (config, adjustments) = parse_import(&headers, &body)?;
+    let adjustments: Vec<Adjustment> = adjustments.into_iter().map(Into::into).collect();
+    let wanted = Wanted::of(&config);
+
+    if q.dry_run {
+        let mut tx = state.db().read().await?;
+        let version = tx.meta().await?.version;
+        if let Some(IfMatch::Versions(vs)) = &if_match
+            && !vs.contains(&version)
+        {
+            return Err(ApiError::version_conflict(
+                format!("the configuration is at version {version}"),
+                version,
+            ));
+        }
+        let resources = tx.resources().await?;
+        let namespaces = tx.namespaces().await?;
+        let diff = diff(&resources, &namespaces, &wanted);
+        let outcome = ImportOutcome {
+            dry_run: true,
+            changed: !diff.is_empty(),
+            base_version: version,
+            version,
+            diff,
+            adjustments,
+        };
+        return Ok(versioned(StatusCode::OK, version, &outcome));
+    }
+
+    let mut tx = state.db().write().await?;
+    precondition(&mut tx, if_match.as_ref(), Target::Whole).await?;
+    let base = tx.base;
+    let resources = tx.resources().await?;
+    let namespaces = tx.namespaces().await?;
+    let diff = diff(&resources, &namespaces, &wanted);
+    for e in &diff {
+        match (e.kind.as_str(), &e.after) {
+            ("namespace", Some(_)) => {
+                let settings = wanted.namespaces.get(&e.name).copied();
+                tx.put_namespace(&e.name, settings.unwrap_or_default())
+                    .await?;
+            }
+            ("namespace", None) => {
+                tx.delete_namespace(&e.name).await?;
+            }
+            (_, Some(doc)) => {
+                let kind = doc["kind"].as_str().unwrap_or("rate");
+                tx.put_resource(&e.name, kind, doc).await?;
+            }
+            (_, None) => {
+                tx.delete_resource(&e.name).await?;
+            }
+        }
+    }
+    let committed = tx.commit().await?;
+    if committed.changed {
+        tracing::info!(
+            version = committed.version,
+            changes = diff.len(),
+            "configuration imported"
+        );
+    }
+    let outcome = ImportOutcome {
+        dry_run: false,
+        changed: committed.changed,
+        base_version: base,
+        version: committed.version,
+        diff,
+        adjustments,
+    };
+    Ok(versioned(StatusCode::OK, committed.version, &outcome))
+}

@@ -1,0 +1,187 @@
+//! The HTTP JSON API: one module per family of endpoints, the router that
+//! joins them, and what they share (ETags, the `If-Match` check).
+//!
+//! Resource names contain `/`; in a URL they are one percent-encoded path
+//! segment (`/v1/resources/api%2Fsearch`). Domain, group and namespace
+//! names in URLs are encoded the same way.
+
+mod changes;
+mod config;
+pub(crate) mod extract;
+mod namespaces;
+mod resources;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, put};
+use serde::Serialize;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::store::{Entity, WriteTx};
+use extract::IfMatch;
+
+/// The largest request body accepted (a whole configuration on import).
+const BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The configuration API as an axum router, ready to serve or to mount in
+/// another router (`Router::merge`; `/openapi.json` documents the paths at
+/// the root). It sets no router-wide fallback, so merging it never
+/// conflicts. It owns `/openapi.json` and `/v1/…`: routes of the host
+/// under `/v1/` with a literal first segment (`/v1/simulate`) still win,
+/// and any other unknown path under `/v1/` answers a JSON 404 (with a hint
+/// when a resource name was not percent-encoded). [`crate::serve`] adds a
+/// JSON 404 for everything else.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route(
+            "/v1/resources",
+            get(resources::list).post(resources::create),
+        )
+        .route(
+            "/v1/resources/{name}",
+            get(resources::get)
+                .put(resources::put)
+                .delete(resources::delete),
+        )
+        .route(
+            "/v1/resources/{name}/domains",
+            get(resources::list_overrides),
+        )
+        .route(
+            "/v1/resources/{name}/domains/{domain}",
+            get(resources::get_override)
+                .put(resources::put_override)
+                .delete(resources::delete_override),
+        )
+        .route("/v1/resources/{name}/groups", get(resources::list_groups))
+        .route(
+            "/v1/resources/{name}/groups/{group}",
+            get(resources::get_group)
+                .put(resources::put_group)
+                .delete(resources::delete_group),
+        )
+        .route(
+            "/v1/resources/{name}/groups/{group}/domains/{domain}",
+            put(resources::add_member).delete(resources::remove_member),
+        )
+        .route("/v1/namespaces", get(namespaces::list))
+        .route(
+            "/v1/namespaces/{namespace}",
+            get(namespaces::get)
+                .put(namespaces::put)
+                .delete(namespaces::delete),
+        )
+        .route("/v1/config", get(config::export).put(config::import))
+        .route("/v1/changes", get(changes::changes))
+        .route("/v1/{*rest}", any(not_found))
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::OPENAPI_JSON,
+    )
+        .into_response()
+}
+
+pub(crate) async fn not_found(uri: Uri) -> ApiError {
+    let hint = if uri.path().starts_with("/v1/resources/") {
+        " (a resource name contains '/': send it percent-encoded as one path segment, \
+         e.g. /v1/resources/api%2Fsearch)"
+    } else {
+        ""
+    };
+    ApiError::not_found(format!("no such endpoint: {}{hint}", uri.path()))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}
+
+/// The `ETag` of everything read at (or written as) `version`.
+fn etag(version: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+}
+
+/// A JSON answer carrying the version in `ETag`.
+fn versioned<T: Serialize>(status: StatusCode, version: u64, body: &T) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::ETAG, etag(version));
+    response
+}
+
+/// What an `If-Match` is checked against.
+#[derive(Debug, Clone, Copy)]
+enum Target<'a> {
+    /// The whole configuration: any commit after the version conflicts.
+    Whole,
+    /// One entity (a resource with its overrides and groups, or a
+    /// namespace), with the version that last changed it if it exists.
+    Entity(Entity, &'a str, Option<u64>),
+}
+
+/// Checks `If-Match` inside the write transaction (after the write lock
+/// is taken, so no other commit can slip in between).
+///
+/// A version V matches when the target has not changed after V: two
+/// operators editing different resources do not conflict, two editing the
+/// same one do. For the whole configuration any later commit conflicts.
+async fn precondition(
+    tx: &mut WriteTx,
+    if_match: Option<&IfMatch>,
+    target: Target<'_>,
+) -> Result<(), ApiError> {
+    let current = tx.base;
+    let what = match target {
+        Target::Whole => "the configuration".to_owned(),
+        Target::Entity(Entity::Resource, name, _) => format!("resource {name:?}"),
+        Target::Entity(Entity::Namespace, name, _) => format!("namespace {name:?}"),
+    };
+    let versions = match if_match {
+        None => return Ok(()),
+        Some(IfMatch::Exists) => match target {
+            Target::Entity(_, _, None) => {
+                return Err(ApiError::version_conflict(
+                    format!("If-Match: * but {what} does not exist"),
+                    current,
+                ));
+            }
+            _ => return Ok(()),
+        },
+        Some(IfMatch::Versions(v)) => v,
+    };
+    for &v in versions {
+        if v > current {
+            continue;
+        }
+        let unchanged = match target {
+            Target::Whole => v == current,
+            Target::Entity(_, _, Some(updated)) => updated <= v,
+            Target::Entity(entity, name, None) => {
+                v >= tx.history_floor() && !tx.changed_after(entity, name, v).await?
+            }
+        };
+        if unchanged {
+            return Ok(());
+        }
+    }
+    let based_on = versions
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(ApiError::version_conflict(
+        format!(
+            "{what} changed after version {based_on} (the configuration is at version {current}); \
+             read it again and reapply your change"
+        ),
+        current,
+    ))
+}

@@ -1,0 +1,101 @@
+//! Charon's configuration service (paper §4.1, issue 5).
+//!
+//! The central authority for resource configurations: an HTTP JSON API
+//! ([`router`]) over a relational database (a SQLite file by default,
+//! PostgreSQL by URL), where every change is validated and normalized by
+//! charon-core before it is committed, every commit bumps one global
+//! version, and limiting servers keep their own view in sync by polling
+//! deltas ([`feed::ConfigFeed`]), keeping the last view when the service is
+//! down.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use charon_config_service::{AppState, Tokens, serve};
+//! let state = AppState::open("charon-config.db", Tokens::new().writer("s3cret")).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7072").await?;
+//! serve(listener, state, std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/config-service.md` for the endpoints, versions and choices.
+
+mod api;
+mod auth;
+pub mod client;
+mod edit;
+mod error;
+pub mod feed;
+mod store;
+pub mod wire;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use api::router;
+pub use auth::{Role, Tokens};
+pub use store::{StoreError, StoreOptions};
+
+/// The OpenAPI 3 document served at `/openapi.json`.
+pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
+
+/// What the API needs: the database and the tokens. Cheap to clone; holds
+/// no global state, so several can live in one process (tests do).
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: store::Db,
+    tokens: Tokens,
+}
+
+impl AppState {
+    /// Opens (creating if needed) the database and brings its schema up to
+    /// date. `database` is a `postgres://…` URL, a `sqlite:…` URL, or the
+    /// path of a SQLite file.
+    pub async fn open(database: &str, tokens: Tokens) -> Result<Self, StoreError> {
+        Self::open_with(database, tokens, StoreOptions::default()).await
+    }
+
+    /// [`AppState::open`] with storage options (history kept, pool size).
+    pub async fn open_with(
+        database: &str,
+        tokens: Tokens,
+        options: StoreOptions,
+    ) -> Result<Self, StoreError> {
+        let db = store::Db::open(database, &options).await?;
+        Ok(Self {
+            inner: Arc::new(Inner { db, tokens }),
+        })
+    }
+
+    /// Closes the database connections (requests after this fail with 503).
+    pub async fn close(&self) {
+        self.inner.db.close().await;
+    }
+
+    pub(crate) fn db(&self) -> &store::Db {
+        &self.inner.db
+    }
+
+    pub(crate) fn tokens(&self) -> &Tokens {
+        &self.inner.tokens
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then finishes
+/// the requests in flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "configuration API listening");
+    }
+    axum::serve(listener, router(state).fallback(api::not_found))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,679 @@
+//! Where the configuration lives: a relational database reached through
+//! sqlx's `Any` driver, so that a SQLite file (the embedded default) and
+//! PostgreSQL (production) share one schema, one set of migrations and one
+//! set of queries (`$1` placeholders, `ON CONFLICT`, `RETURNING`: both
+//! accept them).
+//!
+//! Every write runs in a [`WriteTx`], which starts by bumping the global
+//! version. That first statement takes the write lock (the `charon_meta`
+//! row in PostgreSQL, the database in SQLite), so writers are serialized,
+//! versions become visible in order, and the `If-Match` check made after it
+//! cannot race another writer. A write that changes nothing rolls back, so
+//! the version only moves when the configuration does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use charon_core::config::NamespaceSettings;
+use serde_json::Value;
+use sqlx::AnyConnection;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::Migrator;
+use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Why the configuration database could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database URL or path is not usable.
+    #[error("cannot use configuration database {target:?}: {message}")]
+    Config { target: String, message: String },
+    /// The database cannot be reached (connection refused, pool timed
+    /// out): a server error that may pass.
+    #[error("the configuration database is unreachable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// The database answered with an error.
+    #[error("configuration database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// The schema could not be brought up to date.
+    #[error("cannot migrate the configuration database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// What is stored cannot be read back (edited by hand?).
+    #[error("stored configuration is damaged: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
+            e => StoreError::Database(e),
+        }
+    }
+}
+
+type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Which kind of entity a change touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Entity {
+    Resource,
+    Namespace,
+}
+
+impl Entity {
+    fn as_str(self) -> &'static str {
+        match self {
+            Entity::Resource => "resource",
+            Entity::Namespace => "namespace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// How long the change history is kept, and other storage knobs.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How many versions of change history to keep for deltas. A client
+    /// further behind than this gets a full snapshot. Default 1000.
+    pub history_versions: u64,
+    /// Most connections in the pool. Default 8 (4 for SQLite).
+    pub max_connections: Option<u32>,
+    /// How long to wait for a connection before answering 503. Default 5s.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            history_versions: 1000,
+            max_connections: None,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The global version, the history floor and the epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub version: u64,
+    pub history_floor: u64,
+    pub epoch: String,
+}
+
+/// A stored resource: its normalized document and when it last changed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredResource {
+    pub document: Value,
+    pub updated_version: u64,
+}
+
+/// A stored namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredNamespace {
+    pub settings: NamespaceSettings,
+    pub updated_version: u64,
+}
+
+/// The configuration database.
+#[derive(Debug, Clone)]
+pub(crate) struct Db {
+    pool: AnyPool,
+    backend: Backend,
+    history_versions: u64,
+}
+
+/// Turns what the operator gave into a database URL: `postgres://…` and
+/// `sqlite:…` URLs as they are, anything else as the path of a SQLite file
+/// (created if missing).
+fn database_url(spec: &str) -> Result<(String, Backend)> {
+    let bad = |message: String| StoreError::Config {
+        target: spec.to_owned(),
+        message,
+    };
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        return Ok((spec.to_owned(), Backend::Postgres));
+    }
+    if spec.starts_with("sqlite:") {
+        return Ok((spec.to_owned(), Backend::Sqlite));
+    }
+    if spec.is_empty() {
+        return Err(bad("empty database location".to_owned()));
+    }
+    if spec.contains("://") {
+        return Err(bad(
+            "only postgres:// and sqlite: URLs, or the path of a SQLite file, are supported"
+                .to_owned(),
+        ));
+    }
+    let path = std::path::absolute(Path::new(spec)).map_err(|e| bad(e.to_string()))?;
+    let text = path
+        .to_str()
+        .ok_or_else(|| bad("the path is not valid UTF-8".to_owned()))?;
+    // sqlx percent-decodes the file name, so encode everything that could
+    // be read as a URL delimiter or an escape.
+    let mut encoded = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            encoded.push(char::from(b));
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Ok((format!("sqlite://{encoded}?mode=rwc"), Backend::Sqlite))
+}
+
+impl Db {
+    /// Connects (creating a SQLite file if needed), runs the migrations and
+    /// makes sure the meta row exists.
+    pub async fn open(spec: &str, options: &StoreOptions) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let (url, backend) = database_url(spec)?;
+        let in_memory =
+            backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
+        let mut pool = AnyPoolOptions::new().acquire_timeout(options.acquire_timeout);
+        pool = if in_memory {
+            // Each connection to an in-memory database would be a database
+            // of its own: keep exactly one, forever.
+            pool.max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            let default = if backend == Backend::Sqlite { 4 } else { 8 };
+            pool.max_connections(options.max_connections.unwrap_or(default))
+        };
+        if backend == Backend::Sqlite && !in_memory {
+            pool = pool.after_connect(|conn, _| {
+                Box::pin(async move {
+                    // Readers do not wait for a writer, and a writer does not
+                    // wait for readers.
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool.connect(&url).await?;
+        MIGRATOR.run(&pool).await?;
+        sqlx::query(
+            "INSERT INTO charon_meta (id, version, history_floor, epoch) \
+             VALUES (1, 0, 0, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(format!("{:032x}", rand::random::<u128>()))
+        .execute(&pool)
+        .await?;
+        Ok(Self {
+            pool,
+            backend,
+            history_versions: options.history_versions.max(1),
+        })
+    }
+
+    /// A read-only transaction that sees one consistent version.
+    pub async fn read(&self) -> Result<ReadTx> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            // Several statements must see the same commit: a snapshot.
+            tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .await?;
+        }
+        Ok(ReadTx { tx })
+    }
+
+    /// Starts a write: takes the write lock by bumping the version.
+    pub async fn write(&self) -> Result<WriteTx> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "UPDATE charon_meta SET version = version + 1 WHERE id = 1 \
+             RETURNING version, history_floor",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let next = u64_at(&row, "version")?;
+        let history_floor = u64_at(&row, "history_floor")?;
+        Ok(WriteTx {
+            tx,
+            base: next - 1,
+            next,
+            history_floor,
+            history_versions: self.history_versions,
+            changed: BTreeSet::new(),
+        })
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn u64_at(row: &sqlx::any::AnyRow, column: &str) -> Result<u64> {
+    let v: i64 = row.try_get(column)?;
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {v}")))
+}
+
+fn to_i64(v: u64) -> i64 {
+    // Versions count commits; they never come near 2^63.
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn parse_document(name: &str, text: &str) -> Result<Value> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Corrupt(format!("resource {name:?}: document is not JSON: {e}")))
+}
+
+fn flag(row: &sqlx::any::AnyRow, column: &str) -> Result<bool> {
+    Ok(row.try_get::<i64, _>(column)? != 0)
+}
+
+fn namespace_row(row: &sqlx::any::AnyRow) -> Result<StoredNamespace> {
+    Ok(StoredNamespace {
+        settings: NamespaceSettings {
+            allow_unconfigured: flag(row, "allow_unconfigured")?,
+            ignore_configured: flag(row, "ignore_configured")?,
+        },
+        updated_version: u64_at(row, "updated_version")?,
+    })
+}
+
+// Queries shared by reads and writes: they take the transaction's
+// connection.
+
+async fn meta(conn: &mut AnyConnection) -> Result<Meta> {
+    let row = sqlx::query("SELECT version, history_floor, epoch FROM charon_meta WHERE id = 1")
+        .fetch_one(conn)
+        .await?;
+    Ok(Meta {
+        version: u64_at(&row, "version")?,
+        history_floor: u64_at(&row, "history_floor")?,
+        epoch: row.try_get("epoch")?,
+    })
+}
+
+/// Whether a name can be stored at all. Names with control characters are
+/// refused by validation, so none is ever stored; a lookup of one must not
+/// reach PostgreSQL, which refuses NUL bytes in text with an error.
+fn storable(name: &str) -> bool {
+    !name.contains('\0')
+}
+
+async fn resource(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredResource>> {
+    if !storable(name) {
+        return Ok(None);
+    }
+    let row = sqlx::query("SELECT document, updated_version FROM charon_resources WHERE name = $1")
+        .bind(name)
+        .fetch_optional(conn)
+        .await?;
+    row.map(|row| {
+        Ok(StoredResource {
+            document: parse_document(name, &row.try_get::<String, _>("document")?)?,
+            updated_version: u64_at(&row, "updated_version")?,
+        })
+    })
+    .transpose()
+}
+
+async fn resources(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredResource>> {
+    let rows = sqlx::query("SELECT name, document, updated_version FROM charon_resources")
+        .fetch_all(conn)
+        .await?;
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let name: String = row.try_get("name")?;
+        let document = parse_document(&name, &row.try_get::<String, _>("document")?)?;
+        let updated_version = u64_at(&row, "updated_version")?;
+        out.insert(
+            name,
+            StoredResource {
+                document,
+                updated_version,
+            },
+        );
+    }
+    Ok(out)
+}
+
+async fn namespace(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredNamespace>> {
+    if !storable(name) {
+        return Ok(None);
+    }
+    let row = sqlx::query(
+        "SELECT allow_unconfigured, ignore_configured, updated_version \
+         FROM charon_namespaces WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await?;
+    row.as_ref().map(namespace_row).transpose()
+}
+
+async fn namespaces(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredNamespace>> {
+    let rows = sqlx::query(
+        "SELECT name, allow_unconfigured, ignore_configured, updated_version \
+         FROM charon_namespaces",
+    )
+    .fetch_all(conn)
+    .await?;
+    let mut out = BTreeMap::new();
+    for row in rows {
+        out.insert(row.try_get("name")?, namespace_row(&row)?);
+    }
+    Ok(out)
+}
+
+/// Names of the entities of `entity` changed after `since`, with their
+/// current state (`None`: deleted).
+async fn changed_resources(
+    conn: &mut AnyConnection,
+    since: u64,
+) -> Result<Vec<(String, Option<Value>)>> {
+    let rows = sqlx::query(
+        "SELECT c.name AS name, r.document AS document \
+         FROM (SELECT DISTINCT name FROM charon_changes WHERE entity = 'resource' AND version > $1) c \
+         LEFT JOIN charon_resources r ON r.name = c.name",
+    )
+    .bind(to_i64(since))
+    .fetch_all(conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let name: String = row.try_get("name")?;
+        let document = match row.try_get::<Option<String>, _>("document")? {
+            Some(text) => Some(parse_document(&name, text.as_str())?),
+            None => None,
+        };
+        out.push((name, document));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+async fn changed_namespaces(
+    conn: &mut AnyConnection,
+    since: u64,
+) -> Result<Vec<(String, Option<NamespaceSettings>)>> {
+    let rows = sqlx::query(
+        "SELECT c.name AS name, n.allow_unconfigured AS allow_unconfigured, \
+                n.ignore_configured AS ignore_configured \
+         FROM (SELECT DISTINCT name FROM charon_changes WHERE entity = 'namespace' AND version > $1) c \
+         LEFT JOIN charon_namespaces n ON n.name = c.name",
+    )
+    .bind(to_i64(since))
+    .fetch_all(conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let name: String = row.try_get("name")?;
+        let allow: Option<i64> = row.try_get("allow_unconfigured")?;
+        let ignore: Option<i64> = row.try_get("ignore_configured")?;
+        let settings = match (allow, ignore) {
+            (Some(a), Some(i)) => Some(NamespaceSettings {
+                allow_unconfigured: a != 0,
+                ignore_configured: i != 0,
+            }),
+            _ => None,
+        };
+        out.push((name, settings));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+async fn changed_after(
+    conn: &mut AnyConnection,
+    entity: Entity,
+    name: &str,
+    version: u64,
+) -> Result<bool> {
+    if !storable(name) {
+        return Ok(false);
+    }
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n FROM charon_changes WHERE entity = $1 AND name = $2 AND version > $3",
+    )
+    .bind(entity.as_str())
+    .bind(name)
+    .bind(to_i64(version))
+    .fetch_one(conn)
+    .await?;
+    Ok(row.try_get::<i64, _>("n")? > 0)
+}
+
+/// A read-only view of one version.
+#[derive(Debug)]
+pub(crate) struct ReadTx {
+    tx: Transaction<'static, Any>,
+}
+
+impl ReadTx {
+    pub async fn meta(&mut self) -> Result<Meta> {
+        meta(&mut self.tx).await
+    }
+
+    pub async fn resource(&mut self, name: &str) -> Result<Option<StoredResource>> {
+        resource(&mut self.tx, name).await
+    }
+
+    pub async fn resources(&mut self) -> Result<BTreeMap<String, StoredResource>> {
+        resources(&mut self.tx).await
+    }
+
+    pub async fn namespace(&mut self, name: &str) -> Result<Option<StoredNamespace>> {
+        namespace(&mut self.tx, name).await
+    }
+
+    pub async fn namespaces(&mut self) -> Result<BTreeMap<String, StoredNamespace>> {
+        namespaces(&mut self.tx).await
+    }
+
+    pub async fn changed_resources(&mut self, since: u64) -> Result<Vec<(String, Option<Value>)>> {
+        changed_resources(&mut self.tx, since).await
+    }
+
+    pub async fn changed_namespaces(
+        &mut self,
+        since: u64,
+    ) -> Result<Vec<(String, Option<NamespaceSettings>)>> {
+        changed_namespaces(&mut self.tx, since).await
+    }
+}
+
+/// One commit in the making. Dropped without [`WriteTx::commit`], it rolls
+/// back and the version does not move.
+#[derive(Debug)]
+pub(crate) struct WriteTx {
+    tx: Transaction<'static, Any>,
+    /// The version before this commit.
+    pub base: u64,
+    /// The version this commit will have.
+    next: u64,
+    history_floor: u64,
+    history_versions: u64,
+    changed: BTreeSet<(Entity, String)>,
+}
+
+/// What a finished write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Committed {
+    /// The version the configuration is at now.
+    pub version: u64,
+    /// Whether this write changed anything (and so made that version).
+    pub changed: bool,
+}
+
+impl WriteTx {
+    /// The oldest version a delta can be computed from.
+    pub fn history_floor(&self) -> u64 {
+        self.history_floor
+    }
+
+    pub async fn resource(&mut self, name: &str) -> Result<Option<StoredResource>> {
+        resource(&mut self.tx, name).await
+    }
+
+    pub async fn resources(&mut self) -> Result<BTreeMap<String, StoredResource>> {
+        resources(&mut self.tx).await
+    }
+
+    pub async fn namespace(&mut self, name: &str) -> Result<Option<StoredNamespace>> {
+        namespace(&mut self.tx, name).await
+    }
+
+    pub async fn namespaces(&mut self) -> Result<BTreeMap<String, StoredNamespace>> {
+        namespaces(&mut self.tx).await
+    }
+
+    /// Whether a change to this entity was committed after `version`, as
+    /// far as the kept history tells.
+    pub async fn changed_after(
+        &mut self,
+        entity: Entity,
+        name: &str,
+        version: u64,
+    ) -> Result<bool> {
+        changed_after(&mut self.tx, entity, name, version).await
+    }
+
+    async fn record(&mut self, entity: Entity, name: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO charon_changes (version, entity, name) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(to_i64(self.next))
+        .bind(entity.as_str())
+        .bind(name)
+        .execute(&mut *self.tx)
+        .await?;
+        self.changed.insert((entity, name.to_owned()));
+        Ok(())
+    }
+
+    /// Creates or replaces a resource with a validated, normalized document.
+    pub async fn put_resource(&mut self, name: &str, kind: &str, document: &Value) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
+             VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
+                document = excluded.document, updated_version = excluded.updated_version",
+        )
+        .bind(name)
+        .bind(kind)
+        .bind(document.to_string())
+        .bind(to_i64(self.next))
+        .execute(&mut *self.tx)
+        .await?;
+        self.record(Entity::Resource, name).await
+    }
+
+    /// Deletes a resource; false if there was none.
+    pub async fn delete_resource(&mut self, name: &str) -> Result<bool> {
+        if !storable(name) {
+            return Ok(false);
+        }
+        let done = sqlx::query("DELETE FROM charon_resources WHERE name = $1")
+            .bind(name)
+            .execute(&mut *self.tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.record(Entity::Resource, name).await?;
+        Ok(true)
+    }
+
+    /// Creates or replaces a namespace's switches.
+    pub async fn put_namespace(&mut self, name: &str, settings: NamespaceSettings) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO charon_namespaces (name, allow_unconfigured, ignore_configured, updated_version) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET allow_unconfigured = excluded.allow_unconfigured, \
+                ignore_configured = excluded.ignore_configured, \
+                updated_version = excluded.updated_version",
+        )
+        .bind(name)
+        .bind(i64::from(settings.allow_unconfigured))
+        .bind(i64::from(settings.ignore_configured))
+        .bind(to_i64(self.next))
+        .execute(&mut *self.tx)
+        .await?;
+        self.record(Entity::Namespace, name).await
+    }
+
+    /// Deletes a namespace's switches; false if there were none.
+    pub async fn delete_namespace(&mut self, name: &str) -> Result<bool> {
+        if !storable(name) {
+            return Ok(false);
+        }
+        let done = sqlx::query("DELETE FROM charon_namespaces WHERE name = $1")
+            .bind(name)
+            .execute(&mut *self.tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.record(Entity::Namespace, name).await?;
+        Ok(true)
+    }
+
+    /// Commits if anything changed (pruning history beyond what is kept);
+    /// rolls back otherwise, leaving the version where it was.
+    pub async fn commit(mut self) -> Result<Committed> {
+        if self.changed.is_empty() {
+            self.tx.rollback().await?;
+            return Ok(Committed {
+                version: self.base,
+                changed: false,
+            });
+        }
+        let cutoff = self.next.saturating_sub(self.history_versions);
+        if cutoff > self.history_floor {
+            sqlx::query("DELETE FROM charon_changes WHERE version <= $1")
+                .bind(to_i64(cutoff))
+                .execute(&mut *self.tx)
+                .await?;
+            sqlx::query("UPDATE charon_meta SET history_floor = $1 WHERE id = 1")
+                .bind(to_i64(cutoff))
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        self.tx.commit().await?;
+        Ok(Committed {
+            version: self.next,
+            changed: true,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_become_sqlite_urls() {
+        let (url, backend) = database_url("/tmp/a b/c?.db").expect("a path");
+        assert_eq!(backend, Backend::Sqlite);
+        assert_eq!(url, "sqlite:///tmp/a%20b/c%3F.db?mode=rwc");
+        assert_eq!(
+            database_url("postgres://u@h/db").expect("pg").1,
+            Backend::Postgres
+        );
+        assert_eq!(
+            database_url("sqlite::memory:").expect("mem").1,
+            Backend::Sqlite
+        );
+        assert!(database_url("mysql://h/db").is_err());
+        assert!(database_url("").is_err());
+    }
+}

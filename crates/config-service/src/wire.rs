@@ -1,0 +1,179 @@
+//! The JSON bodies of the API that are more than a configuration document,
+//! shared by the server, the HTTP client, the feed and the CLI so that both
+//! ends agree by construction. `docs/config-service.md` and
+//! `openapi.json` describe the same shapes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One problem with a request, at a field path (`tiers[0].window`) or, for
+/// a value taken from the URL, the name of the URL parameter (`domain`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+/// Every error answer of the API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable code: `invalid`, `unauthorized`, `forbidden`, `not_found`,
+    /// `already_exists`, `wrong_kind`, `version_conflict`,
+    /// `unsupported_media_type`, `payload_too_large`, `unavailable`,
+    /// `internal`.
+    pub error: String,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// Every problem found (validation errors), possibly empty.
+    #[serde(default)]
+    pub problems: Vec<Problem>,
+    /// On `version_conflict`: the version the service is at now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<u64>,
+}
+
+/// A change normalization made (SPEC §2), at a field path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adjustment {
+    pub path: String,
+    pub change: String,
+}
+
+impl From<charon_core::config::Adjustment> for Adjustment {
+    fn from(a: charon_core::config::Adjustment) -> Self {
+        Self {
+            path: a.path,
+            change: a.change,
+        }
+    }
+}
+
+/// What a write to one resource (or a part of it) answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceCommit {
+    /// The version the configuration is at after this request: the new
+    /// version if something changed, the current one otherwise.
+    pub version: u64,
+    /// False when the request asked for what was already there (no commit).
+    pub changed: bool,
+    /// The whole resource as stored, normalized.
+    pub resource: Value,
+    /// What normalization changed in what was sent.
+    pub adjustments: Vec<Adjustment>,
+}
+
+/// What a write to a namespace answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceCommit {
+    pub version: u64,
+    pub changed: bool,
+    pub namespace: String,
+    pub settings: NamespaceBody,
+}
+
+/// What a delete answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteCommit {
+    pub version: u64,
+    pub changed: bool,
+}
+
+/// The switches of one namespace (SPEC §4), as read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NamespaceBody {
+    pub allow_unconfigured: bool,
+    pub ignore_configured: bool,
+}
+
+impl From<charon_core::config::NamespaceSettings> for NamespaceBody {
+    fn from(s: charon_core::config::NamespaceSettings) -> Self {
+        Self {
+            allow_unconfigured: s.allow_unconfigured,
+            ignore_configured: s.ignore_configured,
+        }
+    }
+}
+
+impl From<NamespaceBody> for charon_core::config::NamespaceSettings {
+    fn from(s: NamespaceBody) -> Self {
+        Self {
+            allow_unconfigured: s.allow_unconfigured,
+            ignore_configured: s.ignore_configured,
+        }
+    }
+}
+
+/// `GET /v1/resources`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceList {
+    pub version: u64,
+    pub resources: Vec<Value>,
+}
+
+/// `GET /v1/namespaces`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceList {
+    pub version: u64,
+    pub namespaces: BTreeMap<String, NamespaceBody>,
+}
+
+/// `GET /v1/changes?since=V`: what changed after version V, or everything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Changes {
+    /// The random id of the database behind the service; a client that
+    /// synced with another epoch must start over from a snapshot.
+    pub epoch: String,
+    /// The version this answer brings the client to.
+    pub version: u64,
+    /// The `since` that was asked for.
+    pub since: u64,
+    /// True: `resources` and `namespaces` are the whole configuration and
+    /// replace the client's view (asked for 0, history no longer kept,
+    /// another epoch, or a version the service never had). False: they are
+    /// upserts on top of the view at `since`.
+    pub snapshot: bool,
+    /// Resources created or changed (the whole normalized document).
+    pub resources: Vec<Value>,
+    /// Names of resources deleted (never on a snapshot).
+    pub deleted_resources: Vec<String>,
+    /// Namespaces created or changed.
+    pub namespaces: BTreeMap<String, NamespaceBody>,
+    /// Names of namespaces deleted (never on a snapshot).
+    pub deleted_namespaces: Vec<String>,
+}
+
+/// One entry of the difference between the stored configuration and an
+/// imported one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffEntry {
+    /// `resource` or `namespace`.
+    pub kind: String,
+    pub name: String,
+    /// `add`, `change` or `remove`.
+    pub op: String,
+    /// The stored document (absent on `add`).
+    #[serde(default)]
+    pub before: Option<Value>,
+    /// The imported document, normalized (absent on `remove`).
+    #[serde(default)]
+    pub after: Option<Value>,
+}
+
+/// `PUT /v1/config`: the difference and, unless a dry run, its commit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImportOutcome {
+    pub dry_run: bool,
+    /// Whether the configuration was (or, on a dry run, would be) changed.
+    pub changed: bool,
+    /// The version the difference was computed against; send it as
+    /// `If-Match` to apply exactly this difference.
+    pub base_version: u64,
+    /// The version after this request (`base_version` on a dry run or when
+    /// nothing changed).
+    pub version: u64,
+    pub diff: Vec<DiffEntry>,
+    /// What normalization changed in the imported document, with paths in it.
+    pub adjustments: Vec<Adjustment>,
+}

@@ -11,15 +11,17 @@ use charon_core::config::Config;
 pub fn load(path: &Path) -> anyhow::Result<Option<Config>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    match Config::from_yaml(&text) {
-        Ok((config, adjustments)) => {
+    // The same rules as `charon serve`: the limits, and an optional
+    // `server:` section.
+    match charon_server::reload::parse_text(&text) {
+        Ok((config, adjustments, _)) => {
             for a in adjustments {
                 eprintln!("{}: normalized: {a}", path.display());
             }
             Ok(Some(config))
         }
-        Err(errors) => {
-            for e in errors.0 {
+        Err(problems) => {
+            for e in problems {
                 eprintln!("{}: {e}", path.display());
             }
             Ok(None)

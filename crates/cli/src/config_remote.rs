@@ -29,7 +29,9 @@ pub struct RemoteArgs {
     )]
     url: String,
     /// Bearer token (a write token for `apply`). Prefer the environment
-    /// variable: command lines are visible to other users.
+    /// variable: command lines are visible to other users. Without one,
+    /// the token `charon serve` made for its embedded service is used if
+    /// `charon.db.token` is in the current directory.
     #[arg(
         long,
         env = "CHARON_CONFIG_TOKEN",
@@ -41,9 +43,14 @@ pub struct RemoteArgs {
 
 impl RemoteArgs {
     fn client(&self) -> anyhow::Result<ConfigClient> {
+        let token = self.token.clone().or_else(|| {
+            std::fs::read_to_string(crate::serve::token_file("charon.db"))
+                .ok()
+                .map(|t| t.trim().to_owned())
+        });
         Ok(ConfigClient::new(
             &self.url,
-            self.token.clone(),
+            token,
             Duration::from_secs(30),
         )?)
     }

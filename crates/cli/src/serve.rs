@@ -1,50 +1,95 @@
 //! `charon serve`: wiring only. Flags become settings, settings become a
-//! store, a limiter and listeners; the server crate does the serving.
+//! store, a limiter, a configuration source and listeners; the server and
+//! config-service crates do the serving.
+//!
+//! Where the limits come from:
+//! - `--config FILE`: a file, reloaded on change and on SIGHUP;
+//! - `--config-url URL`: a configuration service, polled for deltas every
+//!   `--config-refresh` and on SIGHUP, its last view kept while it is down;
+//! - neither (the embedded default): a configuration service in this
+//!   process on the database `--db` (a local SQLite file by default),
+//!   mounted on the HTTP address, which the limiter follows like any other.
+//!
+//! `--config-api-only` runs just the configuration service (production
+//! splits it from the limiting servers).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use charon_config_service::feed::{ConfigFeed, FeedHandle, FeedOptions};
+use charon_config_service::{AppState, Tokens};
+use charon_core::config::Config;
 use charon_limiter::Limiter;
-use charon_server::{ServerOptions, ServerState, reload};
+use charon_server::reload::{self, FileServerSettings};
+use charon_server::{ConfigReport, ServerOptions, ServerState};
 use charon_store::{MemoryStore, Store, SystemClock};
 use clap::Args;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tracing::{error, info};
 
 /// Flags of `charon serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// The limits (SPEC §6 YAML). Reloaded on SIGHUP and when the file
-    /// changes.
-    #[arg(long, value_name = "FILE", env = "CHARON_CONFIG")]
-    pub config: PathBuf,
-    /// gRPC address.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:7070",
-        env = "CHARON_LISTEN"
-    )]
-    pub listen: String,
-    /// HTTP address: /metrics, /healthz, /readyz and web pages.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:7071",
-        env = "CHARON_HTTP_LISTEN"
-    )]
-    pub http_listen: String,
-    /// Where state lives: `memory` (this process only) or `redis://host:port`.
+    /// Limits from this file (SPEC §6 YAML), reloaded on SIGHUP and when it
+    /// changes. It may carry a `server:` section (store, listen,
+    /// http_listen) that these flags override.
+    #[arg(long, value_name = "FILE", env = "CHARON_CONFIG", conflicts_with_all = ["config_url", "config_api_only"])]
+    pub config: Option<PathBuf>,
+    /// Limits from the configuration service at this URL.
     #[arg(
         long,
         value_name = "URL",
-        default_value = "memory",
-        env = "CHARON_STORE"
+        env = "CHARON_CONFIG_URL",
+        conflicts_with = "config_api_only"
     )]
-    pub store: String,
+    pub config_url: Option<String>,
+    /// How often to ask the configuration service for changes.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub config_refresh: Duration,
+    /// Keep the last configuration view in this file, so a server that
+    /// starts while the configuration service is down still has limits.
+    #[arg(long, value_name = "FILE")]
+    pub config_cache: Option<PathBuf>,
+    /// Bearer token(s) of the configuration service: with --config-url, the
+    /// token to read with (if it needs one); for the embedded service, the
+    /// write tokens it accepts (`write:S,read:S`; a bare S is a write
+    /// token). Without one, the embedded service makes a write token and
+    /// keeps it in `<db>.token`.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CHARON_CONFIG_TOKEN",
+        hide_env_values = true
+    )]
+    pub config_token: Option<String>,
+    /// The embedded configuration service's database: a SQLite file path
+    /// or a `postgres://` URL.
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        default_value = "charon.db",
+        env = "CHARON_DB"
+    )]
+    pub db: String,
+    /// Run only the configuration service (on the HTTP address), no limiter.
+    #[arg(long)]
+    pub config_api_only: bool,
+    /// gRPC address [default: 127.0.0.1:7070].
+    #[arg(long, value_name = "ADDR", env = "CHARON_LISTEN")]
+    pub listen: Option<String>,
+    /// HTTP address: /metrics, /healthz, /readyz, the simulator page and
+    /// the embedded configuration API [default: 127.0.0.1:7071].
+    #[arg(long, value_name = "ADDR", env = "CHARON_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
+    /// Where state lives: `memory` (this process only) or
+    /// `redis://host:port` [default: memory].
+    #[arg(long, value_name = "URL", env = "CHARON_STORE")]
+    pub store: Option<String>,
     /// A client that stops answering is detected, and its holds released,
     /// within about this long.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
@@ -54,7 +99,8 @@ pub struct ServeArgs {
     pub shutdown_grace: Duration,
 }
 
-/// Exit code of a server that resigned or lost its store for good.
+/// Exit code of a server whose store made it stop (a Redis server that
+/// resigned).
 const EXIT_RESIGNED: u8 = 3;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -68,40 +114,104 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(args))
+    runtime.block_on(async move {
+        if args.config_api_only {
+            config_api_only(args).await
+        } else {
+            serve(args).await
+        }
+    })
+}
+
+/// Where the limits come from.
+enum Source {
+    File(PathBuf),
+    Service(String),
+    Embedded(AppState),
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match reload::load_file(&args.config) {
-        Ok(c) => c,
-        Err(errors) => bail!("invalid configuration:\n{errors}"),
+    let (source, initial, file_settings) = match (&args.config, &args.config_url) {
+        (Some(path), _) => {
+            let (config, settings) = reload::load_file(path)
+                .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
+            (Source::File(path.clone()), Some(config), settings)
+        }
+        (None, Some(url)) => (
+            Source::Service(url.clone()),
+            None,
+            FileServerSettings::default(),
+        ),
+        (None, None) => (
+            Source::Embedded(open_embedded(&args).await?),
+            None,
+            FileServerSettings::default(),
+        ),
     };
-    let store = open_store(&args.store)?;
-    let limiter = Limiter::new(config, store.clone());
+    let store_url = args
+        .store
+        .clone()
+        .or(file_settings.store)
+        .unwrap_or_else(|| "memory".to_owned());
+    let listen = args
+        .listen
+        .clone()
+        .or(file_settings.listen)
+        .unwrap_or_else(|| "127.0.0.1:7070".to_owned());
+    let http_listen = args
+        .http_listen
+        .clone()
+        .or(file_settings.http_listen)
+        .unwrap_or_else(|| "127.0.0.1:7071".to_owned());
+
+    let store = open_store(&store_url).await?;
+    let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let options = ServerOptions {
         keepalive: args.keepalive,
         shutdown_grace: args.shutdown_grace,
         ..ServerOptions::default()
     };
     let state = ServerState::new(limiter, options);
-    state
-        .config_source
-        .store(Arc::new(format!("file {}", args.config.display())));
-    let grpc = TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (gRPC)", args.listen))?;
-    let http = TcpListener::bind(&args.http_listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (HTTP)", args.http_listen))?;
+    let grpc = bind(&listen, "gRPC").await?;
+    let http = bind(&http_listen, "HTTP").await?;
+    let http_addr = http.local_addr()?;
+
+    let wrote = Arc::new(Notify::new());
+    let mut routes = charon_simulator_web::router();
+    let described = match &source {
+        Source::File(path) => {
+            state.report_config(reload::file_report(path, None));
+            reload::spawn_file_reloader(state.clone(), path.clone());
+            format!("configuration from {}", path.display())
+        }
+        Source::Service(url) => format!("configuration from the service at {url}"),
+        Source::Embedded(app) => {
+            routes = routes.merge(refresh_after_writes(
+                charon_config_service::router(app.clone()),
+                wrote.clone(),
+            ));
+            format!(
+                "configuration from the embedded service on {http_addr}, database {}",
+                args.db
+            )
+        }
+    };
     info!(
-        "charon listening on {} (gRPC) and {} (HTTP), store {}, configuration from {}",
+        "charon listening on {} (gRPC) and {http_addr} (HTTP), store {}, {described}",
         grpc.local_addr()?,
-        http.local_addr()?,
         store.kind(),
-        args.config.display()
     );
-    reload::spawn_file_reloader(state.clone(), args.config.clone());
-    spawn_signal_handler(state.clone());
+    let server = tokio::spawn(charon_server::serve(state.clone(), grpc, http, routes));
+
+    // The feed must outlive the server: dropping its handle stops it.
+    let _feed = match &source {
+        Source::File(_) => {
+            spawn_signal_handler(state.clone(), None);
+            None
+        }
+        Source::Service(url) => Some(follow(&state, url, &args, wrote)?),
+        Source::Embedded(_) => Some(follow(&state, &loopback_url(http_addr), &args, wrote)?),
+    };
     let maintenance = {
         let (state, store) = (state.clone(), store.clone());
         tokio::spawn(async move {
@@ -112,7 +222,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             reason
         })
     };
-    charon_server::serve(state, grpc, http, charon_simulator_web::router()).await?;
+    server.await??;
+    if let Source::Embedded(app) = &source {
+        app.close().await;
+    }
     if maintenance.is_finished() {
         return Ok(ExitCode::from(EXIT_RESIGNED));
     }
@@ -120,28 +233,208 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({what})"))
+}
+
+async fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
     match url {
         "memory" | "memory://" => Ok(Arc::new(MemoryStore::new(Arc::new(SystemClock::new())))),
         other => bail!("unsupported store {other:?} (expected memory or redis://host:port)"),
     }
 }
 
-/// SIGTERM and SIGINT start a graceful shutdown.
-fn spawn_signal_handler(state: Arc<ServerState>) {
+/// Opens the embedded configuration service's database, with the write
+/// tokens given or one made up and kept beside the database.
+async fn open_embedded(args: &ServeArgs) -> anyhow::Result<AppState> {
+    let tokens = match &args.config_token {
+        Some(spec) => Tokens::parse(spec).map_err(|e| anyhow::anyhow!("--config-token: {e}"))?,
+        None => Tokens::new().writer(embedded_token(&args.db)?),
+    };
+    AppState::open(&args.db, tokens)
+        .await
+        .with_context(|| format!("cannot open the configuration database {}", args.db))
+}
+
+/// The embedded service's write token when none is configured: read from
+/// `<db>.token`, or made up and written there (readable by its owner only).
+fn embedded_token(db: &str) -> anyhow::Result<String> {
+    let path = token_file(db);
+    if let Ok(token) = std::fs::read_to_string(&path) {
+        return Ok(token.trim().to_owned());
+    }
+    let token = format!("{:032x}", rand::random::<u128>());
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    writeln!(f, "{token}")?;
+    info!(
+        "the configuration API's write token is in {}",
+        path.display()
+    );
+    Ok(token)
+}
+
+/// Where the embedded service keeps its made-up write token.
+pub fn token_file(db: &str) -> PathBuf {
+    let file = if db.contains("://") {
+        "charon.db"
+    } else {
+        db.trim_start_matches("sqlite:")
+    };
+    PathBuf::from(format!("{file}.token"))
+}
+
+fn loopback_url(addr: SocketAddr) -> String {
+    let ip = if addr.ip().is_unspecified() {
+        "127.0.0.1".parse().unwrap_or(addr.ip())
+    } else {
+        addr.ip()
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// The embedded service's routes, telling the feed to refresh after every
+/// successful write so a change applies at once, not at the next poll.
+fn refresh_after_writes(routes: axum::Router, wrote: Arc<Notify>) -> axum::Router {
+    routes.layer(axum::middleware::map_response(
+        move |method: axum::http::Method, response: axum::response::Response| {
+            let wrote = wrote.clone();
+            async move {
+                if method != axum::http::Method::GET && response.status().is_success() {
+                    wrote.notify_one();
+                }
+                response
+            }
+        },
+    ))
+}
+
+/// Keeps the limiter's configuration in step with the service at `url`:
+/// a feed polling every `--config-refresh`, refreshed at once on SIGHUP or
+/// after a write to the embedded service, reported in /readyz and /metrics.
+fn follow(
+    state: &Arc<ServerState>,
+    url: &str,
+    args: &ServeArgs,
+    wrote: Arc<Notify>,
+) -> anyhow::Result<Arc<FeedHandle>> {
+    let options = FeedOptions {
+        token: args
+            .config_url
+            .is_some()
+            .then(|| args.config_token.clone())
+            .flatten(),
+        cache_file: args.config_cache.clone(),
+        ..FeedOptions::default()
+    };
+    let feed = ConfigFeed::new(url, options)
+        .map_err(|e| anyhow::anyhow!("configuration service {url}: {e}"))?;
+    let source = format!("service {url}");
+    state.limiter.replace_config(Config::clone(&feed.config()));
+    state.report_config(ConfigReport {
+        source: source.clone(),
+        version: feed.version(),
+        loaded: feed.is_loaded(),
+        problem: None,
+    });
+    let limiter = state.limiter.clone();
+    let handle = Arc::new(feed.spawn(args.config_refresh, move |_, config| {
+        limiter.replace_config(Config::clone(&config))
+    }));
+    let mut status = handle.subscribe();
+    let reporter = state.clone();
+    tokio::spawn(async move {
+        while status.changed().await.is_ok() {
+            let s = status.borrow_and_update().clone();
+            reporter.report_config(ConfigReport {
+                source: source.clone(),
+                version: s.version,
+                loaded: s.loaded,
+                problem: s
+                    .last_error
+                    .map(|e| format!("the configuration service could not be reached: {e}")),
+            });
+        }
+    });
+    spawn_signal_handler(state.clone(), Some(Refresher(handle.clone(), wrote)));
+    Ok(handle)
+}
+
+/// What asks the feed for a refresh now: the feed, and the signal that the
+/// embedded service was written to.
+struct Refresher(Arc<FeedHandle>, Arc<Notify>);
+
+/// SIGTERM and SIGINT start a graceful shutdown; SIGHUP refreshes the
+/// configuration from its service (a file source has its own SIGHUP
+/// handling in the reloader).
+fn spawn_signal_handler(state: Arc<ServerState>, refresher: Option<Refresher>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
         ) else {
-            error!("cannot listen for SIGTERM/SIGINT");
+            error!("cannot listen for signals");
             return;
         };
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: shutting down"),
-            _ = int.recv() => info!("SIGINT: shutting down"),
+        let never = Arc::new(Notify::new());
+        let wrote = refresher.as_ref().map_or(never, |r| r.1.clone());
+        loop {
+            tokio::select! {
+                _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
+                _ = int.recv() => { info!("SIGINT: shutting down"); break; }
+                _ = hup.recv() => match &refresher {
+                    Some(r) => { info!("SIGHUP: refreshing the configuration"); r.0.refresh_now(); }
+                    None => {}
+                },
+                () = wrote.notified() => if let Some(r) = &refresher { r.0.refresh_now(); },
+            }
         }
         state.shutdown.trigger();
     });
+}
+
+/// `charon serve --config-api-only`: the configuration service alone.
+async fn config_api_only(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let app = open_embedded(&args).await?;
+    let http_listen = args
+        .http_listen
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1:7071".to_owned());
+    let http = bind(&http_listen, "HTTP").await?;
+    info!(
+        "charon configuration service listening on {} (HTTP), database {}",
+        http.local_addr()?,
+        args.db
+    );
+    let shutdown = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            }
+            _ => std::future::pending().await,
+        }
+        info!("shutting down");
+    };
+    let routes = charon_config_service::router(app.clone())
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    axum::serve(http, routes)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    app.close().await;
+    info!("stopped");
+    Ok(ExitCode::SUCCESS)
 }

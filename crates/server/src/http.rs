@@ -38,35 +38,32 @@ async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoRespo
     )
 }
 
-/// 200 when the server can decide correctly now: not shutting down, and
-/// its store answers within a second. The body says why not otherwise.
+/// 200 when the server can decide correctly now: not shutting down, a
+/// configuration loaded, and its store answering within a second. The body
+/// says which store and configuration are in force, or why not ready.
 async fn ready(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
-    let source = state.config_source.load();
+    let config = state.config_report();
+    let mut about = format!("config: {} version {}", config.source, config.version);
+    if let Some(problem) = &config.problem {
+        about.push_str(&format!(" (still in force: {problem})"));
+    }
+    let unavailable = |why: String| (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n{about}\n"));
     if state.shutdown.is_triggered() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting down\n".to_owned(),
-        );
+        return unavailable("shutting down".to_owned());
+    }
+    if !config.loaded {
+        return unavailable("no configuration loaded yet".to_owned());
     }
     if !state.is_ready() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready\nconfig: {source}\n"),
-        );
+        return unavailable("not ready".to_owned());
     }
     let store = state.limiter.store();
     match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
         Ok(Ok(())) => (
             StatusCode::OK,
-            format!("ready\nstore: {}\nconfig: {source}\n", store.kind()),
+            format!("ready\nstore: {}\n{about}\n", store.kind()),
         ),
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("store: {e}\nconfig: {source}\n"),
-        ),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("store: no answer within 1s\nconfig: {source}\n"),
-        ),
+        Ok(Err(e)) => unavailable(format!("store: {e}")),
+        Err(_) => unavailable("store: no answer within 1s".to_owned()),
     }
 }

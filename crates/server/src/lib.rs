@@ -65,9 +65,23 @@ pub struct ServerState {
     pub options: ServerOptions,
     pub shutdown: Shutdown,
     ready: AtomicBool,
-    /// A human summary of where the configuration comes from and which
-    /// version is in force, for `/readyz`.
-    pub config_source: arc_swap::ArcSwap<String>,
+    config: arc_swap::ArcSwap<ConfigReport>,
+}
+
+/// Where the configuration in force came from, for `/readyz` and
+/// `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigReport {
+    /// `file limits.yaml`, `service http://…`.
+    pub source: String,
+    /// The version in force (0 for a file).
+    pub version: u64,
+    /// Whether a configuration was ever loaded (a server fed by a
+    /// configuration service it has never reached is not ready).
+    pub loaded: bool,
+    /// The last problem getting a newer one, if any (the server goes on
+    /// with the configuration in force).
+    pub problem: Option<String>,
 }
 
 impl ServerState {
@@ -78,8 +92,19 @@ impl ServerState {
             options,
             shutdown: Shutdown::new(),
             ready: AtomicBool::new(true),
-            config_source: arc_swap::ArcSwap::from_pointee(String::new()),
+            config: arc_swap::ArcSwap::from_pointee(ConfigReport::default()),
         })
+    }
+
+    /// Records where the configuration in force came from.
+    pub fn report_config(&self, report: ConfigReport) {
+        metrics::config_version(report.version);
+        self.config.store(std::sync::Arc::new(report));
+    }
+
+    /// Where the configuration in force came from.
+    pub fn config_report(&self) -> std::sync::Arc<ConfigReport> {
+        self.config.load_full()
     }
 
     /// Whether `/readyz` should say yes (the store is checked separately).

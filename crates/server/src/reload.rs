@@ -7,22 +7,80 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_core::config::Config;
+use charon_core::config::{Adjustment, Config};
 use notify::Watcher;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use crate::ServerState;
 use crate::metrics;
+use crate::{ConfigReport, ServerState};
+
+/// Server settings a configuration file may carry beside the limits, in a
+/// top-level `server:` mapping (`store`, `listen`, `http_listen`). Flags and
+/// environment variables take precedence; they are read at start-up only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileServerSettings {
+    pub store: Option<String>,
+    pub listen: Option<String>,
+    pub http_listen: Option<String>,
+}
+
+const SERVER_FIELDS: &[&str] = &["store", "listen", "http_listen"];
+
+/// Validates configuration text: the limits of SPEC §6 plus an optional
+/// `server:` section. Every problem is reported, one per line.
+pub fn parse_text(
+    text: &str,
+) -> Result<(Config, Vec<Adjustment>, FileServerSettings), Vec<String>> {
+    let mut value: serde_json::Value =
+        serde_saphyr::from_str(text).map_err(|e| vec![format!("not valid YAML: {e}")])?;
+    let mut problems = Vec::new();
+    let mut settings = FileServerSettings::default();
+    if let Some(server) = value.as_object_mut().and_then(|m| m.remove("server")) {
+        match server {
+            serde_json::Value::Object(m) => {
+                for (key, v) in m {
+                    let slot = match key.as_str() {
+                        "store" => &mut settings.store,
+                        "listen" => &mut settings.listen,
+                        "http_listen" => &mut settings.http_listen,
+                        _ => {
+                            problems.push(format!(
+                                "server.{key}: unknown field (expected one of: {})",
+                                SERVER_FIELDS.join(", ")
+                            ));
+                            continue;
+                        }
+                    };
+                    match v {
+                        serde_json::Value::String(s) => *slot = Some(s),
+                        other => {
+                            problems.push(format!("server.{key}: expected a string, found {other}"))
+                        }
+                    }
+                }
+            }
+            serde_json::Value::Null => {}
+            other => problems.push(format!("server: expected a mapping, found {other}")),
+        }
+    }
+    match Config::from_value(&value) {
+        Ok((config, adjustments)) if problems.is_empty() => Ok((config, adjustments, settings)),
+        Ok(_) => Err(problems),
+        Err(errors) => {
+            problems.extend(errors.0.iter().map(ToString::to_string));
+            Err(problems)
+        }
+    }
+}
 
 /// Reads and validates a configuration file; the error lists every
 /// problem, one per line, prefixed with the file name.
-pub fn load_file(path: &Path) -> Result<Config, String> {
+pub fn load_file(path: &Path) -> Result<(Config, FileServerSettings), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (config, adjustments) = Config::from_yaml(&text).map_err(|errors| {
-        errors
-            .0
+    let (config, adjustments, settings) = parse_text(&text).map_err(|problems| {
+        problems
             .iter()
             .map(|e| format!("{}: {e}", path.display()))
             .collect::<Vec<_>>()
@@ -31,7 +89,17 @@ pub fn load_file(path: &Path) -> Result<Config, String> {
     for a in adjustments {
         info!(file = %path.display(), "normalized: {a}");
     }
-    Ok(config)
+    Ok((config, settings))
+}
+
+/// What `/readyz` says about a configuration file in force.
+pub fn file_report(path: &Path, problem: Option<String>) -> ConfigReport {
+    ConfigReport {
+        source: format!("file {}", path.display()),
+        version: 0,
+        loaded: true,
+        problem,
+    }
 }
 
 /// Watches `path` and reloads it into `state.limiter` on change or SIGHUP,
@@ -86,17 +154,19 @@ async fn watch(state: Arc<ServerState>, path: PathBuf) -> Result<(), String> {
 
 fn apply(state: &ServerState, path: &Path) {
     match load_file(path) {
-        Ok(config) => {
+        Ok((config, _)) => {
             let resources = config.resources().len();
             state.limiter.replace_config(config);
-            state
-                .config_source
-                .store(Arc::new(format!("file {}", path.display())));
+            state.report_config(file_report(path, None));
             metrics::config_reload(true);
             info!(file = %path.display(), resources, "configuration reloaded");
         }
         Err(errors) => {
             metrics::config_reload(false);
+            state.report_config(file_report(
+                path,
+                Some("the file changed and is invalid; see the log".to_owned()),
+            ));
             error!(file = %path.display(), "configuration refused; the previous one stays in force:\n{errors}");
         }
     }

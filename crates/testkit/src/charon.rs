@@ -26,26 +26,51 @@ impl CharonProcess {
     /// Starts `bin serve --config <config> <extra args>` and waits until
     /// `/readyz` answers 200.
     pub fn start(bin: &Path, config: &str, extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("limits.yaml"), config).expect("write config");
-        let process = Self {
+        let process = Self::unstarted();
+        std::fs::write(process.config_path(), config).expect("write config");
+        let config_path = process.config_path().display().to_string();
+        let mut args = vec!["--config", config_path.as_str()];
+        args.extend_from_slice(extra);
+        process.spawn_into(bin, &args, "/readyz")
+    }
+
+    /// Starts `bin serve <args>` (with free `--listen`/`--http-listen`) and
+    /// waits until `ready_path` answers 200. `{dir}` in an argument is
+    /// replaced by the process's temporary directory.
+    pub fn start_args(bin: &Path, args: &[&str], ready_path: &str) -> Self {
+        let process = Self::unstarted();
+        let dir = process.dir().display().to_string();
+        let args: Vec<String> = args.iter().map(|a| a.replace("{dir}", &dir)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        process.spawn_into(bin, &args, ready_path)
+    }
+
+    fn unstarted() -> Self {
+        Self {
             child: None,
             grpc_port: free_port(),
             http_port: free_port(),
-            dir,
-        };
-        process.spawn_into(bin, extra)
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
-    fn spawn_into(mut self, bin: &Path, extra: &[&str]) -> Self {
+    /// The process's temporary directory (configuration, log, databases).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `http://127.0.0.1:PORT` of the HTTP side.
+    pub fn http_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    fn spawn_into(mut self, bin: &Path, args: &[&str], ready_path: &str) -> Self {
         let log = std::fs::File::create(self.dir.path().join("charon.log")).expect("log file");
         let child = Command::new(bin)
             .arg("serve")
-            .arg("--config")
-            .arg(self.config_path())
             .args(["--listen", &format!("127.0.0.1:{}", self.grpc_port)])
             .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port)])
-            .args(extra)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -53,7 +78,7 @@ impl CharonProcess {
             .expect("spawn charon serve");
         self.child = Some(child);
         let ready = wait_until(Duration::from_secs(20), || {
-            self.http_get("/readyz")
+            self.http_get(ready_path)
                 .is_some_and(|(code, _)| code == 200)
         });
         assert!(ready, "charon serve did not become ready:\n{}", self.log());

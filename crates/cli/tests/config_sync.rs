@@ -1,0 +1,229 @@
+//! Issue 5: limiting servers follow the configuration service. A running
+//! `charon serve --config-url` picks up changes made through the API within
+//! its refresh interval and decides by them, and goes on deciding by its
+//! last view while the service is down. Also the embedded default: one
+//! process, the API on a local SQLite file.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use charon_client::{Client, ClientOptions};
+use charon_testkit::CharonProcess;
+use serde_json::json;
+
+const TOKEN: &str = "sync-test-token";
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_charon"))
+}
+
+fn client(server: &CharonProcess) -> Client {
+    let mut o = ClientOptions::new(server.endpoint());
+    o.fail_open = false;
+    Client::connect(o).expect("client")
+}
+
+async fn put(url: String, body: serde_json::Value) -> u16 {
+    reqwest::Client::new()
+        .put(url)
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("the API answers")
+        .status()
+        .as_u16()
+}
+
+async fn tier_limit(c: &Client) -> Option<u64> {
+    c.request("api", "probe")
+        .send()
+        .await
+        .expect("ok")
+        .reply
+        .and_then(|r| r.tier_limit)
+}
+
+async fn within(limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limiting_server_follows_the_service_and_survives_its_outage() {
+    let mut service = CharonProcess::start_args(
+        bin(),
+        &[
+            "--config-api-only",
+            "--db",
+            "{dir}/config.db",
+            "--config-token",
+            TOKEN,
+        ],
+        "/healthz",
+    );
+    let api = service.http_url();
+    let status = put(
+        format!("{api}/v1/resources/api"),
+        json!({"kind": "rate", "tiers": [ {"limit": 5, "window": "10s"} ]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let status = put(
+        format!("{api}/v1/resources/vm"),
+        json!({"kind": "copy", "domain_limit": 5, "groups": [ {"name": "probation", "limit": 1, "domains": ["a"]} ]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+
+    let limiter = CharonProcess::start_args(
+        bin(),
+        &["--config-url", &api, "--config-refresh", "500ms"],
+        "/readyz",
+    );
+    let c = client(&limiter);
+    assert_eq!(tier_limit(&c).await, Some(5));
+    let mut b = c
+        .reserve("vm", "b")
+        .copies(3)
+        .send()
+        .await
+        .expect("reserve");
+    assert_eq!(
+        (b.copies(), b.groups().len()),
+        (3, 0),
+        "b is in no group yet"
+    );
+    b.release_all().await.expect("release");
+
+    // A tier limit lowered through the API.
+    let status = put(
+        format!("{api}/v1/resources/api"),
+        json!({"kind": "rate", "tiers": [ {"limit": 2, "window": "10s"} ]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let took = within(Duration::from_secs(3), async || {
+        tier_limit(&c).await == Some(2)
+    })
+    .await;
+    assert!(
+        took.is_some_and(|t| t <= Duration::from_millis(1_500)),
+        "picked up after {took:?} (refresh 500 ms)"
+    );
+    // The hits already in the window count against the new limit.
+    assert_eq!(
+        c.request("api", "probe").send().await.expect("ok").granted,
+        0
+    );
+
+    // A domain added to a group through the API.
+    let status = put(
+        format!("{api}/v1/resources/vm/groups/probation/domains/b"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let in_group = within(Duration::from_secs(3), async || {
+        let mut h = c
+            .reserve("vm", "b")
+            .copies(3)
+            .send()
+            .await
+            .expect("reserve");
+        let in_group = h.groups() == ["probation"];
+        h.release_all().await.expect("release");
+        in_group
+    })
+    .await;
+    assert!(in_group.is_some(), "the membership was picked up");
+    let h = c
+        .reserve("vm", "b")
+        .copies(3)
+        .send()
+        .await
+        .expect("reserve");
+    assert_eq!(
+        h.copies(),
+        1,
+        "now bound by the probation group's limit of 1"
+    );
+    drop(h);
+
+    let metrics = limiter.http_get("/metrics").expect("metrics").1;
+    assert!(metrics.contains("charon_config_version 4"), "{metrics}");
+    let ready = limiter.http_get("/readyz").expect("readyz");
+    assert_eq!(ready.0, 200);
+    assert!(ready.1.contains("version 4"), "{}", ready.1);
+
+    // The service goes away: the limiter keeps its last view.
+    service.kill();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    for i in 0..20 {
+        let g = c
+            .request("api", format!("after-{i}"))
+            .copies(3)
+            .send()
+            .await
+            .expect("still deciding");
+        assert_eq!(g.granted, 2, "decided by the last view (limit 2)");
+    }
+    let ready = limiter.http_get("/readyz").expect("readyz");
+    assert_eq!(ready.0, 200, "{}", ready.1);
+    assert!(
+        ready.1.contains("version 4") && ready.1.contains("could not be reached"),
+        "{}",
+        ready.1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_default_serves_the_api_and_decides_by_it() {
+    let server = CharonProcess::start_args(
+        bin(),
+        &["--db", "{dir}/charon.db", "--config-token", TOKEN],
+        "/readyz",
+    );
+    let c = client(&server);
+    assert!(
+        c.request("api", "d").send().await.is_err(),
+        "no resource configured yet"
+    );
+    let yaml = "resources: [ { name: api, kind: rate, tiers: [ { limit: 3, window: 1s } ] } ]";
+    let status = reqwest::Client::new()
+        .put(format!("{}/v1/config", server.http_url()))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/yaml")
+        .body(yaml)
+        .send()
+        .await
+        .expect("the API answers")
+        .status();
+    assert!(status.is_success(), "{status}");
+    // A write to the embedded service applies at once, not at the next poll.
+    let took = within(Duration::from_secs(2), async || {
+        c.request("api", "d").send().await.is_ok()
+    })
+    .await;
+    assert!(
+        took.is_some_and(|t| t < Duration::from_millis(500)),
+        "{took:?}"
+    );
+    assert_eq!(tier_limit(&c).await, Some(3));
+    let unauthorized = reqwest::Client::new()
+        .put(format!("{}/v1/config", server.http_url()))
+        .body(yaml)
+        .send()
+        .await
+        .expect("answers")
+        .status();
+    assert_eq!(unauthorized.as_u16(), 401);
+}

@@ -130,7 +130,7 @@ impl MemoryStore {
         let now = self.now();
         let pairs = self
             .pairs
-            .retain(|e| !e.forget_at.is_some_and(|f| now >= f));
+            .retain(|e| e.forget_at.is_none_or(|f| now < f));
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()

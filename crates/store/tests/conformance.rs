@@ -257,6 +257,32 @@ async fn rate_state_is_forgotten_after_the_dormant_grace(f: &Fixture) {
     assert!(r.burst, "forgotten: the next request enters tier 1 again");
 }
 
+/// A rejection changes nothing a decision sees, but it may move the time
+/// from which the state is forgotten (here: the upper tier's hits leave
+/// with it, so the dormant tier 1 is forgotten earlier); the next reply
+/// must say so in every store.
+async fn rate_a_rejection_can_move_the_forget_time(f: &Fixture) {
+    let tiers = [
+        tier(5, 1_000, None, 0, false),
+        tier(5, 1_000, Some(5_000), 0, false),
+    ];
+    let l = RateLimits {
+        hard_limit: Some(6),
+        global_limit: None,
+        tiers: &tiers,
+    };
+    assert_eq!(brief(&ask(f, 0, "d", l, 5, 5).await), (5, 1, 5, true));
+    assert_eq!(brief(&ask(f, 100, "d", l, 1, 1).await), (1, 2, 1, true));
+    let r = ask(f, 5_100, "d", l, 7, 7).await;
+    assert_eq!((r.granted, r.hard_limited), (0, true));
+    let r = ask(f, 1_001 + DORMANT_GRACE + 50, "d", l, 1, 1).await;
+    assert_eq!(
+        brief(&r),
+        (1, 1, 1, true),
+        "forgotten from 1001 + grace, not 1101 + grace"
+    );
+}
+
 fn copy_limits() -> CopyLimits {
     CopyLimits {
         domain_limit: 4,
@@ -474,6 +500,7 @@ macro_rules! suite {
                 rate_hard_and_global_limits,
                 rate_ignored_and_unbounded,
                 rate_state_is_forgotten_after_the_dormant_grace,
+                rate_a_rejection_can_move_the_forget_time,
                 copies_respect_domain_group_and_global_limits,
                 release_beyond_held_is_refused_and_changes_nothing,
                 transfers_stage_expire_and_seize,

@@ -128,9 +128,7 @@ impl MemoryStore {
     /// every staged transfer whose ttl has passed.
     pub fn sweep(&self) -> Swept {
         let now = self.now();
-        let pairs = self
-            .pairs
-            .retain(|e| e.forget_at.is_none_or(|f| now < f));
+        let pairs = self.pairs.retain(|e| e.forget_at.is_none_or(|f| now < f));
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()

@@ -127,6 +127,16 @@ fn outcome<T: Debug>(r: &Result<T, LimitError>) -> String {
     }
 }
 
+/// The outcome of `Session::end`.
+type Ended = Result<u64, (LimitError, Vec<(Hold, u64)>)>;
+
+fn ended(e: Ended) -> String {
+    match e {
+        Ok(n) => format!("released {n}"),
+        Err((e, _)) => panic!("ending a session failed: {e}"),
+    }
+}
+
 struct Scenario {
     clock: Arc<ManualClock>,
     memory: Side,
@@ -299,11 +309,7 @@ impl Scenario {
                 self.redis.sessions[s] = Some(self.redis.limiter.session());
                 self.saw("session ended");
                 let what = format!("t={t} s{s}.end()");
-                let show = |x: &Result<u64, (LimitError, Vec<(Hold, u64)>)>| match x {
-                    Ok(n) => format!("released {n}"),
-                    Err((e, _)) => panic!("ending a session failed: {e}"),
-                };
-                self.check(what, show(&m), show(&r));
+                self.check(what, ended(m), ended(r));
             }
         }
         for s in 0..SESSIONS {
@@ -332,7 +338,11 @@ impl Scenario {
 
 async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<String, usize>) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let start = if seed % 2 == 0 { 0 } else { 1_700_000_000_000 };
+    let start = if seed.is_multiple_of(2) {
+        0
+    } else {
+        1_700_000_000_000
+    };
     let clock = Arc::new(ManualClock::new(start));
     let (config, _) = Config::from_yaml(CONFIG).unwrap();
     let memory = Limiter::new(

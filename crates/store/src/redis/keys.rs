@@ -8,6 +8,7 @@
 //! <prefix>:{<resource>}:s:<member>     one member's contribution to the counts
 //! <prefix>:{<resource>}:x              staged transfers
 //! <prefix>:{<resource>}:xe             staged transfers by expiry
+//! <prefix>:{<resource>}:o:<member>:<n> what a member's copy operation did
 //! <prefix>:{%m}:servers                registered members
 //! <prefix>:{%m}:live:<member>          a member's liveness (PX ttl)
 //! <prefix>:{%m}:keys:<member>          resources a member contributed to
@@ -62,6 +63,11 @@ impl Keys {
     /// staging and staging expiry.
     pub(crate) fn copies(&self, resource: &str, member: &str) -> CopyKeys {
         CopyKeys::under(self.resource(resource), member)
+    }
+
+    /// The record of one copy operation of `member` (see `copy.lua`).
+    pub(crate) fn op_record(&self, resource: &str, member: &str, seq: u64) -> String {
+        format!("{}:o:{member}:{seq}", self.resource(resource))
     }
 
     /// The copy keys of an already escaped tag (found by a scan).
@@ -267,6 +273,8 @@ mod tests {
         );
         assert_eq!(k.parse(&k.pair("r", "x}:c")), None);
         assert_eq!(k.parse(&k.global("r")), None);
+        assert_eq!(k.parse(&k.op_record("r", "m", 7)), None);
+        assert_eq!(k.op_record("r", "m", 7), "charon:{r}:o:m:7");
         assert_eq!(k.parse(&k.registry()), None);
         assert_eq!(k.parse("other:{r}:c"), None);
         assert_eq!(k.key_set_member(&k.key_set("m1")), Some("m1"));

@@ -20,6 +20,7 @@ mod reply;
 mod scripts;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -89,7 +90,21 @@ pub struct RedisStore {
     member: String,
     ttl: Duration,
     clock: Option<Arc<dyn Clock>>,
+    /// How long operation records stay (see `copy.lua`): past the time by
+    /// which an operation in doubt is undone or this member has resigned.
+    record_ttl: Duration,
+    /// Numbers this member's copy operations.
+    ops: AtomicU64,
     state: Mutex<MemberState>,
+    /// Copy operations whose reply was lost, to undo.
+    in_doubt: Mutex<Vec<InDoubt>>,
+}
+
+/// A copy operation that may or may not have run.
+#[derive(Debug, Clone)]
+struct InDoubt {
+    resource: String,
+    record: String,
 }
 
 /// What this member knows about its membership.
@@ -146,6 +161,9 @@ impl RedisStore {
             server_id: options.server_id,
             ttl: options.liveness_ttl,
             clock: options.clock,
+            record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
+            ops: AtomicU64::new(0),
+            in_doubt: Mutex::new(Vec::new()),
             state: Mutex::new(MemberState {
                 generation: String::new(),
                 renewed: Instant::now(),
@@ -264,20 +282,27 @@ impl RedisStore {
         }
     }
 
-    /// Runs a copy script that changes this member's contribution,
-    /// adding the resource to its key set first when `contributes`.
-    /// `None` when the script found nothing to act on (an unknown transfer).
+    /// Runs a copy script: `args` follow the test clock and the record
+    /// ttl. Adds the resource to this member's key set first when the
+    /// operation `contributes`. `None` when the script found nothing to act
+    /// on (an unknown transfer). An operation whose reply is lost is
+    /// remembered, to be undone (it was reported as failed).
     async fn copy_op(
         &self,
         script: &scripts::Script,
         resource: &str,
-        args: &[String],
+        args: Vec<String>,
         before: Vec<redis::Cmd>,
         contributes: bool,
     ) -> Result<Option<Reply>, StoreError> {
         self.check_member()?;
         let tag = keys::escape(resource);
         let k = self.keys.copies(resource, &self.member);
+        let record = self.keys.op_record(
+            resource,
+            &self.member,
+            self.ops.fetch_add(1, Ordering::Relaxed),
+        );
         let (mut first, epoch) = if contributes {
             self.key_set_add(&tag)
         } else {
@@ -285,11 +310,25 @@ impl RedisStore {
         };
         let adds_key = !first.is_empty();
         first.extend(before);
-        let v = self
-            .conn
-            .eval(script, &k.all(), args, &first)
-            .await
-            .inspect_err(|e| self.on_error(e))?;
+        let mut all_args = Vec::with_capacity(args.len() + 2);
+        all_args.push(self.clock_arg());
+        all_args.push(self.record_ttl.as_millis().to_string());
+        all_args.extend(args);
+        let [counts, contribution, staging, expiry] = k.all();
+        let keys = [counts, contribution, staging, expiry, record.as_str()];
+        let v = match self.conn.eval(script, &keys, &all_args, &first).await {
+            Ok(v) => v,
+            Err(e) => {
+                self.on_error(&e);
+                if matches!(e, StoreError::Unavailable(_)) {
+                    self.lock_in_doubt().push(InDoubt {
+                        resource: resource.to_owned(),
+                        record,
+                    });
+                }
+                return Err(e);
+            }
+        };
         if adds_key {
             self.key_set_added(&tag, epoch);
         }
@@ -301,6 +340,10 @@ impl RedisStore {
             "fenced" => Err(self.resign(
                 "other servers considered this server dead and removed its contributions".into(),
             )),
+            "cancelled" => Err(StoreError::Unavailable(format!(
+                "{} of {resource:?} was cancelled as in doubt",
+                script.name
+            ))),
             "short" | "bad" => {
                 let field = r.text()?;
                 let have = r.count()?;
@@ -316,6 +359,59 @@ impl RedisStore {
             }
             other => Err(bad(script.name, &format!("unknown status {other:?}"))),
         }
+    }
+
+    fn lock_in_doubt(&self) -> MutexGuard<'_, Vec<InDoubt>> {
+        self.in_doubt.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Copy operations whose reply was lost and that are not undone yet.
+    pub fn operations_in_doubt(&self) -> usize {
+        self.lock_in_doubt().len()
+    }
+
+    /// Undoes the copy operations whose reply was lost (each had been
+    /// reported as failed). Those that cannot be settled now stay for the
+    /// next round.
+    pub(super) async fn settle_in_doubt(&self) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut *self.lock_in_doubt());
+        let mut left = Vec::new();
+        let mut failure = None;
+        for op in pending {
+            if failure.is_some() {
+                left.push(op);
+                continue;
+            }
+            let k = self.keys.copies(&op.resource, &self.member);
+            let [counts, contribution, staging, expiry] = k.all();
+            let keys = [counts, contribution, staging, expiry, op.record.as_str()];
+            let args = [self.clock_arg(), self.record_ttl.as_millis().to_string()];
+            match self.conn.eval(&self.scripts.undo, &keys, &args, &[]).await {
+                Ok(v) => {
+                    let mut r = Reply::new(self.scripts.undo.name, v)?;
+                    match r.text()?.as_str() {
+                        "undone" => tracing::warn!(
+                            resource = %op.resource,
+                            operation = %r.text()?,
+                            "undid a copy operation whose reply was lost"
+                        ),
+                        "fenced" => {
+                            return Err(self.resign(
+                                "other servers considered this server dead and removed its contributions"
+                                    .into(),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+                Err(e) => {
+                    left.push(op);
+                    failure = Some(e);
+                }
+            }
+        }
+        self.lock_in_doubt().extend(left);
+        failure.map_or(Ok(()), Err)
     }
 }
 
@@ -417,7 +513,8 @@ impl Store for RedisStore {
         let v = self
             .conn
             .eval(&self.scripts.rate, &[&pair, &global], &args, &[])
-            .await?;
+            .await
+            .inspect_err(|e| self.on_error(e))?;
         let mut r = Reply::new(self.scripts.rate.name, v)?;
         let granted = r.count()?;
         let domain_hits_last_second = r.count()?;
@@ -451,8 +548,7 @@ impl Store for RedisStore {
         amount: Amount,
         enforcement: Enforcement,
     ) -> Result<ReserveReply, StoreError> {
-        let mut args = Vec::with_capacity(7 + 2 * limits.groups.len());
-        args.push(self.clock_arg());
+        let mut args = Vec::with_capacity(6 + 2 * limits.groups.len());
         args.push(domain.to_owned());
         args.push(amount.copies().to_string());
         args.push(amount.min_copies().to_string());
@@ -464,7 +560,7 @@ impl Store for RedisStore {
             args.push(limit_arg(g.limit));
         }
         let mut r = self
-            .copy_op(&self.scripts.reserve, resource, &args, Vec::new(), true)
+            .copy_op(&self.scripts.reserve, resource, args, Vec::new(), true)
             .await?
             .ok_or_else(|| bad("reserve", "none"))?;
         let granted = r.count()?;
@@ -482,8 +578,7 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {
-        let mut args = Vec::with_capacity(3 + hold.groups.len());
-        args.push(self.clock_arg());
+        let mut args = Vec::with_capacity(2 + hold.groups.len());
         args.push(hold.domain.clone());
         args.push(copies.to_string());
         args.extend(hold.groups.iter().cloned());
@@ -491,7 +586,7 @@ impl Store for RedisStore {
             .copy_op(
                 &self.scripts.release,
                 &hold.resource,
-                &args,
+                args,
                 Vec::new(),
                 false,
             )
@@ -513,8 +608,7 @@ impl Store for RedisStore {
 
     async fn transfer(&self, hold: &Hold, copies: u64, ttl: Millis) -> Result<String, StoreError> {
         let id = keys::transfer_id(&hold.resource);
-        let mut args = Vec::with_capacity(5 + hold.groups.len());
-        args.push(self.clock_arg());
+        let mut args = Vec::with_capacity(4 + hold.groups.len());
         args.push(hold.domain.clone());
         args.push(copies.to_string());
         args.push(ttl.to_string());
@@ -529,7 +623,7 @@ impl Store for RedisStore {
         self.copy_op(
             &self.scripts.transfer,
             &hold.resource,
-            &args,
+            args,
             vec![index],
             false,
         )
@@ -542,9 +636,9 @@ impl Store for RedisStore {
         let Some(resource) = keys::transfer_resource(transfer_id) else {
             return Ok(None);
         };
-        let args = [self.clock_arg(), transfer_id.to_owned()];
+        let args = vec![transfer_id.to_owned()];
         let Some(mut r) = self
-            .copy_op(&self.scripts.seize, resource, &args, Vec::new(), true)
+            .copy_op(&self.scripts.seize, resource, args, Vec::new(), true)
             .await?
         else {
             return Ok(None);

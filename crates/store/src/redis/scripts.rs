@@ -38,6 +38,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) transfer: Script,
     pub(crate) seize: Script,
+    pub(crate) undo: Script,
     pub(crate) expire: Script,
     pub(crate) cleanup: Script,
     pub(crate) reset: Script,
@@ -59,6 +60,7 @@ impl Scripts {
             release: Script::new("release", copy_script!("release.lua")),
             transfer: Script::new("transfer", copy_script!("transfer.lua")),
             seize: Script::new("seize", copy_script!("seize.lua")),
+            undo: Script::new("undo", copy_script!("undo.lua")),
             expire: Script::new("expire", copy_script!("expire.lua")),
             cleanup: Script::new("cleanup", copy_script!("cleanup.lua")),
             reset: Script::new("reset", copy_script!("reset.lua")),
@@ -71,13 +73,14 @@ impl Scripts {
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 13] {
+    pub(crate) fn all(&self) -> [&Script; 14] {
         [
             &self.rate,
             &self.reserve,
             &self.release,
             &self.transfer,
             &self.seize,
+            &self.undo,
             &self.expire,
             &self.cleanup,
             &self.reset,

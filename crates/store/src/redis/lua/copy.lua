@@ -65,3 +65,18 @@ local function expire_staged(counts, staging, staging_exp, now)
   redis.call('ZREMRANGEBYSCORE', staging_exp, '-inf', fmt(now))
   return #ids
 end
+
+-- Operation records. A copy operation whose reply is lost (a timeout, a
+-- dropped connection) may or may not have run; the client was told it
+-- failed. Each operation therefore names a record key (its own, in the
+-- resource's slot): a run that changes state writes what it did there, and
+-- undo.lua later either reverses it or, if it never ran, writes
+-- 'cancelled' so that a late arrival does nothing. Records live for a
+-- while (ARGV[2]) and then expire.
+local function cancelled(record)
+  return redis.call('EXISTS', record) == 1
+end
+
+local function remember(record, ttl, entry)
+  redis.call('SET', record, cmsgpack.pack(entry), 'PX', ttl)
+end

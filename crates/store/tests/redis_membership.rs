@@ -443,3 +443,25 @@ async fn copy_operations_whose_reply_was_lost_are_undone() {
     s.release(&hold("d1"), 2).await.unwrap();
     assert_eq!(s.copy_log("vm").await.unwrap().0, CopyLog::default());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_leaves_takes_its_contributions_and_registration_along() {
+    let redis = RedisServer::start();
+    let a = connect(&redis, "a", Duration::from_secs(10)).await;
+    let b = connect(&redis, "b", Duration::from_secs(10)).await;
+    reserve(&a, "d1", 2).await;
+    reserve(&b, "d1", 1).await;
+    a.leave().await.unwrap();
+    assert_eq!(b.copy_log("vm").await.unwrap().0, log(1, &[("d1", 1)], 1));
+    let registered: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("charon:{%m}:servers")
+        .query(&mut raw(&redis))
+        .unwrap();
+    assert_eq!(registered, [b.member_id().to_owned()]);
+    assert!(matches!(
+        a.reserve("vm", "d1", &limits(), amount(1), Enforcement::Enforce)
+            .await,
+        Err(StoreError::Resigned(_))
+    ));
+    assert!(matches!(a.maintain().await, StoreError::Resigned(_)));
+}

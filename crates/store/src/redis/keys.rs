@@ -109,6 +109,12 @@ impl Keys {
         format!("{}:{{*}}:[csx]*", self.prefix)
     }
 
+    /// A `SCAN MATCH` pattern for `member`'s contributions (member ids
+    /// contain no pattern characters: see [`check_server_id`]).
+    pub(crate) fn contribution_scan_pattern(&self, member: &str) -> String {
+        format!("{}:{{*}}:s:{member}", self.prefix)
+    }
+
     /// A `SCAN MATCH` pattern for every member's key set.
     pub(crate) fn key_set_scan_pattern(&self) -> String {
         format!("{}:*", self.members("keys"))

@@ -141,7 +141,7 @@ impl RedisStore {
 
         // Every resource with copy keys, and the contributions found.
         let mut resources: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for key in self.scan(&self.keys.copy_scan_pattern()).await? {
+        for key in self.scan(&self.keys.copy_scan_pattern(), true).await? {
             if let Some((tag, kind)) = self.keys.parse(&key) {
                 let entry = resources.entry(tag.to_owned()).or_default();
                 if let CopyKind::Contribution(_) = kind {
@@ -152,7 +152,7 @@ impl RedisStore {
         let mut freed = 0u64;
         for (i, (tag, contributions)) in resources.iter().enumerate() {
             if i % RESET_BATCH == RESET_BATCH - 1 {
-                self.unlock(self.ttl).await?;
+                self.keep_starting().await?;
             }
             let k = self.keys.copies_of_tag(tag, &self.member);
             let mut keys = vec![
@@ -182,7 +182,7 @@ impl RedisStore {
         }
 
         // Key sets of members nobody registers any more.
-        for key in self.scan(&self.keys.key_set_scan_pattern()).await? {
+        for key in self.scan(&self.keys.key_set_scan_pattern(), true).await? {
             if let Some(m) = self.keys.key_set_member(&key)
                 && m != self.member
             {
@@ -199,7 +199,16 @@ impl RedisStore {
         Ok(())
     }
 
-    async fn scan(&self, pattern: &str) -> Result<Vec<String>, StoreError> {
+    /// Keeps this member live and the start lock held while a long
+    /// clean-up runs (`maintain` is not running yet).
+    async fn keep_starting(&self) -> Result<(), StoreError> {
+        self.unlock(self.ttl).await?;
+        self.renew().await
+    }
+
+    /// Every key matching `pattern`; `starting` keeps the member live
+    /// between pages.
+    async fn scan(&self, pattern: &str, starting: bool) -> Result<Vec<String>, StoreError> {
         let mut cursor = 0u64;
         let mut found = Vec::new();
         loop {
@@ -215,6 +224,9 @@ impl RedisStore {
                 )
                 .await?;
             found.extend(keys);
+            if starting {
+                self.keep_starting().await?;
+            }
             if next == 0 {
                 found.sort();
                 found.dedup();
@@ -269,6 +281,7 @@ impl RedisStore {
                     s.renewed = sent;
                     s.known.clear();
                     s.epoch += 1;
+                    s.rescan = true;
                 }
                 tracing::warn!(
                     member = %self.member,
@@ -319,6 +332,9 @@ impl RedisStore {
             every.tick().await;
             if self.check_member().is_err() {
                 return;
+            }
+            if let Err(e) = self.rebuild_key_set().await {
+                tracing::warn!(error = %e, "rebuilding this server's key set failed; will retry");
             }
             if let Err(e) = self.settle_in_doubt().await {
                 tracing::warn!(error = %e, "undoing copy operations in doubt failed; will retry");
@@ -412,6 +428,45 @@ impl RedisStore {
             "removed the contributions of a dead server"
         );
         Ok(())
+    }
+
+    /// After Redis lost its data, operations that ran between the loss and
+    /// its discovery may have contributed without adding their resource to
+    /// the key set (it was known to be there): add every resource this
+    /// member contributes to.
+    async fn rebuild_key_set(&self) -> Result<(), StoreError> {
+        if !self.lock().rescan {
+            return Ok(());
+        }
+        let pattern = self.keys.contribution_scan_pattern(&self.member);
+        let mut tags = Vec::new();
+        for key in self.scan(&pattern, false).await? {
+            if let Some((tag, CopyKind::Contribution(m))) = self.keys.parse(&key)
+                && m == self.member
+            {
+                tags.push(tag.to_owned());
+            }
+        }
+        if !tags.is_empty() {
+            let mut add = redis::cmd("SADD");
+            add.arg(self.keys.key_set(&self.member)).arg(&tags);
+            self.conn.query::<()>(&add).await?;
+        }
+        self.lock().rescan = false;
+        Ok(())
+    }
+
+    /// Leaves the membership at a clean shutdown, once every session has
+    /// ended: stops copy operations, settles operations in doubt, removes
+    /// whatever this server still contributes (as if it had died) and its
+    /// registration, so that nobody waits for its liveness to lapse.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        let _ = self.resign("this server left the membership".into());
+        self.settle_in_doubt().await?;
+        self.conn
+            .query::<()>(redis::cmd("DEL").arg(self.keys.live(&self.member)))
+            .await?;
+        self.clean_member(&self.member).await
     }
 
     /// Releases expired staged transfers of every resource that has some.

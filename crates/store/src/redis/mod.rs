@@ -121,6 +121,9 @@ struct MemberState {
     /// Bumped whenever `known` is emptied, so that an operation that
     /// started before does not put back what it learned.
     epoch: u64,
+    /// Set when Redis lost its data: the key set must be rebuilt from the
+    /// contributions found.
+    rescan: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -170,6 +173,7 @@ impl RedisStore {
                 resigned: None,
                 known: HashSet::new(),
                 epoch: 0,
+                rescan: false,
             }),
         };
         store.join().await?;

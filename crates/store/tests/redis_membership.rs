@@ -388,19 +388,41 @@ async fn idle_rate_state_expires_by_itself_in_redis_time() {
         .unwrap();
     assert_eq!((r.granted, r.tier), (3, 2));
     let mut c = raw(&redis);
-    let pair: i64 = redis::cmd("PTTL")
-        .arg("charon:{api/x}:r:d")
-        .query(&mut c)
+    for key in [
+        "charon:{api/x}:r:d",
+        "charon:{api/x}:rs:d",
+        "charon:{api/x}:rt1:d",
+        "charon:{api/x}:rt2:d",
+    ] {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut c).unwrap();
+        assert!(
+            (6_990_000..=7_000_000).contains(&ttl),
+            "{key}: tier 2 is forgotten when its cooldown ends: {ttl}"
+        );
+    }
+    for key in ["charon:{api/x}:g", "charon:{api/x}:gn"] {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut c).unwrap();
+        assert!((900..=1_001).contains(&ttl), "{key}: the last second: {ttl}");
+    }
+    // Once forgotten, nothing is left behind.
+    let short = [Tier {
+        limit: 1,
+        window: 100,
+        active: Some(200),
+        cooldown: 0,
+        skippable: false,
+    }];
+    let l = RateLimits {
+        hard_limit: None,
+        global_limit: Some(100),
+        tiers: &short,
+    };
+    s.request("api/z", "d", l, amount(1), Enforcement::Enforce)
+        .await
         .unwrap();
-    assert!(
-        (6_990_000..=7_000_000).contains(&pair),
-        "tier 2 is forgotten when its cooldown ends: {pair}"
-    );
-    let global: i64 = redis::cmd("PTTL")
-        .arg("charon:{api/x}:g")
-        .query(&mut c)
-        .unwrap();
-    assert!((900..=1_001).contains(&global), "the last second: {global}");
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    let keys: Vec<String> = redis::cmd("KEYS").arg("charon:{api/z}*").query(&mut c).unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,10 @@
 //!
 //! ```text
 //! <prefix>:{<resource>}:r:<domain>     rate state of a (resource, domain) pair
-//! <prefix>:{<resource>}:g              the resource's last second of hits (G)
+//! <prefix>:{<resource>}:rs:<domain>    its hits in the last second (list)
+//! <prefix>:{<resource>}:rt<i>:<domain> its hits in tier i (list)
+//! <prefix>:{<resource>}:g              the resource's last second of hits (list, G)
+//! <prefix>:{<resource>}:gn             the total of that list
 //! <prefix>:{<resource>}:c              copy counts
 //! <prefix>:{<resource>}:s:<member>     one member's contribution to the counts
 //! <prefix>:{<resource>}:x              staged transfers
@@ -51,12 +54,18 @@ impl Keys {
         format!("{}:{{{}}}", self.prefix, tag)
     }
 
-    pub(crate) fn pair(&self, resource: &str, domain: &str) -> String {
-        format!("{}:r:{domain}", self.resource(resource))
-    }
-
-    pub(crate) fn global(&self, resource: &str) -> String {
-        format!("{}:g", self.resource(resource))
+    /// The keys of a (resource, domain) pair's rate state and of the
+    /// resource's last second.
+    pub(crate) fn rate(&self, resource: &str, domain: &str) -> RateKeys {
+        let base = self.resource(resource);
+        RateKeys {
+            state: format!("{base}:r:{domain}"),
+            last_second: format!("{base}:rs:{domain}"),
+            global: format!("{base}:g"),
+            global_total: format!("{base}:gn"),
+            tier_head: format!("{base}:rt"),
+            tier_tail: format!(":{domain}"),
+        }
     }
 
     /// The copy keys of `resource` for `member`: counts, its contribution,
@@ -140,6 +149,24 @@ impl Keys {
             other => CopyKind::Contribution(other.strip_prefix("s:")?),
         };
         Some((tag, kind))
+    }
+}
+
+/// The keys the rate script touches.
+#[derive(Debug, Clone)]
+pub(crate) struct RateKeys {
+    pub(crate) state: String,
+    pub(crate) last_second: String,
+    pub(crate) global: String,
+    pub(crate) global_total: String,
+    /// A tier's list is `tier_head`, its index, `tier_tail`.
+    pub(crate) tier_head: String,
+    pub(crate) tier_tail: String,
+}
+
+impl RateKeys {
+    pub(crate) fn tier(&self, i: usize) -> String {
+        format!("{}{i}{}", self.tier_head, self.tier_tail)
     }
 }
 
@@ -253,10 +280,14 @@ mod tests {
     #[test]
     fn resources_never_share_keys_or_break_tags() {
         let k = Keys::new("charon");
-        assert_eq!(k.pair("api/search", "t-1"), "charon:{api/search}:r:t-1");
-        assert_eq!(k.global("a}b"), "charon:{a%7Db}:g");
-        assert_eq!(k.global("%m"), "charon:{%25m}:g");
-        assert_ne!(k.global("%7D"), k.global("}"));
+        let r = k.rate("api/search", "t-1");
+        assert_eq!(r.state, "charon:{api/search}:r:t-1");
+        assert_eq!(r.last_second, "charon:{api/search}:rs:t-1");
+        assert_eq!(r.tier(2), "charon:{api/search}:rt2:t-1");
+        assert_eq!(r.global_total, "charon:{api/search}:gn");
+        assert_eq!(k.rate("a}b", "d").global, "charon:{a%7Db}:g");
+        assert_eq!(k.rate("%m", "d").global, "charon:{%25m}:g");
+        assert_ne!(k.rate("%7D", "d").global, k.rate("}", "d").global);
         assert_eq!(k.registry(), "charon:{%m}:servers");
         let c = k.copies("vm{1}", "s1.ab");
         assert_eq!(c.counts, "charon:{vm%7B1%7D}:c");
@@ -277,8 +308,11 @@ mod tests {
             k.parse(&c.staging_expiry),
             Some(("a:b%7D", CopyKind::StagingExpiry))
         );
-        assert_eq!(k.parse(&k.pair("r", "x}:c")), None);
-        assert_eq!(k.parse(&k.global("r")), None);
+        let r = k.rate("r", "x}:c");
+        let t1 = r.tier(1);
+        for key in [r.state, r.last_second, r.global, r.global_total, t1] {
+            assert_eq!(k.parse(&key), None, "{key}");
+        }
         assert_eq!(k.parse(&k.op_record("r", "m", 7)), None);
         assert_eq!(k.op_record("r", "m", 7), "charon:{r}:o:m:7");
         assert_eq!(k.parse(&k.registry()), None);

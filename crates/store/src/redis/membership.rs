@@ -212,7 +212,7 @@ impl RedisStore {
         let mut cursor = 0u64;
         let mut found = Vec::new();
         loop {
-            let (next, keys): (u64, Vec<String>) = self
+            let (next, keys): (u64, Vec<Vec<u8>>) = self
                 .conn
                 .query(
                     redis::cmd("SCAN")
@@ -223,7 +223,8 @@ impl RedisStore {
                         .arg(1000),
                 )
                 .await?;
-            found.extend(keys);
+            // Keys that are not text are not Charon's.
+            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
             if starting {
                 self.keep_starting().await?;
             }

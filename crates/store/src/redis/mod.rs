@@ -488,16 +488,10 @@ impl Store for RedisStore {
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError> {
         let tiers = limits.tiers;
-        let mut args = Vec::with_capacity(9 + 5 * tiers.len());
+        let k = self.keys.rate(resource, domain);
+        let mut args = Vec::with_capacity(11 + 5 * tiers.len());
         args.push(self.clock_arg());
-        args.push(
-            if self.clock.is_some() {
-                TEST_CLOCK_EXPIRY_SLACK
-            } else {
-                0
-            }
-            .to_string(),
-        );
+        args.push(if self.clock.is_some() { TEST_CLOCK_EXPIRY_SLACK } else { 0 }.to_string());
         args.push(DORMANT_GRACE.to_string());
         args.push(amount.copies().to_string());
         args.push(amount.min_copies().to_string());
@@ -505,6 +499,8 @@ impl Store for RedisStore {
         args.push(optional_limit_arg(limits.hard_limit));
         args.push(optional_limit_arg(limits.global_limit));
         args.push(tiers.len().to_string());
+        args.push(k.tier_head.clone());
+        args.push(k.tier_tail.clone());
         for t in tiers {
             args.push(limit_arg(t.limit));
             args.push(t.window.to_string());
@@ -512,11 +508,18 @@ impl Store for RedisStore {
             args.push(t.cooldown.to_string());
             args.push(if t.skippable { "1" } else { "0" }.to_owned());
         }
-        let pair = self.keys.pair(resource, domain);
-        let global = self.keys.global(resource);
+        let tier_keys: Vec<String> = (1..=tiers.len()).map(|i| k.tier(i)).collect();
+        let mut keys = Vec::with_capacity(4 + tiers.len());
+        keys.extend([
+            k.state.as_str(),
+            k.last_second.as_str(),
+            k.global.as_str(),
+            k.global_total.as_str(),
+        ]);
+        keys.extend(tier_keys.iter().map(String::as_str));
         let v = self
             .conn
-            .eval(&self.scripts.rate, &[&pair, &global], &args, &[])
+            .eval(&self.scripts.rate, &keys, &args, &[])
             .await
             .inspect_err(|e| self.on_error(e))?;
         let mut r = Reply::new(self.scripts.rate.name, v)?;

@@ -41,9 +41,9 @@ end
 -- Sets `key` to expire when the decision clock reaches `at`: translated to
 -- Redis' clock (the same one unless a test clock is in use) plus `slack`
 -- (0 in production; generous under a test clock, whose time does not move
--- with Redis'). Beyond 2^52 there is nothing worth expiring.
+-- with Redis'). Never (-1) and beyond 2^52 there is nothing to expire.
 local function expire_at(key, at, now, redis_now, slack)
-  if at >= 4503599627370496 then
+  if at < 0 or at >= 4503599627370496 then
     redis.call('PERSIST', key)
     return
   end

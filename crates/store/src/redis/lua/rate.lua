@@ -2,128 +2,143 @@
 -- charon_core::rate::decide (SPEC §2 rules 1-6) and RateState::forget_at.
 -- The differential test (tests/differential.rs) holds the two together.
 --
--- KEYS[1]  the (resource, domain) pair's state
--- KEYS[2]  the resource's hits in the last second, across domains (for G)
+-- KEYS[1]  the pair's state: entry times and hit totals
+-- KEYS[2]  the pair's hits in the last second (list)
+-- KEYS[3]  the resource's hits in the last second, across domains (list)
+-- KEYS[4]  the total of KEYS[3]
+-- KEYS[4 + i]  the hits of tier i (list), for each configured tier
 -- ARGV[1]  test clock ('' = Redis TIME)      ARGV[2] expiry slack (ms)
 -- ARGV[3]  DORMANT_GRACE                     ARGV[4] copies
 -- ARGV[5]  min_copies                        ARGV[6] 1 = enforce, 0 = ignore
 -- ARGV[7]  H ('' = none)                     ARGV[8] G ('' = none)
--- ARGV[9]  number of tiers, then five per tier:
---          limit (-1 = unbounded), window, active (-1 = infinite),
---          cooldown, skippable (1/0)
+-- ARGV[9]  number of tiers n
+-- ARGV[10], ARGV[11]  head and tail of a tier list's key (head .. i .. tail),
+--          to drop the lists of tiers the configuration no longer has
+-- ARGV[12..]  five per tier: limit (-1 = unbounded), window,
+--          active (-1 = infinite), cooldown, skippable (1/0)
 --
 -- Reply: {granted, domain_hits_last_second, global_hits_last_second,
 --         tier_hits, tier, burst, hard_limited, global_limited}
 --
--- Encoding (little-endian, see docs/redis.md):
---   log   := f64 total | u32 entries | entries * (f64 time, f64 hits)
---   pair  := u8 version=1 | f64 forget_at (-1 = never) | log last_second
---            | u32 tiers | tiers * (f64 entered (-1 = never) | log hits)
---   global key := log
+-- Layout (see docs/redis.md). A log of hits is a Redis list of 16-byte
+-- entries (f64 time, f64 hits), oldest first, one per millisecond with
+-- hits; its total is kept beside it. Only the ends of a list are ever
+-- read, so a request costs the same however many hits the windows hold
+-- (Lua strings are expensive to make in Redis: nothing big is copied in).
+--   state := u8 version=2 | f64 forget_at (-1 = never)
+--            | f64 last-second total | u32 tiers
+--            | tiers * (f64 entered (-1 = never) | f64 total)
+-- A list that is missing holds nothing, whatever its total says (it can
+-- only have expired once all its hits were out of their window).
 
 local SECOND = 1000
-local ENTRY = 16
 local ACTIVE, COOLDOWN, INACTIVE = 1, 2, 3
 
--- HitLog ------------------------------------------------------------------
+-- HitLog on a list ----------------------------------------------------------
 
-local function log_new()
-  return { n = 0, s = '' }
+local function log_new(key, total)
+  return { key = key, n = total or 0, tail = nil, tail_n = 0, loaded = false, changed = false }
+end
+
+-- The latest entry (time, hits), read once.
+local function log_load(l)
+  if l.loaded then return end
+  l.loaded = true
+  -- A total of zero is an empty list: lists are deleted when emptied.
+  if l.n == 0 then return end
+  local v = redis.call('LINDEX', l.key, -1)
+  if v then
+    l.tail, l.tail_n = struct.unpack('<dd', v)
+  else
+    l.tail = nil
+    if l.n ~= 0 then
+      l.n = 0
+      l.changed = true
+    end
+  end
 end
 
 local function log_latest(l)
-  if #l.s == 0 then return nil end
-  return (struct.unpack('<d', l.s, #l.s - ENTRY + 1))
+  log_load(l)
+  return l.tail
+end
+
+local function log_clear(l)
+  log_load(l)
+  if l.tail then redis.call('DEL', l.key) end
+  if l.tail or l.n ~= 0 then l.changed = true end
+  l.n, l.tail, l.tail_n = 0, nil, 0
 end
 
 -- Forgets hits that fell out of a window of `span` ending at `now` (closed
--- on the left: a hit at t stays while now - t <= span). Entries are in
--- time order, so the first one to keep is found by bisection.
+-- on the left: a hit at t stays while now - t <= span).
 local function log_prune(l, now, span)
-  local k = #l.s / ENTRY
-  if k == 0 then return end
-  local lo, hi = 0, k
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local t = struct.unpack('<d', l.s, mid * ENTRY + 1)
-    if now - t <= span then hi = mid else lo = mid + 1 end
+  log_load(l)
+  if not l.tail then return end
+  if now - l.tail > span then
+    log_clear(l)
+    return
   end
-  if lo == 0 then return end
-  local dropped = 0
-  for i = 0, lo - 1 do
-    local _, c = struct.unpack('<dd', l.s, i * ENTRY + 1)
-    dropped = dropped + c
+  while true do
+    local t, c = struct.unpack('<dd', redis.call('LINDEX', l.key, 0))
+    if now - t <= span then return end
+    redis.call('LPOP', l.key)
+    l.n = l.n - c
+    l.changed = true
   end
-  l.n = l.n - dropped
-  l.s = string.sub(l.s, lo * ENTRY + 1)
 end
 
 -- Records `c` hits at `t` (never earlier than the latest entry); hits of
 -- one millisecond share an entry.
 local function log_record(l, t, c)
   if c == 0 then return end
-  local len = #l.s
-  if len > 0 then
-    local lt, lc = struct.unpack('<dd', l.s, len - ENTRY + 1)
-    if lt == t then
-      l.s = string.sub(l.s, 1, len - ENTRY) .. struct.pack('<dd', t, lc + c)
-      l.n = l.n + c
-      return
-    end
+  log_load(l)
+  if l.tail == t then
+    l.tail_n = l.tail_n + c
+    redis.call('LSET', l.key, -1, struct.pack('<dd', t, l.tail_n))
+  else
+    l.tail, l.tail_n = t, c
+    redis.call('RPUSH', l.key, struct.pack('<dd', t, c))
   end
-  l.s = l.s .. struct.pack('<dd', t, c)
   l.n = l.n + c
+  l.changed = true
 end
 
-local function log_clear(l)
-  l.n = 0
-  l.s = ''
+-- RateState -------------------------------------------------------------
+
+local tier_key_head, tier_key_tail = ARGV[10], ARGV[11]
+
+local function tier_key(i)
+  return KEYS[4 + i] or (tier_key_head .. i .. tier_key_tail)
 end
 
-local function log_encode(l)
-  return struct.pack('<dI4', l.n, #l.s / ENTRY) .. l.s
-end
-
-local function log_decode(raw, p)
-  local n, k
-  n, k, p = struct.unpack('<dI4', raw, p)
-  local e = p + k * ENTRY
-  return { n = n, s = string.sub(raw, p, e - 1) }, e
-end
-
--- RateState ---------------------------------------------------------------
-
-local function state_new()
-  return { last = log_new(), tiers = {} }
-end
-
--- (state, stored forget_at): forget_at is nil when there was no state.
+-- (state, stored forget_at, stored tier count); forget_at is nil when
+-- there was no state.
 local function state_decode(raw)
-  if not raw then return state_new(), nil end
-  local version, forget, p = struct.unpack('<Bd', raw, 1)
-  if version ~= 1 then
+  local st = { last = nil, tiers = {} }
+  if not raw then
+    st.last = log_new(KEYS[2], 0)
+    return st, nil, 0
+  end
+  local version, forget, last, count, p = struct.unpack('<BddI4', raw, 1)
+  if version ~= 2 then
     error({ err = 'CHARON bad data: rate state version ' .. version })
   end
-  local st = state_new()
-  st.last, p = log_decode(raw, p)
-  local count
-  count, p = struct.unpack('<I4', raw, p)
+  st.last = log_new(KEYS[2], last)
   for i = 1, count do
-    local e
-    e, p = struct.unpack('<d', raw, p)
-    local ts = { entered = nil }
+    local e, n
+    e, n, p = struct.unpack('<dd', raw, p)
+    local ts = { entered = nil, hits = log_new(tier_key(i), n) }
     if e >= 0 then ts.entered = e end
-    ts.hits, p = log_decode(raw, p)
     st.tiers[i] = ts
   end
-  return st, forget
+  return st, forget, count
 end
 
 local function state_encode(st, forget)
-  local parts = { struct.pack('<Bd', 1, forget), log_encode(st.last), struct.pack('<I4', #st.tiers) }
+  local parts = { struct.pack('<BddI4', 2, forget, st.last.n, #st.tiers) }
   for _, ts in ipairs(st.tiers) do
-    parts[#parts + 1] = struct.pack('<d', ts.entered or -1)
-    parts[#parts + 1] = log_encode(ts.hits)
+    parts[#parts + 1] = struct.pack('<dd', ts.entered or -1, ts.hits.n)
   end
   return table.concat(parts)
 end
@@ -154,9 +169,14 @@ local function phase(st, tiers, i, now)
   return phase_of(tiers[i], ts and ts.entered, now)
 end
 
--- RateState::advance
+-- RateState::advance; returns whether the tier list shrank.
 local function advance(st, tiers, now)
-  for i = #st.tiers, #tiers + 1, -1 do st.tiers[i] = nil end
+  local shrank = false
+  for i = #st.tiers, #tiers + 1, -1 do
+    log_clear(st.tiers[i].hits)
+    st.tiers[i] = nil
+    shrank = true
+  end
   for i, ts in ipairs(st.tiers) do
     local ph = phase_of(tiers[i], ts.entered, now)
     if ph == INACTIVE then
@@ -170,8 +190,10 @@ local function advance(st, tiers, now)
   end
   while #st.tiers > 0 and st.tiers[#st.tiers].entered == nil do
     st.tiers[#st.tiers] = nil
+    shrank = true
   end
   log_prune(st.last, now, SECOND)
+  return shrank
 end
 
 -- RateState::current_tier
@@ -262,7 +284,7 @@ local hard = optional_limit_arg(ARGV[7])
 local global_limit = optional_limit_arg(ARGV[8])
 local tiers = {}
 for i = 1, tonumber(ARGV[9]) do
-  local b = 9 + (i - 1) * 5
+  local b = 11 + (i - 1) * 5
   local active = tonumber(ARGV[b + 3])
   if active < 0 then active = nil end
   tiers[i] = {
@@ -275,18 +297,19 @@ for i = 1, tonumber(ARGV[9]) do
 end
 
 local raw = redis.call('GET', KEYS[1])
-local st, stored_forget = state_decode(raw)
-if stored_forget and stored_forget >= 0 and now_raw >= stored_forget then
-  st = state_new()
+local st, stored_forget, stored_count = state_decode(raw)
+if not raw or (stored_forget >= 0 and now_raw >= stored_forget) then
+  -- No state, or it may be forgotten: start from nothing (and drop lists
+  -- a forgotten state may have left).
+  redis.call('DEL', KEYS[2])
+  for i = 1, math.max(#tiers, stored_count) do redis.call('DEL', tier_key(i)) end
+  st = { last = log_new(KEYS[2], 0), tiers = {} }
 end
-local had_tiers = #st.tiers
-local glog = log_new()
-local graw = redis.call('GET', KEYS[2])
-if graw then glog = log_decode(graw, 1) end
+local glog = log_new(KEYS[3], tonumber(redis.call('GET', KEYS[4])) or 0)
 
 -- A clock that stepped back must not put recorded hits in the future.
 local now = math.max(now_raw, state_latest(st), log_latest(glog) or 0)
-advance(st, tiers, now)
+local shrank = advance(st, tiers, now)
 log_prune(glog, now, SECOND)
 local current = current_tier(st, tiers, now)
 
@@ -307,19 +330,21 @@ end
 
 local tier = current
 local burst = false
+local entered_changed = false
 if granted > 0 then
   local left = recorded
   for _, step in ipairs(steps) do
     if left == 0 then break end
     local take = math.min(step.take, left)
     for i = #st.tiers + 1, step.tier do
-      st.tiers[i] = { entered = nil, hits = log_new() }
+      st.tiers[i] = { entered = nil, hits = log_new(tier_key(i), 0) }
     end
     local ts = st.tiers[step.tier]
     if step.enter then
       ts.entered = now
       log_clear(ts.hits)
       burst = true
+      entered_changed = true
     end
     log_record(ts.hits, now, take)
     left = left - take
@@ -329,22 +354,35 @@ if granted > 0 then
   log_record(glog, now, granted)
 end
 
--- Store what changed. A rejection changes nothing a decision can see; it
--- is written back only when it moves the time from which the state may be
--- forgotten (or dropped tiers that no longer exist), so that Redis forgets
--- exactly when the in-memory store would.
+-- Store what changed. A rejection records nothing; the hits that time
+-- alone made irrelevant are dropped either way (as in the in-memory store),
+-- and then the state is written back with the time from which it may be
+-- forgotten, so that Redis forgets it exactly when the in-memory store
+-- would.
 local forget = forget_at(st, tiers, grace)
-if granted > 0 or (raw and (forget ~= stored_forget or had_tiers > #tiers)) then
+local changed = entered_changed or shrank or st.last.changed or forget ~= stored_forget
+for _, ts in ipairs(st.tiers) do
+  changed = changed or ts.hits.changed
+end
+if raw and changed or granted > 0 then
   if forget >= 0 and forget <= now_raw then
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1], KEYS[2])
+    for i = 1, #st.tiers do redis.call('DEL', tier_key(i)) end
   else
     redis.call('SET', KEYS[1], state_encode(st, forget))
-    if forget >= 0 then expire_at(KEYS[1], forget, now_raw, redis_now, slack) end
+    expire_at(KEYS[1], forget, now_raw, redis_now, slack)
+    expire_at(KEYS[2], forget, now_raw, redis_now, slack)
+    for i = 1, #st.tiers do expire_at(tier_key(i), forget, now_raw, redis_now, slack) end
   end
 end
-if granted > 0 then
-  redis.call('SET', KEYS[2], log_encode(glog))
-  expire_at(KEYS[2], now + SECOND + 1, now_raw, redis_now, slack)
+if glog.changed then
+  if glog.tail then
+    redis.call('SET', KEYS[4], fmt(glog.n))
+    expire_at(KEYS[3], glog.tail + SECOND + 1, now_raw, redis_now, slack)
+    expire_at(KEYS[4], glog.tail + SECOND + 1, now_raw, redis_now, slack)
+  else
+    redis.call('DEL', KEYS[4])
+  end
 end
 
 local function flag(b)

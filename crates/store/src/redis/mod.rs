@@ -491,7 +491,14 @@ impl Store for RedisStore {
         let k = self.keys.rate(resource, domain);
         let mut args = Vec::with_capacity(11 + 5 * tiers.len());
         args.push(self.clock_arg());
-        args.push(if self.clock.is_some() { TEST_CLOCK_EXPIRY_SLACK } else { 0 }.to_string());
+        args.push(
+            if self.clock.is_some() {
+                TEST_CLOCK_EXPIRY_SLACK
+            } else {
+                0
+            }
+            .to_string(),
+        );
         args.push(DORMANT_GRACE.to_string());
         args.push(amount.copies().to_string());
         args.push(amount.min_copies().to_string());

@@ -22,68 +22,67 @@
 --
 -- Layout (see docs/redis.md). A log of hits is a Redis list of 16-byte
 -- entries (f64 time, f64 hits), oldest first, one per millisecond with
--- hits; its total is kept beside it. Only the ends of a list are ever
--- read, so a request costs the same however many hits the windows hold
--- (Lua strings are expensive to make in Redis: nothing big is copied in).
---   state := u8 version=2 | f64 forget_at (-1 = never)
---            | f64 last-second total | u32 tiers
---            | tiers * (f64 entered (-1 = never) | f64 total)
--- A list that is missing holds nothing, whatever its total says (it can
--- only have expired once all its hits were out of their window).
+-- hits, described by a header kept elsewhere: total, time of the first
+-- entry, time and hits of the last. A request reads the headers only and
+-- touches a list just to add or drop an entry at its ends, so it costs the
+-- same however many hits the windows hold (and makes no big Lua string,
+-- which is expensive in Redis).
+--   header := f64 total | f64 head | f64 tail | f64 tail hits   (40 bytes)
+--   state  := u8 version=3 | f64 forget_at (-1 = never)
+--             | f64 lists expire at (-1 = never) | header last second
+--             | u32 tiers | tiers * (f64 entered (-1 = never) | header)
+--   global total key := f64 lists expire at | header
+-- The state key expires at forget_at; the lists at "lists expire at",
+-- which is pushed LIST_SLACK past forget_at whenever forget_at overtakes
+-- it, so that lists are not re-expired on every request yet never vanish
+-- before their header.
 
 local SECOND = 1000
+local LIST_SLACK = 60000
 local ACTIVE, COOLDOWN, INACTIVE = 1, 2, 3
+local ENTRY = '<dd'
+local HEADER = '<dddd'
 
 -- HitLog on a list ----------------------------------------------------------
 
-local function log_new(key, total)
-  return { key = key, n = total or 0, tail = nil, tail_n = 0, loaded = false, changed = false }
+local function log_new(key)
+  return { key = key, n = 0, head = -1, tail = -1, tail_n = 0, changed = false, created = false }
 end
 
--- The latest entry (time, hits), read once.
-local function log_load(l)
-  if l.loaded then return end
-  l.loaded = true
-  -- A total of zero is an empty list: lists are deleted when emptied.
-  if l.n == 0 then return end
-  local v = redis.call('LINDEX', l.key, -1)
-  if v then
-    l.tail, l.tail_n = struct.unpack('<dd', v)
-  else
-    l.tail = nil
-    if l.n ~= 0 then
-      l.n = 0
-      l.changed = true
-    end
-  end
+local function log_decode(key, raw, p)
+  local l = log_new(key)
+  l.n, l.head, l.tail, l.tail_n, p = struct.unpack(HEADER, raw, p)
+  return l, p
+end
+
+local function log_encode(l)
+  return struct.pack(HEADER, l.n, l.head, l.tail, l.tail_n)
 end
 
 local function log_latest(l)
-  log_load(l)
+  if l.n == 0 then return nil end
   return l.tail
 end
 
 local function log_clear(l)
-  log_load(l)
-  if l.tail then redis.call('DEL', l.key) end
-  if l.tail or l.n ~= 0 then l.changed = true end
-  l.n, l.tail, l.tail_n = 0, nil, 0
+  if l.n == 0 then return end
+  redis.call('DEL', l.key)
+  l.n, l.head, l.tail, l.tail_n = 0, -1, -1, 0
+  l.changed = true
 end
 
 -- Forgets hits that fell out of a window of `span` ending at `now` (closed
 -- on the left: a hit at t stays while now - t <= span).
 local function log_prune(l, now, span)
-  log_load(l)
-  if not l.tail then return end
+  if l.n == 0 then return end
   if now - l.tail > span then
     log_clear(l)
     return
   end
-  while true do
-    local t, c = struct.unpack('<dd', redis.call('LINDEX', l.key, 0))
-    if now - t <= span then return end
-    redis.call('LPOP', l.key)
+  while now - l.head > span do
+    local _, c = struct.unpack(ENTRY, redis.call('LPOP', l.key))
     l.n = l.n - c
+    l.head = struct.unpack(ENTRY, redis.call('LINDEX', l.key, 0))
     l.changed = true
   end
 end
@@ -92,13 +91,16 @@ end
 -- one millisecond share an entry.
 local function log_record(l, t, c)
   if c == 0 then return end
-  log_load(l)
-  if l.tail == t then
+  if l.n > 0 and l.tail == t then
     l.tail_n = l.tail_n + c
-    redis.call('LSET', l.key, -1, struct.pack('<dd', t, l.tail_n))
+    redis.call('LSET', l.key, -1, struct.pack(ENTRY, t, l.tail_n))
   else
+    if l.n == 0 then
+      l.head = t
+      l.created = true
+    end
     l.tail, l.tail_n = t, c
-    redis.call('RPUSH', l.key, struct.pack('<dd', t, c))
+    redis.call('RPUSH', l.key, struct.pack(ENTRY, t, c))
   end
   l.n = l.n + c
   l.changed = true
@@ -112,33 +114,37 @@ local function tier_key(i)
   return KEYS[4 + i] or (tier_key_head .. i .. tier_key_tail)
 end
 
--- (state, stored forget_at, stored tier count); forget_at is nil when
--- there was no state.
+-- The state, or nil for none.
 local function state_decode(raw)
-  local st = { last = nil, tiers = {} }
-  if not raw then
-    st.last = log_new(KEYS[2], 0)
-    return st, nil, 0
-  end
-  local version, forget, last, count, p = struct.unpack('<BddI4', raw, 1)
-  if version ~= 2 then
+  if not raw then return nil end
+  local version, forget, lists_until, p = struct.unpack('<Bdd', raw, 1)
+  if version ~= 3 then
     error({ err = 'CHARON bad data: rate state version ' .. version })
   end
-  st.last = log_new(KEYS[2], last)
+  local st = { forget = forget, lists_until = lists_until, tiers = {} }
+  st.last, p = log_decode(KEYS[2], raw, p)
+  local count
+  count, p = struct.unpack('<I4', raw, p)
   for i = 1, count do
-    local e, n
-    e, n, p = struct.unpack('<dd', raw, p)
-    local ts = { entered = nil, hits = log_new(tier_key(i), n) }
+    local e
+    e, p = struct.unpack('<d', raw, p)
+    local ts = { entered = nil }
     if e >= 0 then ts.entered = e end
+    ts.hits, p = log_decode(tier_key(i), raw, p)
     st.tiers[i] = ts
   end
-  return st, forget, count
+  return st
+end
+
+local function state_new()
+  return { forget = nil, lists_until = 0, last = log_new(KEYS[2]), tiers = {} }
 end
 
 local function state_encode(st, forget)
-  local parts = { struct.pack('<BddI4', 2, forget, st.last.n, #st.tiers) }
+  local parts = { struct.pack('<Bdd', 3, forget, st.lists_until), log_encode(st.last), struct.pack('<I4', #st.tiers) }
   for _, ts in ipairs(st.tiers) do
-    parts[#parts + 1] = struct.pack('<dd', ts.entered or -1, ts.hits.n)
+    parts[#parts + 1] = struct.pack('<d', ts.entered or -1)
+    parts[#parts + 1] = log_encode(ts.hits)
   end
   return table.concat(parts)
 end
@@ -297,15 +303,29 @@ for i = 1, tonumber(ARGV[9]) do
 end
 
 local raw = redis.call('GET', KEYS[1])
-local st, stored_forget, stored_count = state_decode(raw)
-if not raw or (stored_forget >= 0 and now_raw >= stored_forget) then
-  -- No state, or it may be forgotten: start from nothing (and drop lists
-  -- a forgotten state may have left).
+local st = state_decode(raw)
+if not st or (st.forget >= 0 and now_raw >= st.forget) then
+  -- No state, or it may be forgotten: start from nothing, and drop what a
+  -- forgotten state's lists (which outlive it a little) still hold.
+  local count = 0
+  if st then count = #st.tiers end
   redis.call('DEL', KEYS[2])
-  for i = 1, math.max(#tiers, stored_count) do redis.call('DEL', tier_key(i)) end
-  st = { last = log_new(KEYS[2], 0), tiers = {} }
+  for i = 1, math.max(#tiers, count) do redis.call('DEL', tier_key(i)) end
+  local stored_forget = st and st.forget
+  st = state_new()
+  st.forget = stored_forget
 end
-local glog = log_new(KEYS[3], tonumber(redis.call('GET', KEYS[4])) or 0)
+local glog
+local graw = redis.call('GET', KEYS[4])
+local glists_until = 0
+if graw then
+  local p
+  glists_until, p = struct.unpack('<d', graw, 1)
+  glog = log_decode(KEYS[3], graw, p)
+else
+  redis.call('DEL', KEYS[3])
+  glog = log_new(KEYS[3])
+end
 
 -- A clock that stepped back must not put recorded hits in the future.
 local now = math.max(now_raw, state_latest(st), log_latest(glog) or 0)
@@ -337,7 +357,7 @@ if granted > 0 then
     if left == 0 then break end
     local take = math.min(step.take, left)
     for i = #st.tiers + 1, step.tier do
-      st.tiers[i] = { entered = nil, hits = log_new(tier_key(i), 0) }
+      st.tiers[i] = { entered = nil, hits = log_new(tier_key(i)) }
     end
     local ts = st.tiers[step.tier]
     if step.enter then
@@ -359,8 +379,24 @@ end
 -- and then the state is written back with the time from which it may be
 -- forgotten, so that Redis forgets it exactly when the in-memory store
 -- would.
+local function expire_lists(lists, old_until, forget)
+  -- (the new "lists expire at")
+  local until_ = old_until
+  if forget < 0 then
+    until_ = -1
+  elseif old_until < 0 or forget > old_until then
+    until_ = forget + LIST_SLACK
+  end
+  for _, l in ipairs(lists) do
+    if until_ ~= old_until or l.created then
+      expire_at(l.key, until_, now_raw, redis_now, slack)
+    end
+  end
+  return until_
+end
+
 local forget = forget_at(st, tiers, grace)
-local changed = entered_changed or shrank or st.last.changed or forget ~= stored_forget
+local changed = entered_changed or shrank or st.last.changed or forget ~= st.forget
 for _, ts in ipairs(st.tiers) do
   changed = changed or ts.hits.changed
 end
@@ -369,19 +405,25 @@ if raw and changed or granted > 0 then
     redis.call('DEL', KEYS[1], KEYS[2])
     for i = 1, #st.tiers do redis.call('DEL', tier_key(i)) end
   else
-    redis.call('SET', KEYS[1], state_encode(st, forget))
-    expire_at(KEYS[1], forget, now_raw, redis_now, slack)
-    expire_at(KEYS[2], forget, now_raw, redis_now, slack)
-    for i = 1, #st.tiers do expire_at(tier_key(i), forget, now_raw, redis_now, slack) end
+    local lists = { st.last }
+    for _, ts in ipairs(st.tiers) do lists[#lists + 1] = ts.hits end
+    st.lists_until = expire_lists(lists, st.lists_until, forget)
+    local value = state_encode(st, forget)
+    if forget < 0 then
+      redis.call('SET', KEYS[1], value)
+    else
+      redis.call('SET', KEYS[1], value, 'PXAT', fmt(forget - now_raw + redis_now + slack))
+    end
   end
 end
 if glog.changed then
-  if glog.tail then
-    redis.call('SET', KEYS[4], fmt(glog.n))
-    expire_at(KEYS[3], glog.tail + SECOND + 1, now_raw, redis_now, slack)
-    expire_at(KEYS[4], glog.tail + SECOND + 1, now_raw, redis_now, slack)
-  else
+  if glog.n == 0 then
     redis.call('DEL', KEYS[4])
+  else
+    local forget_g = glog.tail + SECOND + 1
+    glists_until = expire_lists({ glog }, glists_until, forget_g)
+    redis.call('SET', KEYS[4], struct.pack('<d', glists_until) .. log_encode(glog),
+      'PXAT', fmt(forget_g - now_raw + redis_now + slack))
   end
 end
 

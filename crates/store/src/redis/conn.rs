@@ -82,7 +82,12 @@ impl Conn {
                     .ok_or_else(|| StoreError::BadData("empty pipeline reply".into()))?;
                 for r in replies {
                     if let Value::ServerError(e) = r {
-                        return Err(server_error(&e, "a command before the script"));
+                        // The script may have run without what had to come
+                        // first (a key-set entry): report it as in doubt.
+                        return Err(StoreError::Unavailable(format!(
+                            "Redis refused a command sent before {}: {e}",
+                            script.name
+                        )));
                     }
                 }
                 match reply {

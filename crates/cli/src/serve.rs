@@ -392,9 +392,9 @@ fn spawn_signal_handler(state: Arc<ServerState>, refresher: Option<Refresher>) {
             tokio::select! {
                 _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
                 _ = int.recv() => { info!("SIGINT: shutting down"); break; }
-                _ = hup.recv() => match &refresher {
-                    Some(r) => { info!("SIGHUP: refreshing the configuration"); r.0.refresh_now(); }
-                    None => {}
+                _ = hup.recv() => if let Some(r) = &refresher {
+                    info!("SIGHUP: refreshing the configuration");
+                    r.0.refresh_now();
                 },
                 () = wrote.notified() => if let Some(r) = &refresher { r.0.refresh_now(); },
             }

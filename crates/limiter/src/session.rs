@@ -95,7 +95,17 @@ impl Session {
 
     /// `seize(transfer_id)`: the staged copies become this session's hold.
     pub async fn seize(&mut self, transfer_id: &str) -> Result<Staged, LimitError> {
-        check_name("transfer_id", transfer_id)?;
+        // Ids may embed the resource name (the Redis store routes by it),
+        // so they may be longer than a name.
+        if transfer_id.is_empty()
+            || transfer_id.len() > 2_048
+            || transfer_id.chars().any(char::is_control)
+        {
+            return Err(ClientError::invalid(
+                "transfer_id must be 1 to 2048 bytes without control characters",
+            )
+            .into());
+        }
         let staged = self
             .limiter
             .store

@@ -8,6 +8,7 @@
 mod clock;
 mod error;
 pub mod memory;
+pub mod redis;
 
 use async_trait::async_trait;
 use charon_core::Millis;
@@ -16,6 +17,7 @@ use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 
+pub use self::redis::{CopyLog, RedisOptions, RedisStore};
 pub use clock::SystemClock;
 pub use error::StoreError;
 pub use memory::MemoryStore;

@@ -1,0 +1,713 @@
+//! The Redis store: one authoritative state shared by every limiting
+//! server, on stock Redis 7 / Valkey without modules (paper §4.2–4.3).
+//!
+//! Every operation is one round trip running one Lua script (`EVALSHA`), so
+//! it is atomic and changes state only when the reply is a grant. The
+//! decision clock is Redis `TIME`, read inside the script, so servers with
+//! skewed clocks agree. The rate script is a port of
+//! `charon_core::rate::decide`; `tests/differential.rs` keeps the two equal.
+//!
+//! Copy counts carry the paper's crash bookkeeping: beside every count,
+//! each server's contribution to it, and per server the set of resources it
+//! contributed to. Servers are members with a liveness key; any live member
+//! removes the contributions of a member whose liveness lapsed, and a
+//! member that finds its own liveness lapsed resigns. See `docs/redis.md`.
+
+mod conn;
+mod keys;
+mod membership;
+mod reply;
+mod scripts;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use charon_core::config::{CopyLimits, Enforcement, RateLimits};
+use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::rate::{DORMANT_GRACE, RateReply};
+use charon_core::request::Amount;
+use charon_core::{Clock, MAX_COUNT, Millis};
+
+use self::conn::Conn;
+use self::keys::Keys;
+use self::reply::{Reply, bad};
+use self::scripts::Scripts;
+use crate::{Store, StoreError};
+
+/// How long expiry is pushed back under a test clock, whose time does not
+/// move with Redis' own: long enough that no key vanishes during a test.
+const TEST_CLOCK_EXPIRY_SLACK: Millis = 86_400_000;
+
+/// How to connect a [`RedisStore`].
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// This server's id, shown in logs and key names. Each start of a
+    /// server is a new member (the id plus a random suffix), so a fixed id
+    /// can be reused by a restarted server. Default: random.
+    pub server_id: String,
+    /// How long this server counts as live without renewing. It renews
+    /// every third of it and resigns after half of it without success.
+    pub liveness_ttl: Duration,
+    /// The time limit of each Redis operation.
+    pub op_timeout: Duration,
+    /// The first part of every key name.
+    pub key_prefix: String,
+    /// Tests only: decide with this clock instead of Redis `TIME` (the
+    /// scripts are the same; the time is passed in).
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            server_id: format!("charon-{:012x}", rand::random::<u64>() >> 16),
+            liveness_ttl: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(1),
+            key_prefix: "charon".to_owned(),
+            clock: None,
+        }
+    }
+}
+
+/// Copy counts of one resource as Redis holds them (for inspection).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyLog {
+    pub global: u64,
+    pub domains: BTreeMap<String, u64>,
+    pub groups: BTreeMap<String, u64>,
+}
+
+/// The Redis [`Store`].
+pub struct RedisStore {
+    conn: Conn,
+    keys: Keys,
+    scripts: Scripts,
+    server_id: String,
+    /// This start of the server: `server_id` and a random suffix.
+    member: String,
+    ttl: Duration,
+    clock: Option<Arc<dyn Clock>>,
+    /// How long operation records stay (see `copy.lua`): past the time by
+    /// which an operation in doubt is undone or this member has resigned.
+    record_ttl: Duration,
+    /// Numbers this member's copy operations.
+    ops: AtomicU64,
+    state: Mutex<MemberState>,
+    /// Copy operations whose reply was lost, to undo.
+    in_doubt: Mutex<Vec<InDoubt>>,
+}
+
+/// A copy operation that may or may not have run.
+#[derive(Debug, Clone)]
+struct InDoubt {
+    resource: String,
+    record: String,
+}
+
+/// What this member knows about its membership.
+#[derive(Debug)]
+struct MemberState {
+    /// The copy log's generation this member joined (see `renew.lua`).
+    generation: String,
+    /// When the latest successful renewal (or the join) was sent.
+    renewed: Instant,
+    /// Why this member resigned, once it has.
+    resigned: Option<String>,
+    /// Resources (escaped tags) known to be in this member's key set.
+    known: HashSet<String>,
+    /// Bumped whenever `known` is emptied, so that an operation that
+    /// started before does not put back what it learned.
+    epoch: u64,
+    /// Set when Redis lost its data: the key set must be rebuilt from the
+    /// contributions found.
+    rescan: bool,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("member", &self.member)
+            .field("keys", &self.keys)
+            .field("ttl", &self.ttl)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to Redis at `url` (`redis://host:port[/db]`), joins the
+    /// membership and, if no other server is live, cleans up what earlier
+    /// servers left behind before returning. The caller must run
+    /// [`Store::maintain`] for as long as it serves.
+    pub async fn connect(url: &str, options: RedisOptions) -> Result<Arc<RedisStore>, StoreError> {
+        let invalid =
+            |m: String| StoreError::Unavailable(format!("invalid Redis store options: {m}"));
+        keys::check_prefix(&options.key_prefix).map_err(invalid)?;
+        keys::check_server_id(&options.server_id).map_err(invalid)?;
+        if options.liveness_ttl < Duration::from_millis(30) {
+            return Err(invalid("liveness_ttl must be at least 30 ms".into()));
+        }
+        if options.op_timeout.is_zero() {
+            return Err(invalid("op_timeout must be positive".into()));
+        }
+        let conn = Conn::open(url, options.op_timeout).await?;
+        let scripts = Scripts::new();
+        conn.load(&scripts.all()).await?;
+        let store = RedisStore {
+            conn,
+            keys: Keys::new(&options.key_prefix),
+            scripts,
+            member: format!("{}.{:08x}", options.server_id, rand::random::<u32>()),
+            server_id: options.server_id,
+            ttl: options.liveness_ttl,
+            clock: options.clock,
+            record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
+            ops: AtomicU64::new(0),
+            in_doubt: Mutex::new(Vec::new()),
+            state: Mutex::new(MemberState {
+                generation: String::new(),
+                renewed: Instant::now(),
+                resigned: None,
+                known: HashSet::new(),
+                epoch: 0,
+                rescan: false,
+            }),
+        };
+        store.join().await?;
+        Ok(Arc::new(store))
+    }
+
+    /// This server's id.
+    pub fn server_id(&self) -> &str {
+        &self.server_id
+    }
+
+    /// This start of the server as the membership knows it (the server id
+    /// and a random suffix).
+    pub fn member_id(&self) -> &str {
+        &self.member
+    }
+
+    /// The copy counts of `resource` and this server's contribution to
+    /// them, read atomically.
+    pub async fn copy_log(&self, resource: &str) -> Result<(CopyLog, CopyLog), StoreError> {
+        let k = self.keys.copies(resource, &self.member);
+        let v = self
+            .conn
+            .eval(
+                &self.scripts.counts,
+                &[&k.counts, &k.contribution],
+                &[],
+                &[],
+            )
+            .await
+            .inspect_err(|e| self.on_error(e))?;
+        let mut r = Reply::new(self.scripts.counts.name, v)?;
+        let counts = copy_log(r.nested()?)?;
+        let mine = copy_log(r.nested()?)?;
+        Ok((counts, mine))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemberState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The test clock's time, or '' for Redis TIME.
+    fn clock_arg(&self) -> String {
+        self.clock
+            .as_ref()
+            .map_or_else(String::new, |c| c.now().to_string())
+    }
+
+    /// Checks that this member may still change copy counts: it has not
+    /// resigned and renewed its liveness less than half a ttl ago (so that
+    /// it stops before anyone may consider it dead).
+    fn check_member(&self) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if let Some(why) = &s.resigned {
+            return Err(StoreError::Resigned(why.clone()));
+        }
+        let since = s.renewed.elapsed();
+        if since > self.ttl / 2 {
+            let why = format!(
+                "liveness not renewed for {since:?}, more than half its ttl of {:?}",
+                self.ttl
+            );
+            s.resigned = Some(why.clone());
+            return Err(StoreError::Resigned(why));
+        }
+        Ok(())
+    }
+
+    /// Resigns for good; every later copy operation fails.
+    fn resign(&self, why: String) -> StoreError {
+        let mut s = self.lock();
+        let why = s.resigned.get_or_insert(why).clone();
+        StoreError::Resigned(why)
+    }
+
+    fn resigned(&self) -> Option<StoreError> {
+        self.lock().resigned.clone().map(StoreError::Resigned)
+    }
+
+    /// After a failed operation: if Redis may have restarted, this member's
+    /// key set may be gone, so every resource is added again on next use.
+    fn on_error(&self, e: &StoreError) {
+        if matches!(e, StoreError::Unavailable(_)) {
+            self.forget_known();
+        }
+    }
+
+    fn forget_known(&self) {
+        let mut s = self.lock();
+        s.known.clear();
+        s.epoch += 1;
+    }
+
+    /// The command that adds `tag` to this member's key set, unless it is
+    /// known to be there, and the epoch to remember it under.
+    fn key_set_add(&self, tag: &str) -> (Vec<redis::Cmd>, u64) {
+        let s = self.lock();
+        if s.known.contains(tag) {
+            return (Vec::new(), s.epoch);
+        }
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(self.keys.key_set(&self.member)).arg(tag);
+        (vec![cmd], s.epoch)
+    }
+
+    fn key_set_added(&self, tag: &str, epoch: u64) {
+        let mut s = self.lock();
+        if s.epoch == epoch && !s.known.contains(tag) {
+            s.known.insert(tag.to_owned());
+        }
+    }
+
+    /// Runs a copy script: `args` follow the test clock and the record
+    /// ttl. Adds the resource to this member's key set first when the
+    /// operation `contributes`. `None` when the script found nothing to act
+    /// on (an unknown transfer). An operation whose reply is lost is
+    /// remembered, to be undone (it was reported as failed).
+    async fn copy_op(
+        &self,
+        script: &scripts::Script,
+        resource: &str,
+        args: Vec<String>,
+        before: Vec<redis::Cmd>,
+        contributes: bool,
+    ) -> Result<Option<Reply>, StoreError> {
+        self.check_member()?;
+        let tag = keys::escape(resource);
+        let k = self.keys.copies(resource, &self.member);
+        let record = self.keys.op_record(
+            resource,
+            &self.member,
+            self.ops.fetch_add(1, Ordering::Relaxed),
+        );
+        let (mut first, epoch) = if contributes {
+            self.key_set_add(&tag)
+        } else {
+            (Vec::new(), 0)
+        };
+        let adds_key = !first.is_empty();
+        first.extend(before);
+        let mut all_args = Vec::with_capacity(args.len() + 2);
+        all_args.push(self.clock_arg());
+        all_args.push(self.record_ttl.as_millis().to_string());
+        all_args.extend(args);
+        let [counts, contribution, staging, expiry] = k.all();
+        let keys = [counts, contribution, staging, expiry, record.as_str()];
+        let v = match self.conn.eval(script, &keys, &all_args, &first).await {
+            Ok(v) => v,
+            Err(e) => {
+                self.on_error(&e);
+                if matches!(e, StoreError::Unavailable(_)) {
+                    self.lock_in_doubt().push(InDoubt {
+                        resource: resource.to_owned(),
+                        record,
+                    });
+                }
+                return Err(e);
+            }
+        };
+        if adds_key {
+            self.key_set_added(&tag, epoch);
+        }
+        let mut r = Reply::new(script.name, v)?;
+        let status = r.text()?;
+        match status.as_str() {
+            "ok" => Ok(Some(r)),
+            "none" => Ok(None),
+            "fenced" => Err(self.resign(
+                "other servers considered this server dead and removed its contributions".into(),
+            )),
+            "cancelled" => Err(StoreError::Unavailable(format!(
+                "{} of {resource:?} was cancelled as in doubt",
+                script.name
+            ))),
+            "short" | "bad" => {
+                let field = r.text()?;
+                let have = r.count()?;
+                let whose = if status == "short" {
+                    "this server's contribution"
+                } else {
+                    "the count"
+                };
+                Err(StoreError::BadData(format!(
+                    "{resource:?}: {whose} is {have} for {}; refusing to let a count go negative",
+                    describe_field(&field),
+                )))
+            }
+            other => Err(bad(script.name, &format!("unknown status {other:?}"))),
+        }
+    }
+
+    fn lock_in_doubt(&self) -> MutexGuard<'_, Vec<InDoubt>> {
+        self.in_doubt.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Copy operations whose reply was lost and that are not undone yet.
+    pub fn operations_in_doubt(&self) -> usize {
+        self.lock_in_doubt().len()
+    }
+
+    /// Undoes the copy operations whose reply was lost (each had been
+    /// reported as failed). Those that cannot be settled now stay for the
+    /// next round.
+    pub(super) async fn settle_in_doubt(&self) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut *self.lock_in_doubt());
+        let mut left = Vec::new();
+        let mut failure = None;
+        for op in pending {
+            if failure.is_some() {
+                left.push(op);
+                continue;
+            }
+            let k = self.keys.copies(&op.resource, &self.member);
+            let [counts, contribution, staging, expiry] = k.all();
+            let keys = [counts, contribution, staging, expiry, op.record.as_str()];
+            let args = [self.clock_arg(), self.record_ttl.as_millis().to_string()];
+            match self.conn.eval(&self.scripts.undo, &keys, &args, &[]).await {
+                Ok(v) => {
+                    let mut r = Reply::new(self.scripts.undo.name, v)?;
+                    match r.text()?.as_str() {
+                        "undone" => tracing::warn!(
+                            resource = %op.resource,
+                            operation = %r.text()?,
+                            "undid a copy operation whose reply was lost"
+                        ),
+                        "fenced" => {
+                            return Err(self.resign(
+                                "other servers considered this server dead and removed its contributions"
+                                    .into(),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+                Err(e) => {
+                    left.push(op);
+                    failure = Some(e);
+                }
+            }
+        }
+        self.lock_in_doubt().extend(left);
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+fn describe_field(field: &str) -> String {
+    if field == "g" {
+        "the resource".to_owned()
+    } else if let Some(d) = field.strip_prefix("d:") {
+        format!("domain {d:?}")
+    } else if let Some(g) = field.strip_prefix("G:") {
+        format!("group {g:?}")
+    } else {
+        format!("field {field:?}")
+    }
+}
+
+fn copy_log(mut r: Reply) -> Result<CopyLog, StoreError> {
+    let mut log = CopyLog::default();
+    while r.remaining() >= 2 {
+        let field = r.text()?;
+        if field == "!" {
+            r.text()?;
+            continue;
+        }
+        let n = r.count()?;
+        if field == "g" {
+            log.global = n;
+        } else if let Some(d) = field.strip_prefix("d:") {
+            log.domains.insert(d.to_owned(), n);
+        } else if let Some(g) = field.strip_prefix("G:") {
+            log.groups.insert(g.to_owned(), n);
+        }
+    }
+    Ok(log)
+}
+
+/// A limit as the scripts take it: -1 for unbounded (anything Lua numbers
+/// could not hold exactly is beyond every count anyway).
+fn limit_arg(limit: u64) -> String {
+    if limit > MAX_COUNT {
+        "-1".to_owned()
+    } else {
+        limit.to_string()
+    }
+}
+
+fn optional_limit_arg(limit: Option<u64>) -> String {
+    limit.map_or_else(String::new, limit_arg)
+}
+
+fn enforce_arg(e: Enforcement) -> String {
+    match e {
+        Enforcement::Enforce => "1",
+        Enforcement::Ignore => "0",
+    }
+    .to_owned()
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn request(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: RateLimits<'_>,
+        amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<RateReply, StoreError> {
+        let tiers = limits.tiers;
+        let k = self.keys.rate(resource, domain);
+        let mut args = Vec::with_capacity(11 + 5 * tiers.len());
+        args.push(self.clock_arg());
+        args.push(
+            if self.clock.is_some() {
+                TEST_CLOCK_EXPIRY_SLACK
+            } else {
+                0
+            }
+            .to_string(),
+        );
+        args.push(DORMANT_GRACE.to_string());
+        args.push(amount.copies().to_string());
+        args.push(amount.min_copies().to_string());
+        args.push(enforce_arg(enforcement));
+        args.push(optional_limit_arg(limits.hard_limit));
+        args.push(optional_limit_arg(limits.global_limit));
+        args.push(tiers.len().to_string());
+        args.push(k.tier_head.clone());
+        args.push(k.tier_tail.clone());
+        for t in tiers {
+            args.push(limit_arg(t.limit));
+            args.push(t.window.to_string());
+            args.push(t.active.map_or_else(|| "-1".to_owned(), |a| a.to_string()));
+            args.push(t.cooldown.to_string());
+            args.push(if t.skippable { "1" } else { "0" }.to_owned());
+        }
+        let tier_keys: Vec<String> = (1..=tiers.len()).map(|i| k.tier(i)).collect();
+        let mut keys = Vec::with_capacity(4 + tiers.len());
+        keys.extend([
+            k.state.as_str(),
+            k.last_second.as_str(),
+            k.global.as_str(),
+            k.global_total.as_str(),
+        ]);
+        keys.extend(tier_keys.iter().map(String::as_str));
+        let v = self
+            .conn
+            .eval(&self.scripts.rate, &keys, &args, &[])
+            .await
+            .inspect_err(|e| self.on_error(e))?;
+        let mut r = Reply::new(self.scripts.rate.name, v)?;
+        let granted = r.count()?;
+        let domain_hits_last_second = r.count()?;
+        let global_hits_last_second = r.count()?;
+        let tier_hits = r.count()?;
+        let tier = usize::try_from(r.count()?).unwrap_or(usize::MAX);
+        if tier > tiers.len() {
+            return Err(bad("rate", &format!("tier {tier} of {}", tiers.len())));
+        }
+        Ok(RateReply {
+            granted,
+            hard_limit: limits.hard_limit,
+            global_limit: limits.global_limit,
+            tier_limit: if tier == 0 { 0 } else { tiers[tier - 1].limit },
+            domain_hits_last_second,
+            global_hits_last_second,
+            tier_hits,
+            tier,
+            burst: r.flag()?,
+            hard_limited: r.flag()?,
+            global_limited: r.flag()?,
+            ignored: enforcement == Enforcement::Ignore,
+        })
+    }
+
+    async fn reserve(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: &CopyLimits,
+        amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<ReserveReply, StoreError> {
+        let mut args = Vec::with_capacity(6 + 2 * limits.groups.len());
+        args.push(domain.to_owned());
+        args.push(amount.copies().to_string());
+        args.push(amount.min_copies().to_string());
+        args.push(enforce_arg(enforcement));
+        args.push(limit_arg(limits.domain_limit));
+        args.push(optional_limit_arg(limits.global_limit));
+        for g in &limits.groups {
+            args.push(g.name.clone());
+            args.push(limit_arg(g.limit));
+        }
+        let mut r = self
+            .copy_op(&self.scripts.reserve, resource, args, Vec::new(), true)
+            .await?
+            .ok_or_else(|| bad("reserve", "none"))?;
+        let granted = r.count()?;
+        let domain_holds = r.count()?;
+        let global_holds = r.count()?;
+        let groups = (0..limits.groups.len())
+            .map(|_| r.count())
+            .collect::<Result<Vec<_>, _>>()?;
+        let after = CopyCounts {
+            domain: domain_holds,
+            global: global_holds,
+            groups,
+        };
+        Ok(ReserveReply::new(granted, limits, &after, enforcement))
+    }
+
+    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {
+        let mut args = Vec::with_capacity(2 + hold.groups.len());
+        args.push(hold.domain.clone());
+        args.push(copies.to_string());
+        args.extend(hold.groups.iter().cloned());
+        let mut r = self
+            .copy_op(
+                &self.scripts.release,
+                &hold.resource,
+                args,
+                Vec::new(),
+                false,
+            )
+            .await?
+            .ok_or_else(|| bad("release", "none"))?;
+        let domain_holds = r.count()?;
+        let global_holds = r.count()?;
+        let groups = hold
+            .groups
+            .iter()
+            .map(|g| Ok((g.clone(), r.count()?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(CopyStatus {
+            domain_holds,
+            global_holds,
+            groups,
+        })
+    }
+
+    async fn transfer(&self, hold: &Hold, copies: u64, ttl: Millis) -> Result<String, StoreError> {
+        let id = keys::transfer_id(&hold.resource);
+        let mut args = Vec::with_capacity(4 + hold.groups.len());
+        args.push(hold.domain.clone());
+        args.push(copies.to_string());
+        args.push(ttl.to_string());
+        args.push(id.clone());
+        args.extend(hold.groups.iter().cloned());
+        // Indexed for maintain(), which releases expired transfers even
+        // of resources nobody uses any more.
+        let mut index = redis::cmd("SADD");
+        index
+            .arg(self.keys.staging_index())
+            .arg(keys::escape(&hold.resource).as_ref());
+        self.copy_op(
+            &self.scripts.transfer,
+            &hold.resource,
+            args,
+            vec![index],
+            false,
+        )
+        .await?
+        .ok_or_else(|| bad("transfer", "none"))?;
+        Ok(id)
+    }
+
+    async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError> {
+        let Some(resource) = keys::transfer_resource(transfer_id) else {
+            return Ok(None);
+        };
+        let args = vec![transfer_id.to_owned()];
+        let Some(mut r) = self
+            .copy_op(&self.scripts.seize, resource, args, Vec::new(), true)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let copies = r.count()?;
+        let domain = r.text()?;
+        let mut groups = Vec::with_capacity(r.remaining());
+        while r.remaining() > 0 {
+            groups.push(r.text()?);
+        }
+        Ok(Some(Staged {
+            hold: Hold::new(resource, domain, groups),
+            copies,
+        }))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.conn
+            .query::<String>(&redis::cmd("PING"))
+            .await
+            .map(|_| ())
+    }
+
+    async fn staged_copies(&self) -> Result<u64, StoreError> {
+        let tags: Vec<String> = self
+            .conn
+            .query(redis::cmd("SMEMBERS").arg(self.keys.staging_index()))
+            .await?;
+        let mut total = 0;
+        for tag in tags {
+            let k = self.keys.copies_of_tag(&tag, &self.member);
+            let v = self
+                .conn
+                .eval(&self.scripts.staged, &[&k.staging], &[], &[])
+                .await?;
+            total += Reply::new(self.scripts.staged.name, v)?.count()?;
+        }
+        Ok(total)
+    }
+
+    async fn maintain(&self) -> StoreError {
+        membership::maintain(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_travel_as_the_scripts_expect() {
+        assert_eq!(limit_arg(5), "5");
+        assert_eq!(limit_arg(MAX_COUNT), MAX_COUNT.to_string());
+        assert_eq!(limit_arg(charon_core::UNBOUNDED), "-1");
+        assert_eq!(optional_limit_arg(None), "");
+        assert_eq!(describe_field("d:a"), "domain \"a\"");
+    }
+}

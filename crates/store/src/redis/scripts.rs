@@ -1,0 +1,97 @@
+//! The Lua scripts, each one atomic step on Redis (see `lua/`). Shared
+//! helpers are prepended at compile time, so every script is one
+//! self-contained text that `EVALSHA` runs by its SHA-1.
+
+/// One script: its text and SHA-1.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub(crate) name: &'static str,
+    pub(crate) code: &'static str,
+    pub(crate) sha: String,
+}
+
+impl Script {
+    fn new(name: &'static str, code: &'static str) -> Self {
+        Self {
+            name,
+            code,
+            sha: redis::Script::new(code).get_hash().to_owned(),
+        }
+    }
+}
+
+macro_rules! copy_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/copy.lua"),
+            include_str!(concat!("lua/", $file))
+        )
+    };
+}
+
+/// Every script the Redis store runs.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) rate: Script,
+    pub(crate) reserve: Script,
+    pub(crate) release: Script,
+    pub(crate) transfer: Script,
+    pub(crate) seize: Script,
+    pub(crate) undo: Script,
+    pub(crate) expire: Script,
+    pub(crate) cleanup: Script,
+    pub(crate) reset: Script,
+    pub(crate) counts: Script,
+    pub(crate) join: Script,
+    pub(crate) renew: Script,
+    pub(crate) unlock: Script,
+    pub(crate) forget: Script,
+    pub(crate) staged: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            rate: Script::new(
+                "rate",
+                concat!(include_str!("lua/common.lua"), include_str!("lua/rate.lua")),
+            ),
+            reserve: Script::new("reserve", copy_script!("reserve.lua")),
+            release: Script::new("release", copy_script!("release.lua")),
+            transfer: Script::new("transfer", copy_script!("transfer.lua")),
+            seize: Script::new("seize", copy_script!("seize.lua")),
+            undo: Script::new("undo", copy_script!("undo.lua")),
+            expire: Script::new("expire", copy_script!("expire.lua")),
+            cleanup: Script::new("cleanup", copy_script!("cleanup.lua")),
+            reset: Script::new("reset", copy_script!("reset.lua")),
+            counts: Script::new("counts", include_str!("lua/counts.lua")),
+            join: Script::new("join", include_str!("lua/join.lua")),
+            renew: Script::new("renew", include_str!("lua/renew.lua")),
+            unlock: Script::new("unlock", include_str!("lua/unlock.lua")),
+            forget: Script::new("forget", include_str!("lua/forget.lua")),
+            staged: Script::new("staged", include_str!("lua/staged.lua")),
+        }
+    }
+
+    /// All of them, to load at start.
+    pub(crate) fn all(&self) -> [&Script; 15] {
+        [
+            &self.rate,
+            &self.reserve,
+            &self.release,
+            &self.transfer,
+            &self.seize,
+            &self.undo,
+            &self.expire,
+            &self.cleanup,
+            &self.reset,
+            &self.counts,
+            &self.join,
+            &self.renew,
+            &self.unlock,
+            &self.forget,
+            &self.staged,
+        ]
+    }
+}

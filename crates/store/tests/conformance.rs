@@ -1,0 +1,515 @@
+//! One behaviour suite for every store (as limitador runs its tests against
+//! each storage backend): the same tests, with the same expected replies,
+//! against the in-memory store and the Redis store (a private redis-server,
+//! deciding on the same kind of manual clock).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
+use charon_core::copy::Hold;
+use charon_core::rate::{DORMANT_GRACE, RateReply};
+use charon_core::request::Amount;
+use charon_core::{MAX_COUNT, UNBOUNDED};
+use charon_store::StoreError;
+use common::Fixture;
+
+fn amount(copies: u64, min: u64) -> Amount {
+    Amount::new(copies, min).unwrap()
+}
+
+fn tier(limit: u64, window: u64, active: Option<u64>, cooldown: u64, skippable: bool) -> Tier {
+    Tier {
+        limit,
+        window,
+        active,
+        cooldown,
+        skippable,
+    }
+}
+
+fn limits(tiers: &[Tier]) -> RateLimits<'_> {
+    RateLimits {
+        hard_limit: None,
+        global_limit: None,
+        tiers,
+    }
+}
+
+async fn ask(
+    f: &Fixture,
+    t: u64,
+    domain: &str,
+    l: RateLimits<'_>,
+    copies: u64,
+    min: u64,
+) -> RateReply {
+    f.clock.set(t);
+    f.store
+        .request(
+            "api/search",
+            domain,
+            l,
+            amount(copies, min),
+            Enforcement::Enforce,
+        )
+        .await
+        .unwrap()
+}
+
+/// (granted, tier, tier_hits, burst)
+fn brief(r: &RateReply) -> (u64, usize, u64, bool) {
+    (r.granted, r.tier, r.tier_hits, r.burst)
+}
+
+async fn rate_window_boundaries(f: &Fixture) {
+    let tiers = [tier(2, 1_000, None, 0, false)];
+    let l = limits(&tiers);
+    let r = ask(f, 500, "d", l, 2, 2).await;
+    assert_eq!(brief(&r), (2, 1, 2, true), "first request enters tier 1");
+    assert_eq!(
+        (
+            r.domain_hits_last_second,
+            r.global_hits_last_second,
+            r.tier_limit
+        ),
+        (2, 2, 2)
+    );
+    let r = ask(f, 1_500, "d", l, 1, 1).await;
+    assert_eq!(
+        brief(&r),
+        (0, 1, 2, false),
+        "hits at 500 are in the window at 1500"
+    );
+    assert_eq!(r.domain_hits_last_second, 2, "and in the last second");
+    let r = ask(f, 1_501, "d", l, 1, 1).await;
+    assert_eq!(brief(&r), (1, 1, 1, false), "fell out at 1501");
+    assert_eq!(r.domain_hits_last_second, 1);
+}
+
+async fn rate_multi_hit_through_tiers(f: &Fixture) {
+    let tiers = [
+        tier(2, 1_000, None, 0, false),
+        tier(3, 1_000, Some(5_000), 1_000, false),
+        tier(4, 1_000, Some(2_000), 0, false),
+    ];
+    let l = limits(&tiers);
+    let r = ask(f, 0, "d", l, 7, 1).await;
+    assert_eq!(
+        brief(&r),
+        (7, 3, 2, true),
+        "2 in tier 1, 3 in tier 2, 2 in tier 3"
+    );
+    let r = ask(f, 10, "d", l, 5, 3).await;
+    assert_eq!(
+        brief(&r),
+        (0, 3, 2, false),
+        "only 2 more fit: below min_copies, nothing changes"
+    );
+    let r = ask(f, 10, "d", l, 5, 1).await;
+    assert_eq!(brief(&r), (2, 3, 4, false));
+    // Tier 3's active period ends at 2000: fallback to tier 2, whose window
+    // is empty by now.
+    let r = ask(f, 2_000, "d", l, 1, 1).await;
+    assert_eq!(brief(&r), (1, 2, 1, false));
+    // Tier 2 ends at 5000 and cools down until 6000: tier 1 is current,
+    // full bursts cannot pass tier 2.
+    let r = ask(f, 5_000, "d", l, 3, 1).await;
+    assert_eq!(brief(&r), (2, 1, 2, false));
+    let r = ask(f, 5_999, "d", l, 1, 1).await;
+    assert_eq!(
+        brief(&r),
+        (0, 1, 2, false),
+        "tier 2 cools down and is not skippable"
+    );
+    let r = ask(f, 6_000, "d", l, 1, 1).await;
+    assert_eq!(brief(&r), (1, 2, 1, true), "cooldown over at exactly 6000");
+}
+
+async fn rate_skippable_and_zero_tiers(f: &Fixture) {
+    let tiers = [
+        tier(1, 1_000, None, 0, false),
+        tier(0, 1_000, Some(1_000), 0, true),
+        tier(1, 1_000, Some(1_000), 500, true),
+        tier(2, 1_000, Some(1_000), 0, false),
+    ];
+    let l = limits(&tiers);
+    let r = ask(f, 0, "d", l, 2, 1).await;
+    assert_eq!(brief(&r), (2, 3, 1, true), "tier 2 (limit 0) is skipped");
+    let r = ask(f, 1, "d", l, 1, 1).await;
+    assert_eq!(brief(&r), (1, 4, 1, true));
+    let r = ask(f, 1_000, "d", l, 3, 1).await;
+    assert_eq!(
+        brief(&r),
+        (1, 4, 2, false),
+        "tier 3 cools down, tier 4 still active"
+    );
+    let r = ask(f, 1_001, "d", l, 1, 1).await;
+    assert_eq!(
+        brief(&r),
+        (1, 1, 1, false),
+        "tier 1's hit at 0 fell out at 1001"
+    );
+    let r = ask(f, 1_002, "d", l, 1, 1).await;
+    assert_eq!(
+        brief(&r),
+        (1, 4, 1, true),
+        "tier 3 cools down and is skipped; tier 4 is inactive again"
+    );
+}
+
+async fn rate_hard_and_global_limits(f: &Fixture) {
+    let tiers = [tier(10, 1_000, None, 0, false)];
+    let l = RateLimits {
+        hard_limit: Some(3),
+        global_limit: Some(5),
+        tiers: &tiers,
+    };
+    let r = ask(f, 0, "a", l, 5, 1).await;
+    assert_eq!(
+        (r.granted, r.hard_limited, r.global_limited),
+        (3, true, false)
+    );
+    assert_eq!((r.hard_limit, r.global_limit), (Some(3), Some(5)));
+    let r = ask(f, 0, "b", l, 5, 1).await;
+    assert_eq!(
+        (r.granted, r.hard_limited, r.global_limited),
+        (2, false, true)
+    );
+    assert_eq!(r.global_hits_last_second, 5);
+    let r = ask(f, 1, "c", l, 1, 1).await;
+    assert_eq!(
+        (r.granted, r.hard_limited, r.global_limited),
+        (0, false, true)
+    );
+    let r = ask(f, 1_001, "d", l, 2, 1).await;
+    assert_eq!(
+        (r.granted, r.hard_limited, r.global_limited),
+        (2, false, false)
+    );
+    let r = ask(f, 1_001, "c", l, 4, 1).await;
+    assert_eq!(
+        (r.granted, r.hard_limited, r.global_limited),
+        (3, true, true),
+        "H and G both allow 3: both bind"
+    );
+    let r = ask(f, 1_001, "c", l, 4, 4).await;
+    assert_eq!(r.granted, 0, "min_copies above H never passes");
+}
+
+async fn rate_ignored_and_unbounded(f: &Fixture) {
+    let tiers = [tier(1, 1_000, None, 0, false)];
+    f.clock.set(0);
+    let r = f
+        .store
+        .request(
+            "api/x",
+            "d",
+            limits(&tiers),
+            amount(3, 1),
+            Enforcement::Ignore,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.granted, r.ignored, r.tier_hits, r.domain_hits_last_second),
+        (3, true, 1, 3)
+    );
+    let r = f
+        .store
+        .request(
+            "api/x",
+            "d",
+            limits(&tiers),
+            amount(1, 1),
+            Enforcement::Enforce,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 0, "the ignored hits were recorded");
+
+    let permissive = [tier(UNBOUNDED, 1_000, None, 0, false)];
+    let r = f
+        .store
+        .request(
+            "free/x",
+            "d",
+            limits(&permissive),
+            amount(MAX_COUNT, 1),
+            Enforcement::Enforce,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.granted, r.tier_limit, r.tier_hits),
+        (MAX_COUNT, UNBOUNDED, MAX_COUNT)
+    );
+}
+
+async fn rate_state_is_forgotten_after_the_dormant_grace(f: &Fixture) {
+    let tiers = [tier(5, 1_000, None, 0, false)];
+    let l = limits(&tiers);
+    assert!(ask(f, 0, "d", l, 1, 1).await.burst);
+    let r = ask(f, 1_001 + DORMANT_GRACE - 1, "d", l, 1, 1).await;
+    assert!(!r.burst, "still dormant in tier 1");
+    let r = ask(f, 2 * (1_001 + DORMANT_GRACE), "d", l, 1, 1).await;
+    assert!(r.burst, "forgotten: the next request enters tier 1 again");
+}
+
+/// A rejection changes nothing a decision sees, but it may move the time
+/// from which the state is forgotten (here: the upper tier's hits leave
+/// with it, so the dormant tier 1 is forgotten earlier); the next reply
+/// must say so in every store.
+async fn rate_a_rejection_can_move_the_forget_time(f: &Fixture) {
+    let tiers = [
+        tier(5, 1_000, None, 0, false),
+        tier(5, 1_000, Some(5_000), 0, false),
+    ];
+    let l = RateLimits {
+        hard_limit: Some(6),
+        global_limit: None,
+        tiers: &tiers,
+    };
+    assert_eq!(brief(&ask(f, 0, "d", l, 5, 5).await), (5, 1, 5, true));
+    assert_eq!(brief(&ask(f, 100, "d", l, 1, 1).await), (1, 2, 1, true));
+    let r = ask(f, 5_100, "d", l, 7, 7).await;
+    assert_eq!((r.granted, r.hard_limited), (0, true));
+    let r = ask(f, 1_001 + DORMANT_GRACE + 50, "d", l, 1, 1).await;
+    assert_eq!(
+        brief(&r),
+        (1, 1, 1, true),
+        "forgotten from 1001 + grace, not 1101 + grace"
+    );
+}
+
+fn copy_limits() -> CopyLimits {
+    CopyLimits {
+        domain_limit: 4,
+        global_limit: Some(6),
+        groups: vec![
+            GroupLimit {
+                name: "g1".into(),
+                limit: 5,
+            },
+            GroupLimit {
+                name: "g2".into(),
+                limit: 3,
+            },
+        ],
+    }
+}
+
+async fn copies_respect_domain_group_and_global_limits(f: &Fixture) {
+    let l = copy_limits();
+    let s = &f.store;
+    let r = s
+        .reserve("vm", "a", &l, amount(5, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.granted, r.domain_holds, r.global_holds),
+        (3, 3, 3),
+        "g2 allows 3"
+    );
+    assert_eq!(
+        r.groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.holds))
+            .collect::<Vec<_>>(),
+        [("g1", 3), ("g2", 3)]
+    );
+    let only_g1 = CopyLimits {
+        groups: vec![l.groups[0].clone()],
+        ..l.clone()
+    };
+    let r = s
+        .reserve("vm", "b", &only_g1, amount(4, 3), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 0, "g1 has 2 left, below min_copies");
+    let r = s
+        .reserve("vm", "b", &only_g1, amount(4, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!((r.granted, r.global_holds, r.groups[0].holds), (2, 5, 5));
+    let ungrouped = CopyLimits {
+        groups: vec![],
+        ..l.clone()
+    };
+    let r = s
+        .reserve("vm", "c", &ungrouped, amount(4, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!((r.granted, r.global_holds), (1, 6), "global limit 6");
+    let r = s
+        .reserve("vm", "c", &ungrouped, amount(1, 1), Enforcement::Ignore)
+        .await
+        .unwrap();
+    assert_eq!((r.granted, r.global_holds, r.ignored), (1, 7, true));
+
+    let hold = Hold::new("vm", "a", ["g2".to_owned(), "g1".to_owned()]);
+    let st = s.release(&hold, 2).await.unwrap();
+    assert_eq!((st.domain_holds, st.global_holds), (1, 5));
+    assert_eq!(st.groups, [("g1".to_owned(), 3), ("g2".to_owned(), 1)]);
+    let r = s
+        .reserve("vm", "a", &l, amount(9, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!((r.granted, r.domain_holds), (1, 2), "global 6 again");
+
+    let free = CopyLimits {
+        domain_limit: UNBOUNDED,
+        global_limit: None,
+        groups: vec![],
+    };
+    let r = s
+        .reserve(
+            "free/vm",
+            "a",
+            &free,
+            amount(MAX_COUNT, 1),
+            Enforcement::Enforce,
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.granted, r.domain_limit), (MAX_COUNT, UNBOUNDED));
+}
+
+async fn release_beyond_held_is_refused_and_changes_nothing(f: &Fixture) {
+    let l = copy_limits();
+    let s = &f.store;
+    s.reserve("vm", "a", &l, amount(2, 2), Enforcement::Enforce)
+        .await
+        .unwrap();
+    let hold = Hold::new("vm", "a", ["g1".to_owned(), "g2".to_owned()]);
+    assert!(matches!(
+        s.release(&hold, 3).await,
+        Err(StoreError::BadData(_))
+    ));
+    let other_groups = Hold::new("vm", "a", ["g1".to_owned()]);
+    let e = s.release(&other_groups, 1).await;
+    // The in-memory store only sees that the counts cover it; both stores
+    // refuse what no count covers.
+    let st = s.release(&hold, 2).await;
+    if e.is_ok() {
+        assert!(st.is_err());
+    } else {
+        assert_eq!(st.unwrap().global_holds, 0);
+    }
+    let never = Hold::new("vm", "z", []);
+    assert!(matches!(
+        s.release(&never, 1).await,
+        Err(StoreError::BadData(_))
+    ));
+    let r = s
+        .reserve("vm", "a", &l, amount(3, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert!(
+        r.domain_holds <= 3 && r.global_holds <= 3,
+        "no count went negative: {r:?}"
+    );
+}
+
+async fn transfers_stage_expire_and_seize(f: &Fixture) {
+    let l = copy_limits();
+    let s = &f.store;
+    f.clock.set(1_000);
+    s.reserve("vm", "a", &l, amount(3, 3), Enforcement::Enforce)
+        .await
+        .unwrap();
+    let hold = Hold::new("vm", "a", ["g1".to_owned(), "g2".to_owned()]);
+    let id = s.transfer(&hold, 2, 100).await.unwrap();
+    let short = s.transfer(&hold, 1, 50).await.unwrap();
+    assert_ne!(id, short);
+    f.clock.set(1_049);
+    let r = s
+        .reserve("vm", "a", &l, amount(1, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.granted, r.domain_holds),
+        (0, 3),
+        "staged copies stay counted"
+    );
+    f.clock.set(1_050);
+    assert_eq!(
+        s.seize(&short).await.unwrap(),
+        None,
+        "expired at exactly t + ttl"
+    );
+    let r = s
+        .reserve("vm", "a", &l, amount(3, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.granted, r.domain_holds),
+        (1, 3),
+        "the expired copy was released"
+    );
+    assert_eq!(s.staged_copies().await.unwrap(), 2, "for /metrics");
+    let staged = s.seize(&id).await.unwrap().unwrap();
+    assert_eq!((staged.hold, staged.copies), (hold.clone(), 2));
+    assert_eq!(s.staged_copies().await.unwrap(), 0);
+    s.ping().await.unwrap();
+    assert_eq!(s.seize(&id).await.unwrap(), None, "seized only once");
+    assert_eq!(s.seize("nonsense").await.unwrap(), None);
+    assert_eq!(
+        s.seize(&format!("{}.vm", "0".repeat(32))).await.unwrap(),
+        None
+    );
+    let st = s.release(&hold, 3).await.unwrap();
+    assert_eq!((st.domain_holds, st.global_holds), (0, 0));
+    // A transfer nobody seizes gives its copies back when its ttl passes.
+    s.reserve("vm", "b", &l, amount(2, 2), Enforcement::Enforce)
+        .await
+        .unwrap();
+    let hb = Hold::new("vm", "b", ["g1".to_owned(), "g2".to_owned()]);
+    let _ = s.transfer(&hb, 2, 10).await.unwrap();
+    f.clock.set(1_060);
+    let r = s
+        .reserve("vm", "b", &l, amount(9, 1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.granted, r.global_holds),
+        (3, 3),
+        "expired on the next access"
+    );
+}
+
+macro_rules! conformance {
+    ($store:ident: $($test:ident),* $(,)?) => {
+        mod $store {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let f = crate::common::$store().await;
+                    crate::$test(&f).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! suite {
+    ($($store:ident),*) => {
+        $(
+            conformance!($store:
+                rate_window_boundaries,
+                rate_multi_hit_through_tiers,
+                rate_skippable_and_zero_tiers,
+                rate_hard_and_global_limits,
+                rate_ignored_and_unbounded,
+                rate_state_is_forgotten_after_the_dormant_grace,
+                rate_a_rejection_can_move_the_forget_time,
+                copies_respect_domain_group_and_global_limits,
+                release_beyond_held_is_refused_and_changes_nothing,
+                transfers_stage_expire_and_seize,
+            );
+        )*
+    };
+}
+
+suite!(memory, redis);

@@ -1,0 +1,415 @@
+//! The randomized differential test: the same random scenarios — rate and
+//! copy operations, multi-hit, several domains, sessions with their hold
+//! sets, transfers, seizes, ends of sessions, time jumps past windows,
+//! cooldowns, forget times and transfer expiry — through the in-memory
+//! store and the Redis store on one manual clock must give identical
+//! replies. This is what keeps the Lua port of `decide` equal to the Rust.
+//!
+//! `CHARON_DIFF_SEEDS=n` runs more seeds; a failure prints its seed, and
+//! `CHARON_DIFF_SEED=s` replays that one.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use charon_core::ManualClock;
+use charon_core::config::Config;
+use charon_core::copy::Hold;
+use charon_core::rate::DORMANT_GRACE;
+use charon_core::request::Amount;
+use charon_limiter::{LimitError, Limiter, Session};
+use charon_store::{MemoryStore, RedisOptions, RedisStore};
+use charon_testkit::RedisServer;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+const CONFIG: &str = r#"
+namespaces:
+  free: { allow_unconfigured: true }
+  loose: { ignore_configured: true, allow_unconfigured: true }
+resources:
+  - name: api/a
+    kind: rate
+    hard_limit: 6
+    global_limit: 10
+    tiers:
+      - { limit: 2, window: 100ms, cooldown: 0s }
+      - { limit: 3, window: 100ms, active: 400ms, cooldown: 300ms, skippable: true }
+      - { limit: 4, window: 50ms, active: 200ms, cooldown: 100ms }
+    domains:
+      d1:
+        hard_limit: 3
+        tiers:
+          - { limit: 1, window: 50ms }
+          - { limit: 2, window: 50ms, active: 100ms, cooldown: 50ms }
+  - name: api/b
+    kind: rate
+    tiers:
+      - { limit: 3, window: 1s, active: 2s, cooldown: 1s }
+      - { limit: 0, window: 1s, active: 1s, skippable: true }
+      - { limit: 5, window: 500ms, active: 1s, cooldown: 2s, skippable: true }
+      - { limit: 2, window: 250ms, active: 500ms, cooldown: 250ms }
+  - name: api/c
+    kind: rate
+    global_limit: 5
+    tiers:
+      - { limit: 2, window: 200ms }
+      - { limit: 3, window: 200ms }
+  - name: loose/r
+    kind: rate
+    tiers:
+      - { limit: 1, window: 100ms }
+  - name: vm/x
+    kind: copy
+    domain_limit: 4
+    global_limit: 8
+    domains: { d1: { domain_limit: 6 } }
+    groups:
+      - { name: g1, limit: 5, domains: [d1, d2] }
+      - { name: g2, limit: 3, domains: [d2, d3] }
+  - name: vm/y
+    kind: copy
+    domain_limit: 3
+  - name: loose/vm
+    kind: copy
+    domain_limit: 1
+"#;
+
+const RATE_RESOURCES: &[&str] = &[
+    "api/a", "api/a", "api/b", "api/b", "api/c", "loose/r", "free/z", "nope/r", "vm/x",
+];
+const COPY_RESOURCES: &[&str] = &["vm/x", "vm/y", "loose/vm", "free/vm", "api/a"];
+const DOMAINS: &[&str] = &["d1", "d2", "d3", "d4"];
+const SESSIONS: usize = 4;
+
+/// One store under test: its limiter and sessions.
+struct Side {
+    limiter: Arc<Limiter>,
+    sessions: Vec<Option<Session>>,
+}
+
+impl Side {
+    fn new(limiter: Arc<Limiter>) -> Self {
+        let sessions = (0..SESSIONS).map(|_| Some(limiter.session())).collect();
+        Self { limiter, sessions }
+    }
+
+    fn session(&mut self, i: usize) -> &mut Session {
+        self.sessions[i].as_mut().unwrap()
+    }
+
+    fn holds(&self, i: usize) -> Vec<(Hold, u64)> {
+        self.sessions[i]
+            .as_ref()
+            .unwrap()
+            .holds()
+            .map(|(h, n)| (h.clone(), n))
+            .collect()
+    }
+}
+
+/// What a reply is compared by: the value, or the class of the error (and
+/// for client errors, which come from the same code on both sides, the
+/// message).
+fn outcome<T: Debug>(r: &Result<T, LimitError>) -> String {
+    match r {
+        Ok(v) => format!("{v:?}"),
+        Err(LimitError::Client(charon_core::ClientError::UnknownTransfer(_))) => {
+            "client error: unknown transfer".to_owned()
+        }
+        Err(LimitError::Client(e)) => format!("client error: {e}"),
+        Err(LimitError::Server(e)) => panic!("a server error has no place here: {e}"),
+    }
+}
+
+/// The outcome of `Session::end`.
+type Ended = Result<u64, (LimitError, Vec<(Hold, u64)>)>;
+
+fn ended(e: Ended) -> String {
+    match e {
+        Ok(n) => format!("released {n}"),
+        Err((e, _)) => panic!("ending a session failed: {e}"),
+    }
+}
+
+struct Scenario {
+    clock: Arc<ManualClock>,
+    memory: Side,
+    redis: Side,
+    /// (memory id, redis id) of every transfer so far, and some bogus ones.
+    transfers: Vec<(String, String)>,
+    log: Vec<String>,
+    /// How often each kind of outcome happened, to show the scenarios
+    /// reach what they should.
+    seen: BTreeMap<String, usize>,
+}
+
+impl Scenario {
+    fn saw(&mut self, what: impl Into<String>) {
+        *self.seen.entry(what.into()).or_default() += 1;
+    }
+
+    fn check(&mut self, what: String, memory: String, redis: String) {
+        self.log.push(format!("{what} -> {memory}"));
+        if memory != redis {
+            let tail: Vec<&String> = self.log.iter().rev().take(25).rev().collect();
+            panic!(
+                "the stores disagree at t={} on {what}\n  memory: {memory}\n  redis:  {redis}\nlast steps:\n{}",
+                charon_core::Clock::now(&*self.clock),
+                tail.iter()
+                    .map(|s| format!("  {s}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
+
+    async fn step(&mut self, rng: &mut StdRng) {
+        let t = charon_core::Clock::now(&*self.clock);
+        match rng.random_range(0..100) {
+            0..=24 => {
+                // Every span in CONFIG is a multiple of 50 ms, and so are
+                // most jumps: boundaries (t + window, entry + active,
+                // + cooldown, + 1000 for H and G) are hit exactly, and the
+                // 1 ms steps land just after them.
+                let jump = match rng.random_range(0..100) {
+                    0..=34 => 0,
+                    35..=49 => 1,
+                    50..=84 => 50 * rng.random_range(1..=8),
+                    85..=94 => 250 * rng.random_range(1..=12),
+                    95..=97 => 1_000 * rng.random_range(1..=4) + rng.random_range(0..=1),
+                    // Past every cooldown, forget time and transfer.
+                    _ => DORMANT_GRACE + 1_000 * rng.random_range(0..=3) + rng.random_range(0..=1),
+                };
+                self.clock.set(t + jump);
+                if jump > DORMANT_GRACE {
+                    self.saw("time jump past the dormant grace");
+                }
+                self.log.push(format!("t += {jump}"));
+            }
+            25..=54 => {
+                let resource = RATE_RESOURCES[rng.random_range(0..RATE_RESOURCES.len())];
+                let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
+                let copies = rng.random_range(1..=7);
+                let min = rng.random_range(1..=copies);
+                let amount = Amount::new(copies, min).unwrap();
+                let m = self.memory.limiter.request(resource, domain, amount).await;
+                let r = self.redis.limiter.request(resource, domain, amount).await;
+                match &m {
+                    Ok(r) if r.granted == 0 => self.saw("request rejected"),
+                    Ok(r) if r.burst => self.saw(format!("request burst into tier {}", r.tier)),
+                    Ok(r) if r.hard_limited || r.global_limited => {
+                        self.saw("request granted, limited by H/G")
+                    }
+                    Ok(r) if r.granted < copies => self.saw("request granted partly"),
+                    Ok(_) => self.saw("request granted"),
+                    Err(_) => self.saw("request client error"),
+                }
+                let what = format!("t={t} request({resource}, {domain}, {copies}, {min})");
+                self.check(what, outcome(&m), outcome(&r));
+            }
+            55..=69 => {
+                let s = rng.random_range(0..SESSIONS);
+                let resource = COPY_RESOURCES[rng.random_range(0..COPY_RESOURCES.len())];
+                let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
+                let copies = rng.random_range(1..=5);
+                let min = rng.random_range(1..=copies);
+                let amount = Amount::new(copies, min).unwrap();
+                let m = self
+                    .memory
+                    .session(s)
+                    .reserve(resource, domain, amount)
+                    .await;
+                let r = self
+                    .redis
+                    .session(s)
+                    .reserve(resource, domain, amount)
+                    .await;
+                match &m {
+                    Ok(r) if r.granted == 0 => self.saw("reserve rejected"),
+                    Ok(_) => self.saw("reserve granted"),
+                    Err(_) => self.saw("reserve client error"),
+                }
+                let what = format!("t={t} s{s}.reserve({resource}, {domain}, {copies}, {min})");
+                self.check(what, outcome(&m), outcome(&r));
+            }
+            70..=79 => {
+                let s = rng.random_range(0..SESSIONS);
+                let Some((hold, held)) = self.pick_hold(rng, s) else {
+                    return;
+                };
+                let copies = if rng.random_range(0..8) == 0 {
+                    held + 1
+                } else {
+                    rng.random_range(1..=held)
+                };
+                let m = self.memory.session(s).release(&hold, copies).await;
+                let r = self.redis.session(s).release(&hold, copies).await;
+                self.saw(if m.is_ok() {
+                    "release ok"
+                } else {
+                    "release client error"
+                });
+                let what = format!("t={t} s{s}.release({hold:?}, {copies})");
+                self.check(what, outcome(&m), outcome(&r));
+            }
+            80..=87 => {
+                let s = rng.random_range(0..SESSIONS);
+                let Some((hold, held)) = self.pick_hold(rng, s) else {
+                    return;
+                };
+                let copies = rng.random_range(1..=held);
+                let ttl = 50 * rng.random_range(1..=12);
+                let m = self.memory.session(s).transfer(&hold, copies, ttl).await;
+                let r = self.redis.session(s).transfer(&hold, copies, ttl).await;
+                let what = format!("t={t} s{s}.transfer({hold:?}, {copies}, ttl {ttl})");
+                match (&m, &r) {
+                    (Ok(mi), Ok(ri)) => {
+                        self.saw("transfer ok");
+                        self.transfers.push((mi.clone(), ri.clone()));
+                        self.check(what, "ok".into(), "ok".into());
+                    }
+                    _ => self.check(what, outcome(&m), outcome(&r)),
+                }
+            }
+            88..=94 => {
+                if self.transfers.is_empty() {
+                    return;
+                }
+                let s = rng.random_range(0..SESSIONS);
+                // Mostly a recent transfer (likely still staged), sometimes
+                // any (likely seized or expired).
+                let n = self.transfers.len();
+                let i = if rng.random_range(0..3) == 0 {
+                    rng.random_range(0..n)
+                } else {
+                    n - 1 - rng.random_range(0..n.min(3))
+                };
+                let (mi, ri) = self.transfers[i].clone();
+                let m = self.memory.session(s).seize(&mi).await;
+                let r = self.redis.session(s).seize(&ri).await;
+                self.saw(if m.is_ok() {
+                    "seize ok"
+                } else {
+                    "seize unknown or expired"
+                });
+                let what = format!("t={t} s{s}.seize({mi})");
+                self.check(what, outcome(&m), outcome(&r));
+            }
+            _ => {
+                let s = rng.random_range(0..SESSIONS);
+                let m = self.memory.sessions[s].take().unwrap().end().await;
+                let r = self.redis.sessions[s].take().unwrap().end().await;
+                self.memory.sessions[s] = Some(self.memory.limiter.session());
+                self.redis.sessions[s] = Some(self.redis.limiter.session());
+                self.saw("session ended");
+                let what = format!("t={t} s{s}.end()");
+                self.check(what, ended(m), ended(r));
+            }
+        }
+        for s in 0..SESSIONS {
+            let (m, r) = (self.memory.holds(s), self.redis.holds(s));
+            if m != r {
+                self.check(format!("s{s} holds"), format!("{m:?}"), format!("{r:?}"));
+            }
+        }
+    }
+
+    /// A hold of session `s` (the same on both sides), or sometimes one it
+    /// does not have.
+    fn pick_hold(&self, rng: &mut StdRng, s: usize) -> Option<(Hold, u64)> {
+        let holds = self.memory.holds(s);
+        if holds.is_empty() && rng.random_range(0..2) == 0 {
+            return None;
+        }
+        if holds.is_empty() || rng.random_range(0..10) == 0 {
+            let resource = COPY_RESOURCES[rng.random_range(0..COPY_RESOURCES.len())];
+            let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
+            return Some((Hold::new(resource, domain, []), 1));
+        }
+        Some(holds[rng.random_range(0..holds.len())].clone())
+    }
+}
+
+async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<String, usize>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let start = if seed.is_multiple_of(2) {
+        0
+    } else {
+        1_700_000_000_000
+    };
+    let clock = Arc::new(ManualClock::new(start));
+    let (config, _) = Config::from_yaml(CONFIG).unwrap();
+    let memory = Limiter::new(
+        config.clone(),
+        Arc::new(MemoryStore::with_sequential_ids(clock.clone())),
+    );
+    let options = RedisOptions {
+        clock: Some(clock.clone()),
+        // Every seed in its own keys, so seeds can share one redis-server.
+        key_prefix: format!("diff{seed}"),
+        ..common::options(None, &format!("seed{seed}"), Duration::from_secs(10))
+    };
+    let store = RedisStore::connect(&redis.url(), options).await.unwrap();
+    let maintain = common::spawn_maintain(&store);
+    let redis = Limiter::new(config, store);
+    let mut scenario = Scenario {
+        clock,
+        memory: Side::new(memory),
+        redis: Side::new(redis),
+        transfers: vec![("t0".into(), format!("{}.vm/x", "0".repeat(32)))],
+        log: Vec::new(),
+        seen: BTreeMap::new(),
+    };
+    for i in 0..steps {
+        scenario.log.push(format!("-- seed {seed} step {i}"));
+        scenario.step(&mut rng).await;
+    }
+    maintain.abort();
+    for (k, v) in scenario.seen {
+        *seen.entry(k).or_default() += v;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_give_identical_replies() {
+    let redis = RedisServer::start();
+    let seeds: Vec<u64> = match std::env::var("CHARON_DIFF_SEED") {
+        Ok(s) => vec![s.parse().unwrap()],
+        Err(_) => {
+            let n = std::env::var("CHARON_DIFF_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(24);
+            (1..=n).collect()
+        }
+    };
+    let mut seen = BTreeMap::new();
+    for seed in seeds {
+        run(seed, 600, &redis, &mut seen).await;
+    }
+    println!("outcomes compared:");
+    for (k, v) in &seen {
+        println!("  {v:6}  {k}");
+    }
+    for must in [
+        "request burst into tier 2",
+        "request burst into tier 3",
+        "request granted, limited by H/G",
+        "request rejected",
+        "reserve rejected",
+        "seize ok",
+        "seize unknown or expired",
+        "time jump past the dormant grace",
+    ] {
+        assert!(
+            seen.get(must).copied().unwrap_or(0) > 0,
+            "no {must:?}: the scenarios miss something"
+        );
+    }
+}

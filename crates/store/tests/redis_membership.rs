@@ -1,0 +1,512 @@
+//! Crash bookkeeping of the Redis store (paper §4.3.2) at the store level:
+//! several `RedisStore`s with their own server ids on one private Redis,
+//! simulated deaths (a store that stops maintaining), resignation, a start
+//! alone after dead generations, and Redis itself restarting.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
+use charon_core::copy::Hold;
+use charon_core::request::Amount;
+use charon_store::{CopyLog, RedisOptions, RedisStore, Store, StoreError};
+use charon_testkit::RedisServer;
+use common::{options, spawn_maintain};
+
+const TTL: Duration = Duration::from_millis(1_000);
+
+fn amount(n: u64) -> Amount {
+    Amount::exactly(n).unwrap()
+}
+
+fn limits() -> CopyLimits {
+    CopyLimits {
+        domain_limit: 10,
+        global_limit: Some(20),
+        groups: vec![GroupLimit {
+            name: "g1".into(),
+            limit: 15,
+        }],
+    }
+}
+
+fn hold(domain: &str) -> Hold {
+    Hold::new("vm", domain, ["g1".to_owned()])
+}
+
+async fn connect(redis: &RedisServer, id: &str, ttl: Duration) -> Arc<RedisStore> {
+    RedisStore::connect(&redis.url(), options(None, id, ttl))
+        .await
+        .unwrap()
+}
+
+async fn reserve(s: &RedisStore, domain: &str, n: u64) {
+    let r = s
+        .reserve("vm", domain, &limits(), amount(n), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!(r.granted, n);
+}
+
+fn raw(redis: &RedisServer) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+fn log(global: u64, domains: &[(&str, u64)], g1: u64) -> CopyLog {
+    CopyLog {
+        global,
+        domains: domains.iter().map(|(d, n)| ((*d).to_owned(), *n)).collect(),
+        groups: if g1 > 0 {
+            [("g1".to_owned(), g1)].into()
+        } else {
+            Default::default()
+        },
+    }
+}
+
+/// Polls `f` until it returns true or `within` passes; returns how long it
+/// took.
+async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if f().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_removes_a_dead_servers_contributions_and_keeps_its_own() {
+    let redis = RedisServer::start();
+    let a = connect(&redis, "a", TTL).await;
+    let b = connect(&redis, "b", TTL).await;
+    assert_ne!(a.member_id(), b.member_id());
+    let a_maintain = spawn_maintain(&a);
+    let _b_maintain = spawn_maintain(&b);
+
+    reserve(&a, "d1", 3).await;
+    reserve(&b, "d1", 2).await;
+    reserve(&b, "d2", 1).await;
+    // A transfer staged by A belongs to no server: it must outlive A.
+    let id = a.transfer(&hold("d1"), 1, 60_000).await.unwrap();
+    let (counts, mine) = b.copy_log("vm").await.unwrap();
+    assert_eq!(counts, log(6, &[("d1", 5), ("d2", 1)], 6));
+    assert_eq!(mine, log(3, &[("d1", 2), ("d2", 1)], 3));
+
+    // A dies: it stops renewing (and so stops serving on its own clock).
+    a_maintain.abort();
+    let died = Instant::now();
+    let removed = eventually(TTL * 3, async || {
+        b.copy_log("vm").await.unwrap().0.global == 4
+    })
+    .await
+    .expect("the survivor removes the dead server's contributions");
+    assert!(
+        removed <= TTL * 2,
+        "removed {removed:?} after the death, liveness ttl {TTL:?}"
+    );
+    let (counts, mine) = b.copy_log("vm").await.unwrap();
+    assert_eq!(
+        counts,
+        log(4, &[("d1", 3), ("d2", 1)], 4),
+        "B's 3 and A's staged 1"
+    );
+    assert_eq!(
+        mine,
+        log(3, &[("d1", 2), ("d2", 1)], 3),
+        "B's holds are exact"
+    );
+
+    // The dead server, still running, must not touch the counts again.
+    assert!(died.elapsed() > TTL / 2);
+    assert!(matches!(
+        a.reserve("vm", "d1", &limits(), amount(1), Enforcement::Enforce)
+            .await,
+        Err(StoreError::Resigned(_))
+    ));
+    assert!(matches!(
+        a.release(&hold("d1"), 2).await,
+        Err(StoreError::Resigned(_))
+    ));
+
+    // Its staged transfer survived; B seizes and releases it.
+    let staged = b.seize(&id).await.unwrap().unwrap();
+    assert_eq!((staged.hold, staged.copies), (hold("d1"), 1));
+    b.release(&hold("d1"), 3).await.unwrap();
+    b.release(&Hold::new("vm", "d2", ["g1".to_owned()]), 1)
+        .await
+        .unwrap();
+    let (counts, mine) = b.copy_log("vm").await.unwrap();
+    assert_eq!((counts, mine), (CopyLog::default(), CopyLog::default()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_finds_its_liveness_gone_resigns() {
+    let redis = RedisServer::start();
+    let a = connect(&redis, "a", TTL).await;
+    let maintain = spawn_maintain(&a);
+    reserve(&a, "d1", 1).await;
+    // Another server's view: a lapsed. Remove its liveness key.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("charon:{{%m}}:live:{}", a.member_id()))
+        .query(&mut raw(&redis))
+        .unwrap();
+    let e = tokio::time::timeout(TTL, maintain)
+        .await
+        .expect("maintain returns within the ttl")
+        .unwrap();
+    assert!(matches!(e, StoreError::Resigned(_)), "{e:?}");
+    assert!(matches!(
+        a.reserve("vm", "d1", &limits(), amount(1), Enforcement::Enforce)
+            .await,
+        Err(StoreError::Resigned(_))
+    ));
+    // Rate requests do not depend on membership.
+    let tiers = [Tier {
+        limit: 1,
+        window: 1_000,
+        active: None,
+        cooldown: 0,
+        skippable: false,
+    }];
+    let l = RateLimits {
+        hard_limit: None,
+        global_limit: None,
+        tiers: &tiers,
+    };
+    assert!(
+        a.request("api/x", "d", l, amount(1), Enforcement::Enforce)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_renew_stops_before_others_consider_it_dead() {
+    let redis = RedisServer::start();
+    let a = connect(&redis, "a", TTL).await;
+    reserve(&a, "d1", 1).await;
+    // Nobody renews: by its own clock, a resigns after half the ttl.
+    tokio::time::sleep(TTL / 2 + Duration::from_millis(50)).await;
+    assert!(matches!(
+        a.reserve("vm", "d1", &limits(), amount(1), Enforcement::Enforce)
+            .await,
+        Err(StoreError::Resigned(_))
+    ));
+    let e = a.maintain().await;
+    assert!(matches!(e, StoreError::Resigned(_)), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_starting_alone_cleans_up_what_dead_generations_left() {
+    let redis = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    {
+        let a = connect(&redis, "a", ttl).await;
+        reserve(&a, "d1", 3).await;
+        let _id = a.transfer(&hold("d1"), 1, 600_000).await.unwrap();
+        // A crash without bookkeeping: nothing ever renews or cleans.
+    }
+    // Leftovers of a server nobody even remembers.
+    let mut c = raw(&redis);
+    let _: () = redis::pipe()
+        .hset("charon:{vm}:s:ghost.00000000", "g", 5)
+        .hset("charon:{vm}:s:ghost.00000000", "d:d9", 5)
+        .hincr("charon:{vm}:c", "g", 5)
+        .hincr("charon:{vm}:c", "d:d9", 5)
+        .sadd("charon:{%m}:keys:ghost.00000000", "vm")
+        .query(&mut c)
+        .unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+
+    let fresh = connect(&redis, "fresh", TTL).await;
+    let _m = spawn_maintain(&fresh);
+    let (counts, mine) = fresh.copy_log("vm").await.unwrap();
+    assert_eq!(
+        counts,
+        log(1, &[("d1", 1)], 1),
+        "only the staged transfer is left"
+    );
+    assert_eq!(mine, CopyLog::default());
+    let registered: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("charon:{%m}:servers")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(registered, [fresh.member_id().to_owned()]);
+    let ghost_keys: i64 = redis::cmd("EXISTS")
+        .arg("charon:{%m}:keys:ghost.00000000")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ghost_keys, 0);
+
+    // A server joining a live one does not reset anything.
+    reserve(&fresh, "d2", 2).await;
+    let other = connect(&redis, "other", TTL).await;
+    let (counts, _) = other.copy_log("vm").await.unwrap();
+    assert_eq!(counts, log(3, &[("d1", 1), ("d2", 2)], 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarting_gives_unavailable_then_recovery_and_no_negative_count() {
+    let mut redis = RedisServer::start();
+    let ttl = Duration::from_secs(4);
+    let s = RedisStore::connect(
+        &redis.url(),
+        RedisOptions {
+            op_timeout: Duration::from_millis(200),
+            ..options(None, "a", ttl)
+        },
+    )
+    .await
+    .unwrap();
+    let maintain = spawn_maintain(&s);
+    let tiers = [Tier {
+        limit: 100,
+        window: 1_000,
+        active: None,
+        cooldown: 0,
+        skippable: false,
+    }];
+    let l = RateLimits {
+        hard_limit: None,
+        global_limit: None,
+        tiers: &tiers,
+    };
+    assert_eq!(
+        s.request("api/x", "d", l, amount(1), Enforcement::Enforce)
+            .await
+            .unwrap()
+            .granted,
+        1
+    );
+    reserve(&s, "d1", 2).await;
+
+    redis.kill();
+    let asked = Instant::now();
+    let e = s
+        .request("api/x", "d", l, amount(1), Enforcement::Enforce)
+        .await;
+    assert!(matches!(e, Err(StoreError::Unavailable(_))), "{e:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "fails fast: {:?}",
+        asked.elapsed()
+    );
+    let e = s
+        .reserve("vm", "d1", &limits(), amount(1), Enforcement::Enforce)
+        .await;
+    assert!(matches!(e, Err(StoreError::Unavailable(_))), "{e:?}");
+
+    // Back, empty and without the scripts.
+    redis.restart();
+    let back = eventually(Duration::from_secs(3), async || {
+        s.request("api/x", "d", l, amount(1), Enforcement::Enforce)
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(back.is_some(), "recovers by itself");
+    reserve(&s, "d2", 1).await;
+    let key_set: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("charon:{{%m}}:keys:{}", s.member_id()))
+        .query(&mut raw(&redis))
+        .unwrap();
+    assert_eq!(
+        key_set,
+        ["vm"],
+        "the key set lost with Redis' data is written again"
+    );
+    // The hold from before the restart is gone with Redis' data: releasing
+    // it is refused rather than taking the count below zero.
+    let e = s.release(&hold("d1"), 2).await;
+    assert!(matches!(e, Err(StoreError::BadData(_))), "{e:?}");
+    let (counts, mine) = s.copy_log("vm").await.unwrap();
+    assert_eq!(counts, log(1, &[("d2", 1)], 1));
+    assert_eq!(mine, counts);
+    // And the store kept its membership (a new generation).
+    tokio::time::sleep(ttl / 3).await;
+    assert!(
+        !maintain.is_finished(),
+        "no resignation after a Redis restart"
+    );
+    let live: i64 = redis::cmd("EXISTS")
+        .arg(format!("charon:{{%m}}:live:{}", s.member_id()))
+        .query(&mut raw(&redis))
+        .unwrap();
+    assert_eq!(live, 1);
+}
+
+#[tokio::test]
+async fn scripts_flushed_from_redis_are_loaded_again() {
+    let redis = RedisServer::start();
+    let s = connect(&redis, "a", Duration::from_secs(10)).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut raw(&redis))
+        .unwrap();
+    reserve(&s, "d1", 1).await;
+    s.release(&hold("d1"), 1).await.unwrap();
+}
+
+#[tokio::test]
+async fn idle_rate_state_expires_by_itself_in_redis_time() {
+    let redis = RedisServer::start();
+    let s = connect(&redis, "a", Duration::from_secs(10)).await;
+    let tiers = [
+        Tier {
+            limit: 1,
+            window: 1_000,
+            active: None,
+            cooldown: 0,
+            skippable: false,
+        },
+        Tier {
+            limit: 5,
+            window: 1_000,
+            active: Some(5_000_000),
+            cooldown: 2_000_000,
+            skippable: false,
+        },
+    ];
+    let l = RateLimits {
+        hard_limit: None,
+        global_limit: Some(100),
+        tiers: &tiers,
+    };
+    let r = s
+        .request("api/x", "d", l, amount(3), Enforcement::Enforce)
+        .await
+        .unwrap();
+    assert_eq!((r.granted, r.tier), (3, 2));
+    let mut c = raw(&redis);
+    let pttl = |c: &mut redis::Connection, key: &str| -> i64 {
+        redis::cmd("PTTL").arg(key).query(c).unwrap()
+    };
+    // The state goes when tier 2's cooldown ends; its lists a minute later
+    // (so that they need not be re-expired on every request).
+    let state = pttl(&mut c, "charon:{api/x}:r:d");
+    assert!((6_990_000..=7_000_000).contains(&state), "{state}");
+    for key in [
+        "charon:{api/x}:rs:d",
+        "charon:{api/x}:rt1:d",
+        "charon:{api/x}:rt2:d",
+    ] {
+        let ttl = pttl(&mut c, key);
+        assert!(
+            (state..=state + 60_000).contains(&ttl),
+            "{key}: {ttl}, state {state}"
+        );
+    }
+    let total = pttl(&mut c, "charon:{api/x}:gn");
+    assert!((900..=1_001).contains(&total), "the last second: {total}");
+    let list = pttl(&mut c, "charon:{api/x}:g");
+    assert!((total..=total + 60_000).contains(&list), "{list}");
+    // Once forgotten, nothing is left behind.
+    let short = [Tier {
+        limit: 1,
+        window: 100,
+        active: Some(200),
+        cooldown: 0,
+        skippable: false,
+    }];
+    let l = RateLimits {
+        hard_limit: None,
+        global_limit: Some(100),
+        tiers: &short,
+    };
+    s.request("api/z", "d", l, amount(1), Enforcement::Enforce)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("charon:{api/z}*")
+        .query(&mut c)
+        .unwrap();
+    let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "charon:{api/z}:g",
+            "charon:{api/z}:rs:d",
+            "charon:{api/z}:rt1:d"
+        ],
+        "only lists are left"
+    );
+    for key in keys {
+        let ttl = pttl(&mut c, key);
+        assert!((0..=60_000).contains(&ttl), "{key} goes by itself: {ttl}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_operations_whose_reply_was_lost_are_undone() {
+    let redis = RedisServer::start();
+    let s = RedisStore::connect(
+        &redis.url(),
+        RedisOptions {
+            op_timeout: Duration::from_millis(100),
+            ..options(None, "a", Duration::from_secs(3))
+        },
+    )
+    .await
+    .unwrap();
+    let _m = spawn_maintain(&s);
+    reserve(&s, "d1", 2).await;
+    // Redis holds every write for a while: the operations time out here,
+    // and run there when the pause ends.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query(&mut raw(&redis))
+        .unwrap();
+    let e = s
+        .reserve("vm", "d1", &limits(), amount(3), Enforcement::Enforce)
+        .await;
+    assert!(matches!(e, Err(StoreError::Unavailable(_))), "{e:?}");
+    let e = s.release(&hold("d1"), 1).await;
+    assert!(matches!(e, Err(StoreError::Unavailable(_))), "{e:?}");
+    assert_eq!(s.operations_in_doubt(), 2);
+    // Both were reported as failed: the session still holds 2 copies, and
+    // so must the counts once both are undone.
+    let settled = eventually(Duration::from_secs(4), async || {
+        s.operations_in_doubt() == 0
+            && s.copy_log("vm").await.unwrap() == (log(2, &[("d1", 2)], 2), log(2, &[("d1", 2)], 2))
+    })
+    .await;
+    assert!(settled.is_some(), "{:?}", s.copy_log("vm").await);
+    s.release(&hold("d1"), 2).await.unwrap();
+    assert_eq!(s.copy_log("vm").await.unwrap().0, CopyLog::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_leaves_takes_its_contributions_and_registration_along() {
+    let redis = RedisServer::start();
+    let a = connect(&redis, "a", Duration::from_secs(10)).await;
+    let b = connect(&redis, "b", Duration::from_secs(10)).await;
+    reserve(&a, "d1", 2).await;
+    reserve(&b, "d1", 1).await;
+    a.leave().await.unwrap();
+    assert_eq!(b.copy_log("vm").await.unwrap().0, log(1, &[("d1", 1)], 1));
+    let registered: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("charon:{%m}:servers")
+        .query(&mut raw(&redis))
+        .unwrap();
+    assert_eq!(registered, [b.member_id().to_owned()]);
+    assert!(matches!(
+        a.reserve("vm", "d1", &limits(), amount(1), Enforcement::Enforce)
+            .await,
+        Err(StoreError::Resigned(_))
+    ));
+    assert!(matches!(a.maintain().await, StoreError::Resigned(_)));
+}

@@ -26,11 +26,11 @@ use charon_core::config::Config;
 use charon_limiter::Limiter;
 use charon_server::reload::{self, FileServerSettings};
 use charon_server::{ConfigReport, ServerOptions, ServerState};
-use charon_store::{MemoryStore, Store, SystemClock};
+use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, SystemClock};
 use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Flags of `charon serve`.
 #[derive(Args, Debug)]
@@ -90,6 +90,17 @@ pub struct ServeArgs {
     /// `redis://host:port` [default: memory].
     #[arg(long, value_name = "URL", env = "CHARON_STORE")]
     pub store: Option<String>,
+    /// Redis store: a server that stops renewing its liveness for this long
+    /// is counted dead and the others remove its holds; it resigns after
+    /// half of it without a renewal.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub liveness_ttl: Duration,
+    /// Redis store: the time limit of each operation (then a server error).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub store_timeout: Duration,
+    /// Redis store: how long to keep trying to reach Redis at start-up.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub store_connect_timeout: Duration,
     /// A client that stops answering is detected, and its holds released,
     /// within about this long.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
@@ -164,7 +175,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .or(file_settings.http_listen)
         .unwrap_or_else(|| "127.0.0.1:7071".to_owned());
 
-    let store = open_store(&store_url).await?;
+    let store = open_store(&store_url, &args).await?;
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let options = ServerOptions {
         keepalive: args.keepalive,
@@ -229,6 +240,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if maintenance.is_finished() {
         return Ok(ExitCode::from(EXIT_RESIGNED));
     }
+    if let Err(e) = store.leave().await {
+        warn!(
+            "could not leave the store cleanly ({e}); the others will clean up after this server"
+        );
+    }
     info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -239,11 +255,40 @@ async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {addr} ({what})"))
 }
 
-async fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
-    match url {
-        "memory" | "memory://" => Ok(Arc::new(MemoryStore::new(Arc::new(SystemClock::new())))),
-        other => bail!("unsupported store {other:?} (expected memory or redis://host:port)"),
+async fn open_store(url: &str, args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
+    if url == "memory" || url == "memory://" {
+        return Ok(Arc::new(MemoryStore::new(Arc::new(SystemClock::new()))));
     }
+    if !(url.starts_with("redis://")
+        || url.starts_with("rediss://")
+        || url.starts_with("redis+unix://"))
+    {
+        bail!("unsupported store {url:?} (expected memory or redis://host:port)");
+    }
+    let options = RedisOptions {
+        server_id: server_id(),
+        liveness_ttl: args.liveness_ttl,
+        op_timeout: args.store_timeout,
+        ..RedisOptions::default()
+    };
+    let deadline = tokio::time::Instant::now() + args.store_connect_timeout;
+    loop {
+        match RedisStore::connect(url, options.clone()).await {
+            Ok(store) => return Ok(store),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                warn!("cannot use Redis at {url} yet ({e}); retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => bail!("cannot use Redis at {url}: {e}"),
+        }
+    }
+}
+
+/// This server's name in the Redis membership: host and process id, so an
+/// operator can tell whose holds were cleaned up.
+fn server_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
 }
 
 /// Opens the embedded configuration service's database, with the write

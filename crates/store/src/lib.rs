@@ -71,6 +71,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Copies sitting in staging areas, waiting to be seized (for metrics).
     async fn staged_copies(&self) -> Result<u64, StoreError>;
 
+    /// Leaves at a clean shutdown, after every session has ended (the Redis
+    /// store deregisters this server so nobody waits for its liveness to
+    /// lapse). Nothing to do for a store of one process.
+    async fn leave(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Runs the store's background duties for as long as the server runs
     /// (the in-memory store drops idle state; the Redis store renews this
     /// server's liveness and cleans up after dead servers). Returns only

@@ -693,6 +693,10 @@ impl Store for RedisStore {
         Ok(total)
     }
 
+    async fn leave(&self) -> Result<(), StoreError> {
+        RedisStore::leave(self).await
+    }
+
     async fn maintain(&self) -> StoreError {
         membership::maintain(self).await
     }

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use charon_limiter::Limiter;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
 pub use grpc::LimiterService;
@@ -118,6 +117,16 @@ impl ServerState {
     }
 }
 
+/// Accepted connections get TCP_NODELAY (one small message per decision;
+/// Nagle's algorithm against delayed ACKs would add up to 40 ms) and TCP
+/// keep-alive. The builder's own TCP settings apply only to listeners it
+/// binds itself, so they are set here.
+fn incoming(listener: TcpListener, keepalive: Duration) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(keepalive))
+}
+
 /// Serves gRPC on `grpc` and HTTP on `http` until `state.shutdown` is
 /// triggered, then shuts down gracefully: stops accepting, ends every
 /// session (releasing its holds) and waits for in-flight work, at most
@@ -148,14 +157,10 @@ pub async fn serve(
     let grpc_server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(half))
         .http2_keepalive_timeout(Some(half))
-        .tcp_keepalive(Some(half))
-        .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(limiter_service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
-            shutdown.wait().await
-        });
+        .serve_with_incoming_shutdown(incoming(grpc, half), async move { shutdown.wait().await });
 
     let app = http::router(state.clone()).merge(extra_routes);
     let shutdown = state.shutdown.clone();

@@ -298,3 +298,16 @@ async fn redis_stopped_and_restarted_under_load_gives_server_errors_then_recover
     );
     assert_eq!(servers[0].http_get("/readyz").map(|r| r.0), Some(200));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_can_be_named_in_the_configuration_file() {
+    let redis = RedisServer::start();
+    let config = format!("server:\n  store: {}\n{LIMITS}", redis.url());
+    let server = CharonProcess::start(bin(), &config, &[]);
+    assert!(server.log().contains("store redis"), "{}", server.log());
+    let h = client(&server).reserve("vm", "d").copies(2).send().await.expect("reserve");
+    assert_eq!(h.copies(), 2);
+    let (code, body) = server.http_get("/readyz").expect("readyz");
+    assert_eq!(code, 200);
+    assert!(body.contains("store: redis"), "{body}");
+}

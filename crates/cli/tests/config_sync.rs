@@ -6,24 +6,15 @@
 
 mod support;
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use support::{bin, strict_client, within};
 
-use charon_client::{Client, ClientOptions};
+use std::time::Duration;
+
+use charon_client::Client;
 use charon_testkit::CharonProcess;
 use serde_json::json;
 
 const TOKEN: &str = "sync-test-token";
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_charon"))
-}
-
-fn client(server: &CharonProcess) -> Client {
-    let mut o = ClientOptions::new(server.endpoint());
-    o.fail_open = false;
-    Client::connect(o).expect("client")
-}
 
 async fn put(url: String, body: serde_json::Value) -> u16 {
     reqwest::Client::new()
@@ -44,17 +35,6 @@ async fn tier_limit(c: &Client) -> Option<u64> {
         .expect("ok")
         .reply
         .and_then(|r| r.tier_limit)
-}
-
-async fn within(limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done().await {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +69,7 @@ async fn a_limiting_server_follows_the_service_and_survives_its_outage() {
         &["--config-url", &api, "--config-refresh", "500ms"],
         "/readyz",
     );
-    let c = client(&limiter);
+    let c = strict_client(&limiter);
     assert_eq!(tier_limit(&c).await, Some(5));
     let mut b = c
         .reserve("vm", "b")
@@ -192,7 +172,7 @@ async fn the_embedded_default_serves_the_api_and_decides_by_it() {
         &["--db", "{dir}/charon.db", "--config-token", TOKEN],
         "/readyz",
     );
-    let c = client(&server);
+    let c = strict_client(&server);
     assert!(
         c.request("api", "d").send().await.is_err(),
         "no resource configured yet"

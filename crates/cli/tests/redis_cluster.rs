@@ -6,12 +6,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use support::{bin, holder, strict_client};
+
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error};
+use charon_client::{Client, Error};
 use charon_testkit::{CharonProcess, RedisServer};
 
 const LIMITS: &str = r#"
@@ -27,10 +26,6 @@ resources:
     groups: [ { name: probation, limit: 4, domains: [n0, n1, n2, n3, n4, n5] } ]
 "#;
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_charon"))
-}
-
 fn servers(redis: &RedisServer, n: usize, extra: &[&str]) -> Vec<CharonProcess> {
     let url = redis.url();
     let mut args = vec!["--store", url.as_str()];
@@ -40,18 +35,11 @@ fn servers(redis: &RedisServer, n: usize, extra: &[&str]) -> Vec<CharonProcess> 
         .collect()
 }
 
-fn client(server: &CharonProcess) -> Client {
-    let mut o = ClientOptions::new(server.endpoint());
-    o.fail_open = false;
-    o.request_timeout = Duration::from_secs(3);
-    Client::connect(o).expect("client")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_and_group_limits_hold_across_servers_under_concurrent_load() {
     let redis = RedisServer::start();
     let servers = servers(&redis, 3, &[]);
-    let clients: Vec<Client> = servers.iter().map(client).collect();
+    let clients: Vec<Client> = servers.iter().map(strict_client).collect();
 
     // Copies: 30 concurrent reserves of one copy each, spread over three
     // servers and 12 domains (6 of them in the probation group).
@@ -126,37 +114,12 @@ async fn global_and_group_limits_hold_across_servers_under_concurrent_load() {
     }
 }
 
-/// A `charon client hold` process holding copies on `server`.
-fn holder(server: &CharonProcess, domain: &str, copies: u64) -> std::process::Child {
-    let mut child = Command::new(bin())
-        .args([
-            "client",
-            "hold",
-            "--server",
-            &server.endpoint(),
-            "vm",
-            domain,
-            "--copies",
-            &copies.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn holder");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("stdout"))
-        .read_line(&mut line)
-        .expect("holder prints its grant");
-    assert!(line.contains(&format!("\"granted\":{copies}")), "{line}");
-    child
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_with_sigkill_has_its_holds_removed_by_the_survivors() {
     let redis = RedisServer::start();
     let mut servers = servers(&redis, 2, &["--liveness-ttl", "2s"]);
-    let mut on_a = holder(&servers[0], "d", 6);
-    let b = client(&servers[1]);
+    let mut on_a = holder(&servers[0], "vm", "d", 6);
+    let b = strict_client(&servers[1]);
     let mut mine = b
         .reserve("vm", "e")
         .copies(4)
@@ -230,7 +193,7 @@ async fn a_server_whose_membership_lapsed_resigns_and_exits_non_zero() {
     assert_eq!(status.code(), Some(3), "resigned:\n{}", servers[0].log());
     assert!(servers[0].log().contains("resign"), "{}", servers[0].log());
     // B is unaffected.
-    let h = client(&servers[1])
+    let h = strict_client(&servers[1])
         .reserve("vm", "d")
         .copies(2)
         .send()
@@ -243,7 +206,7 @@ async fn a_server_whose_membership_lapsed_resigns_and_exits_non_zero() {
 async fn redis_stopped_and_restarted_under_load_gives_server_errors_then_recovery() {
     let mut redis = RedisServer::start();
     let servers = servers(&redis, 1, &["--store-timeout", "300ms"]);
-    let c = client(&servers[0]);
+    let c = strict_client(&servers[0]);
     assert!(c.request("api", "d").send().await.expect("ok").is_granted());
     let mut held = c
         .reserve("vm", "d")
@@ -305,7 +268,12 @@ async fn the_store_can_be_named_in_the_configuration_file() {
     let config = format!("server:\n  store: {}\n{LIMITS}", redis.url());
     let server = CharonProcess::start(bin(), &config, &[]);
     assert!(server.log().contains("store redis"), "{}", server.log());
-    let h = client(&server).reserve("vm", "d").copies(2).send().await.expect("reserve");
+    let h = strict_client(&server)
+        .reserve("vm", "d")
+        .copies(2)
+        .send()
+        .await
+        .expect("reserve");
     assert_eq!(h.copies(), 2);
     let (code, body) = server.http_get("/readyz").expect("readyz");
     assert_eq!(code, 200);

@@ -3,8 +3,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use support::{bin, holder, strict_client, within};
+
 use std::time::{Duration, Instant};
 
 use charon_client::{Client, ClientOptions, Error, Source};
@@ -30,46 +30,8 @@ resources:
     groups: [ { name: probation, limit: 2, domains: [newbie] } ]
 "#;
 
-fn bin() -> &'static std::path::Path {
-    std::path::Path::new(env!("CARGO_BIN_EXE_charon"))
-}
-
 fn start(extra: &[&str]) -> CharonProcess {
     CharonProcess::start(bin(), LIMITS, extra)
-}
-
-fn client(server: &CharonProcess) -> Client {
-    let mut o = ClientOptions::new(server.endpoint());
-    o.fail_open = false;
-    o.backoff_base = Duration::from_millis(50);
-    Client::connect(o).expect("client")
-}
-
-/// A `charon client hold` process holding copies; returns it once the
-/// copies are held.
-fn holder(server: &CharonProcess, domain: &str, copies: u64) -> Child {
-    let mut child = Command::new(bin())
-        .args([
-            "client",
-            "hold",
-            "--server",
-            &server.endpoint(),
-            "vm",
-            domain,
-            "--copies",
-            &copies.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn holder");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("stdout"))
-        .read_line(&mut line)
-        .expect("holder prints its grant");
-    let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
-    assert_eq!(v["granted"], copies, "{line}");
-    child
 }
 
 async fn reserve_granted(c: &Client, domain: &str, copies: u64) -> u64 {
@@ -88,17 +50,6 @@ async fn reserve_granted(c: &Client, domain: &str, copies: u64) -> u64 {
 /// with the client).
 fn hold_forever(hold: charon_client::Hold) {
     std::mem::forget(hold);
-}
-
-async fn wait_for(timeout: Duration, mut f: impl AsyncFnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f().await {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,8 +107,8 @@ async fn serve_logs_where_it_listens_and_serves_health_and_reflection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_through_the_client_library() {
     let server = start(&[]);
-    let a = client(&server);
-    let b = client(&server);
+    let a = strict_client(&server);
+    let b = strict_client(&server);
     let g = a
         .request("api", "t")
         .copies(4)
@@ -366,8 +317,8 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_a_client_killed_with_sigkill_come_back() {
     let server = start(&["--keepalive", "2s"]);
-    let mut holder = holder(&server, "d", 3);
-    let probe = client(&server);
+    let mut holder = holder(&server, "vm", "d", 3);
+    let probe = strict_client(&server);
     assert_eq!(
         reserve_granted(&probe, "e", 3).await,
         1,
@@ -375,7 +326,7 @@ async fn copies_of_a_client_killed_with_sigkill_come_back() {
     );
     holder.kill().expect("SIGKILL");
     let _ = holder.wait();
-    let back = wait_for(Duration::from_secs(5), async || {
+    let back = within(Duration::from_secs(5), async || {
         let h = probe
             .reserve("vm", "d")
             .copies(3)
@@ -395,13 +346,13 @@ async fn copies_of_a_client_killed_with_sigkill_come_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_a_client_that_went_silent_come_back_within_the_keepalive_bound() {
     let server = start(&["--keepalive", "2s"]);
-    let mut holder = holder(&server, "d", 3);
+    let mut holder = holder(&server, "vm", "d", 3);
     // SIGSTOP: the process keeps its connection open but answers nothing,
     // like a host that vanished from the network.
     charon_testkit::signal(holder.id(), "STOP");
-    let probe = client(&server);
+    let probe = strict_client(&server);
     let started = Instant::now();
-    let back = wait_for(Duration::from_secs(10), async || {
+    let back = within(Duration::from_secs(10), async || {
         let h = probe
             .reserve("vm", "d")
             .copies(3)
@@ -423,7 +374,7 @@ async fn copies_of_a_client_that_went_silent_come_back_within_the_keepalive_boun
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn back_off_gives_up_after_max_wait_with_the_last_rejection() {
     let server = start(&[]);
-    let c = client(&server);
+    let c = strict_client(&server);
     assert!(
         c.request("slow", "d")
             .send()
@@ -509,7 +460,7 @@ async fn degraded_mode_when_the_server_is_stopped_and_the_kill_switch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_of_a_valid_and_an_invalid_configuration_while_requests_flow() {
     let server = start(&[]);
-    let c = client(&server);
+    let c = strict_client(&server);
     let flowing = {
         let c = c.clone();
         tokio::spawn(async move {
@@ -541,7 +492,7 @@ async fn reload_of_a_valid_and_an_invalid_configuration_while_requests_flow() {
         LIMITS.replace("limit: 5, window: 10s", "limit: 3, window: 10s"),
     )
     .expect("write");
-    let applied = wait_for(Duration::from_secs(5), async || {
+    let applied = within(Duration::from_secs(5), async || {
         tier_limit(&c).await == Some(3)
     })
     .await;
@@ -555,7 +506,7 @@ async fn reload_of_a_valid_and_an_invalid_configuration_while_requests_flow() {
         "resources: [ { name: api, kind: rate, tiers: [ { limit: 1, window: 1x } ] } ]",
     )
     .expect("write");
-    let refused = wait_for(Duration::from_secs(5), async || {
+    let refused = within(Duration::from_secs(5), async || {
         server.log().contains("configuration refused")
     })
     .await;
@@ -580,7 +531,7 @@ async fn reload_of_a_valid_and_an_invalid_configuration_while_requests_flow() {
     )
     .expect("write");
     server.signal("HUP");
-    let applied = wait_for(Duration::from_secs(5), async || {
+    let applied = within(Duration::from_secs(5), async || {
         tier_limit(&c).await == Some(7)
     })
     .await;
@@ -600,8 +551,8 @@ async fn reload_of_a_valid_and_an_invalid_configuration_while_requests_flow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_sessions_releases_holds_and_exits_zero() {
     let mut server = start(&["--shutdown-grace", "5s"]);
-    let mut holder = holder(&server, "d", 2);
-    let c = client(&server);
+    let mut holder = holder(&server, "vm", "d", 2);
+    let c = strict_client(&server);
     let held = c
         .reserve("vm", "e")
         .copies(1)
@@ -629,7 +580,7 @@ async fn sigterm_ends_sessions_releases_holds_and_exits_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_decisions_latency_sessions_and_holds() {
     let server = start(&[]);
-    let c = client(&server);
+    let c = strict_client(&server);
     c.request("api", "d").copies(2).send().await.expect("ok");
     let _ = c.request("nope", "d").send().await;
     let hold = c.reserve("vm", "d").copies(2).send().await.expect("ok");

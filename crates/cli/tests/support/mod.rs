@@ -74,3 +74,66 @@ pub fn gtb(v: &Value) -> (u64, u64, bool) {
         v["burst"].as_bool().expect("burst"),
     )
 }
+
+/// The binary cargo built for these tests, as a path.
+pub fn bin() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_charon"))
+}
+
+/// A client of `server` with degraded mode off (tests want to see server
+/// errors), a short back-off and a generous time limit.
+pub fn strict_client(server: &charon_testkit::CharonProcess) -> charon_client::Client {
+    let mut o = charon_client::ClientOptions::new(server.endpoint());
+    o.fail_open = false;
+    o.backoff_base = std::time::Duration::from_millis(50);
+    o.request_timeout = std::time::Duration::from_secs(3);
+    charon_client::Client::connect(o).expect("client")
+}
+
+/// A `charon client hold` process holding `copies` of `resource` for
+/// `domain` on `server`; returned once the copies are held.
+pub fn holder(
+    server: &charon_testkit::CharonProcess,
+    resource: &str,
+    domain: &str,
+    copies: u64,
+) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = charon()
+        .args([
+            "client",
+            "hold",
+            "--server",
+            &server.endpoint(),
+            resource,
+            domain,
+            "--copies",
+            &copies.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the holder prints its grant");
+    let v: Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(v["granted"], copies, "{line}");
+    child
+}
+
+/// Polls `done` every 50 ms for at most `limit`; how long it took.
+pub async fn within(
+    limit: std::time::Duration,
+    mut done: impl AsyncFnMut() -> bool,
+) -> Option<std::time::Duration> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if done().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    None
+}

@@ -43,6 +43,20 @@ local function values(key, fs)
   return v
 end
 
+-- The fields of the hold (`domain`, the groups in ARGV from `first_group`
+-- on) that a release or transfer of `n` copies gives up, and, when this
+-- server's contribution does not cover them, the error reply.
+local function covered(contribution, domain, n, first_group)
+  local groups = {}
+  for i = first_group, #ARGV do groups[#groups + 1] = ARGV[i] end
+  local fs = fields(domain, groups)
+  local mine = values(contribution, fs)
+  for i = 1, #fs do
+    if mine[i] < n then return groups, fs, { 'short', fs[i], mine[i] } end
+  end
+  return groups, fs, nil
+end
+
 -- True when the cleanup of a dead server has marked this contribution:
 -- a server that other servers consider dead must not touch counts again.
 local function fenced(contribution)

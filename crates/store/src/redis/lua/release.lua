@@ -12,13 +12,8 @@ if cancelled(KEYS[5]) then return { 'cancelled' } end
 expire_staged(KEYS[1], KEYS[3], KEYS[4], now)
 
 local n = tonumber(ARGV[4])
-local groups = {}
-for i = 5, #ARGV do groups[#groups + 1] = ARGV[i] end
-local fs = fields(ARGV[3], groups)
-local mine = values(KEYS[2], fs)
-for i = 1, #fs do
-  if mine[i] < n then return { 'short', fs[i], mine[i] } end
-end
+local groups, fs, short = covered(KEYS[2], ARGV[3], n, 5)
+if short then return short end
 local counts = values(KEYS[1], fs)
 for i = 1, #fs do
   if counts[i] < n then return { 'bad', fs[i], counts[i] } end

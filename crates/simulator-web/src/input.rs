@@ -110,6 +110,15 @@ pub(crate) fn body(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
+/// `setup` gives `None` only after reporting an issue; should that ever
+/// not hold, the request is refused rather than the server panicking.
+fn no_setup() -> ApiError {
+    ApiError::invalid(vec![issue(
+        "",
+        "no configuration could be built from this body".to_owned(),
+    )])
+}
+
 /// The configuration of a `/yaml` body: `name` is required there, since
 /// what it renders is meant to be pasted into a real configuration.
 pub(crate) fn yaml_setup(body: &Map<String, Value>) -> Result<Setup, ApiError> {
@@ -117,7 +126,7 @@ pub(crate) fn yaml_setup(body: &Map<String, Value>) -> Result<Setup, ApiError> {
     unknown_fields(body, "", BODY_FIELDS, &mut issues);
     let setup = setup(body, None, &mut issues);
     finish(issues)?;
-    Ok(setup.expect("no issues means a setup"))
+    setup.ok_or_else(no_setup)
 }
 
 /// A whole `/run` body.
@@ -159,7 +168,7 @@ pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
     };
     finish(issues)?;
     Ok(Replay {
-        setup: setup.expect("no issues means a setup"),
+        setup: setup.ok_or_else(no_setup)?,
         events,
         at,
         report_from,

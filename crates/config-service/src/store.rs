@@ -579,17 +579,25 @@ impl WriteTx {
 
     /// Deletes a resource; false if there was none.
     pub async fn delete_resource(&mut self, name: &str) -> Result<bool> {
+        self.delete(
+            Entity::Resource,
+            "DELETE FROM charon_resources WHERE name = $1",
+            name,
+        )
+        .await
+    }
+
+    /// Runs `sql` (a DELETE by name) and records the change if it deleted
+    /// anything; false if there was nothing to delete.
+    async fn delete(&mut self, entity: Entity, sql: &'static str, name: &str) -> Result<bool> {
         if !storable(name) {
             return Ok(false);
         }
-        let done = sqlx::query("DELETE FROM charon_resources WHERE name = $1")
-            .bind(name)
-            .execute(&mut *self.tx)
-            .await?;
+        let done = sqlx::query(sql).bind(name).execute(&mut *self.tx).await?;
         if done.rows_affected() == 0 {
             return Ok(false);
         }
-        self.record(Entity::Resource, name).await?;
+        self.record(entity, name).await?;
         Ok(true)
     }
 
@@ -613,18 +621,12 @@ impl WriteTx {
 
     /// Deletes a namespace's switches; false if there were none.
     pub async fn delete_namespace(&mut self, name: &str) -> Result<bool> {
-        if !storable(name) {
-            return Ok(false);
-        }
-        let done = sqlx::query("DELETE FROM charon_namespaces WHERE name = $1")
-            .bind(name)
-            .execute(&mut *self.tx)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        self.record(Entity::Namespace, name).await?;
-        Ok(true)
+        self.delete(
+            Entity::Namespace,
+            "DELETE FROM charon_namespaces WHERE name = $1",
+            name,
+        )
+        .await
     }
 
     /// Commits if anything changed (pruning history beyond what is kept);

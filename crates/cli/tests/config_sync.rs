@@ -207,3 +207,32 @@ async fn the_embedded_default_serves_the_api_and_decides_by_it() {
         .status();
     assert_eq!(unauthorized.as_u16(), 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_reached_its_service_answers_server_errors_so_clients_degrade() {
+    let nowhere = format!("http://127.0.0.1:{}", charon_testkit::free_port());
+    let limiter = CharonProcess::start_args(
+        bin(),
+        &["--config-url", &nowhere, "--config-refresh", "200ms"],
+        "/healthz",
+    );
+    let (code, body) = limiter.http_get("/readyz").expect("readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("no configuration loaded yet"), "{body}");
+    match strict_client(&limiter).request("api", "d").send().await {
+        Err(charon_client::Error::Server(m)) => {
+            assert!(m.contains("no configuration loaded yet"), "{m}")
+        }
+        other => panic!("a server error, not {other:?}"),
+    }
+    let lenient =
+        Client::connect(charon_client::ClientOptions::new(limiter.endpoint())).expect("client");
+    let g = lenient
+        .request("api", "d")
+        .copies(5)
+        .min_copies(2)
+        .send()
+        .await
+        .expect("degraded");
+    assert_eq!((g.granted, g.source), (2, charon_client::Source::Degraded));
+}

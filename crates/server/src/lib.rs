@@ -106,6 +106,17 @@ impl ServerState {
         self.config.load_full()
     }
 
+    /// A server error while no configuration was ever loaded (a server fed
+    /// by a configuration service it has not reached yet): answering
+    /// "unknown resource" then would be a client error the client cannot
+    /// fix, where a server error lets it degrade (fail open).
+    pub fn check_configured(&self) -> Result<(), charon_limiter::LimitError> {
+        if self.config.load().loaded {
+            return Ok(());
+        }
+        Err(charon_store::StoreError::Unavailable("no configuration loaded yet".to_owned()).into())
+    }
+
     /// Whether `/readyz` should say yes (the store is checked separately).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed) && !self.shutdown.is_triggered()

@@ -35,7 +35,10 @@ async fn observed_request(
     req: &v1::RateRequest,
 ) -> Result<v1::RateReply, LimitError> {
     let started = Instant::now();
-    let result = ops::request::run(&state.limiter, req).await;
+    let result = match state.check_configured() {
+        Ok(()) => ops::request::run(&state.limiter, req).await,
+        Err(e) => Err(e),
+    };
     let outcome = match &result {
         Ok(r) => Outcome::of_grant(r.granted, req.copies.unwrap_or(1)),
         Err(e) => error_outcome(e),

@@ -128,6 +128,10 @@ async fn copy_lane(state: Arc<ServerState>, mut ops: mpsc::Receiver<(u64, Op)>, 
 
 async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
     let started = Instant::now();
+    if let Err(e) = state.check_configured() {
+        record(state, "session", "", error_outcome(&e), started);
+        return Reply::Error(status::to_error(&e));
+    }
     let (operation, resource, asked, result) = match op {
         Op::Reserve(req) => {
             let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);

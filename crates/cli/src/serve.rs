@@ -183,6 +183,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..ServerOptions::default()
     };
     let state = ServerState::new(limiter, options);
+    if !matches!(source, Source::File(_)) {
+        // Not ready, and answering server errors, until the feed's first
+        // view arrives.
+        state.report_config(ConfigReport {
+            source: "a configuration service, not reached yet".to_owned(),
+            version: 0,
+            loaded: false,
+            problem: None,
+        });
+    }
     let grpc = bind(&listen, "gRPC").await?;
     let http = bind(&http_listen, "HTTP").await?;
     let http_addr = http.local_addr()?;

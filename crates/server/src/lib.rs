@@ -91,7 +91,15 @@ impl ServerState {
             options,
             shutdown: Shutdown::new(),
             ready: AtomicBool::new(true),
-            config: arc_swap::ArcSwap::from_pointee(ConfigReport::default()),
+            // The limiter was built with a configuration; whoever feeds it
+            // from elsewhere reports where it came from (and, for a
+            // configuration service, whether it was loaded yet).
+            config: arc_swap::ArcSwap::from_pointee(ConfigReport {
+                source: "given at start".to_owned(),
+                version: 0,
+                loaded: true,
+                problem: None,
+            }),
         })
     }
 

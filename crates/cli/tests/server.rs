@@ -46,6 +46,21 @@ async fn reserve_granted(c: &Client, domain: &str, copies: u64) -> u64 {
     n
 }
 
+/// How long until domain `d` can hold all 3 copies of `vm` again (the
+/// copies a vanished holder had), if within `limit`.
+async fn copies_come_back(probe: &Client, limit: Duration) -> Option<Duration> {
+    within(limit, async || {
+        let h = probe
+            .reserve("vm", "d")
+            .copies(3)
+            .send()
+            .await
+            .expect("reserve");
+        h.copies() == 3
+    })
+    .await
+}
+
 /// Keeps a hold alive for the rest of the test (its session still ends
 /// with the client).
 fn hold_forever(hold: charon_client::Hold) {
@@ -326,16 +341,7 @@ async fn copies_of_a_client_killed_with_sigkill_come_back() {
     );
     holder.kill().expect("SIGKILL");
     let _ = holder.wait();
-    let back = within(Duration::from_secs(5), async || {
-        let h = probe
-            .reserve("vm", "d")
-            .copies(3)
-            .send()
-            .await
-            .expect("reserve");
-        h.copies() == 3
-    })
-    .await;
+    let back = copies_come_back(&probe, Duration::from_secs(5)).await;
     assert!(
         back.is_some(),
         "the killed client's copies came back:\n{}",
@@ -352,16 +358,7 @@ async fn copies_of_a_client_that_went_silent_come_back_within_the_keepalive_boun
     charon_testkit::signal(holder.id(), "STOP");
     let probe = strict_client(&server);
     let started = Instant::now();
-    let back = within(Duration::from_secs(10), async || {
-        let h = probe
-            .reserve("vm", "d")
-            .copies(3)
-            .send()
-            .await
-            .expect("reserve");
-        h.copies() == 3
-    })
-    .await;
+    let back = copies_come_back(&probe, Duration::from_secs(10)).await;
     charon_testkit::signal(holder.id(), "KILL");
     let _ = holder.wait();
     let took = back.unwrap_or_else(|| panic!("copies never came back:\n{}", server.log()));

@@ -34,14 +34,6 @@ impl Pair {
         }
     }
 
-    fn limits(&self) -> RateLimits<'_> {
-        RateLimits {
-            hard_limit: self.hard,
-            global_limit: self.global_limit,
-            tiers: &self.tiers,
-        }
-    }
-
     fn ask(&mut self, now: u64, copies: u64, min: u64) -> RateReply {
         let limits = RateLimits {
             hard_limit: self.hard,
@@ -552,5 +544,4 @@ fn forget_at_is_when_state_decides_like_no_state() {
         None,
         "an upper tier that never ends"
     );
-    let _ = p.limits();
 }

@@ -63,6 +63,24 @@ impl RedisServer {
         }
     }
 
+    /// The process id (0 once killed).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Stops it (SIGSTOP), as a stalled host or a long fork would: it keeps
+    /// its connections and data and answers nothing until [`resume`].
+    ///
+    /// [`resume`]: RedisServer::resume
+    pub fn stop(&self) {
+        crate::signal(self.pid(), "STOP");
+    }
+
+    /// Lets a stopped server go on (SIGCONT).
+    pub fn resume(&self) {
+        crate::signal(self.pid(), "CONT");
+    }
+
     /// Starts it again, empty, on the same port.
     pub fn restart(&mut self) {
         self.kill();

@@ -86,6 +86,14 @@ impl RedisServer {
         self.kill();
         self.spawn();
     }
+
+    /// Kills it, leaves the port closed for `down`, then starts it again,
+    /// empty, on the same port (a restart without persistence).
+    pub fn restart_after(&mut self, down: Duration) {
+        self.kill();
+        std::thread::sleep(down);
+        self.spawn();
+    }
 }
 
 impl Drop for RedisServer {

@@ -846,3 +846,35 @@ async fn a_transfer_staged_before_redis_lost_its_data_is_unknown_after() {
         "3 + 6 held before, the staged copy gone, 1 reserved since"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_noticing_the_loss_after_the_others_rebuilt_still_adds_its_holds() {
+    let redis = RedisServer::start();
+    let ([a, b], [_la, _lb], [mut sa, _sb], [_ma, mb]) = two_limiters(&redis).await;
+    // B is out of touch (its maintenance stalls) while Redis loses its
+    // data and A rebuilds alone.
+    mb.abort();
+    let _: () = redis::cmd("FLUSHALL").query(&mut raw(&redis)).unwrap();
+    let a_rebuilt = eventually(TTL * 5, async || a.ping().await.is_ok()).await;
+    assert!(a_rebuilt.is_some(), "A rebuilt and reserves are open");
+    assert_eq!(a.copy_log("vm").await.unwrap().0, log(4, &[("d1", 4)], 0));
+    // B comes back late: it still rebuilds its six copies, closing the
+    // gate meanwhile, and does not resign.
+    let mb = spawn_maintain(&b);
+    let counted = eventually(TTL * 5, async || {
+        a.copy_log("vm").await.unwrap().0 == log(10, &[("d1", 4), ("d2", 6)], 0)
+    })
+    .await;
+    assert!(counted.is_some(), "{:?}", a.copy_log("vm").await);
+    let full = eventually(
+        TTL * 5,
+        async || matches!(sa.reserve("vm", "d3", amount(1)).await, Ok(r) if r.granted == 0),
+    )
+    .await;
+    assert!(full.is_some(), "A decides again, with B's holds counted");
+    assert!(!mb.is_finished(), "B did not resign");
+    println!(
+        "FAULT late-rebuild: injected a server whose renewals stalled while Redis lost its data and the others rebuilt; \
+         expected it to add its holds when it comes back, no resignation; observed counts 4 -> 10 after {counted:?}"
+    );
+}

@@ -137,8 +137,8 @@ impl RedisStore {
                         let mut s = self.lock();
                         s.generation = generation;
                         s.renewed = sent;
-                        s.gate_open = gate_open;
                     }
+                    self.note_gate(gate_open);
                     if outcome == "alone" {
                         let cleaned = self.start_alone().await;
                         let unlocked = self.unlock(Duration::ZERO).await;
@@ -384,9 +384,8 @@ impl RedisStore {
         let gate_open = r.text()? == "open";
         match outcome.as_str() {
             "ok" | "revived" => {
-                let mut s = self.lock();
-                s.renewed = sent;
-                s.gate_open = gate_open;
+                self.lock().renewed = sent;
+                self.note_gate(gate_open);
                 Ok(if outcome == "ok" {
                     Renewed::Ok
                 } else {
@@ -486,7 +485,10 @@ impl RedisStore {
                 }
                 Renewed::Wait => continue,
             }
-            let pending = self.lock().rebuild_pending;
+            let (pending, gate_open) = {
+                let s = self.lock();
+                (s.rebuild_pending, s.gate_open)
+            };
             if pending {
                 match self.rebuild().await {
                     Ok(()) => {}
@@ -496,14 +498,8 @@ impl RedisStore {
                         tracing::warn!(error = %e, "rebuilding the copy counts failed; will retry");
                     }
                 }
-            } else if !self.lock().gate_open {
-                match self.poll_gate(false).await {
-                    Ok(true) => tracing::info!(
-                        "every server has rebuilt its holds: reserves are open again"
-                    ),
-                    Ok(false) => {}
-                    Err(e) => tracing::debug!(error = %e, "could not read the copy gate"),
-                }
+            } else if !gate_open && let Err(e) = self.poll_gate(false).await {
+                tracing::debug!(error = %e, "could not read the copy gate");
             }
         }
     }
@@ -558,7 +554,7 @@ impl RedisStore {
             )
             .await?;
         let open = Reply::new(self.scripts.gate.name, v)?.text()? == "open";
-        self.lock().gate_open = open;
+        self.note_gate(open);
         Ok(open)
     }
 
@@ -668,11 +664,7 @@ impl RedisStore {
             self.key_set_added(tag, epoch);
         }
         let open = self.poll_gate(true).await?;
-        {
-            let mut s = self.lock();
-            s.rebuild_pending = false;
-            s.gate_open = open;
-        }
+        self.lock().rebuild_pending = false;
         let resources = by_tag.len();
         drop(by_tag);
         drop(snapshot);

@@ -295,6 +295,17 @@ impl RedisStore {
             .and_then(Weak::upgrade)
     }
 
+    /// Records whether the copy gate is open, logging when reserves open
+    /// again after a new generation of the copy log.
+    fn note_gate(&self, open: bool) {
+        let was = std::mem::replace(&mut self.lock().gate_open, open);
+        if open && !was {
+            tracing::info!(
+                "copy reserves are open: the copy counts of this Redis generation are complete"
+            );
+        }
+    }
+
     /// A copy operation saw another generation in Redis: its effect there
     /// is overwritten by the rebuild, and copies wait until it is done.
     fn generation_lost(&self) {

@@ -91,8 +91,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL", env = "CHARON_STORE")]
     pub store: Option<String>,
     /// Redis store: a server that stops renewing its liveness for this long
-    /// is counted dead and the others remove its holds; it resigns after
-    /// half of it without a renewal.
+    /// (and a third more) is counted dead and the others remove its holds.
+    /// It renews every third of it; from half of it without a renewal its
+    /// copy operations get server errors until it renews again. It resigns
+    /// (exit 3) only if the others removed its holds.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub liveness_ttl: Duration,
     /// Redis store: the time limit of each operation (then a server error).

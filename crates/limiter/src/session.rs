@@ -1,7 +1,6 @@
 //! A client session: the hold set of paper §4.2, kept by the server that
 //! the session is bound to.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
@@ -9,22 +8,33 @@ use charon_core::rate::RateReply;
 use charon_core::request::{Amount, check_name, positive_count, transfer_ttl};
 use charon_core::{ClientError, Millis};
 
+use crate::holds::{HoldSet, lock};
 use crate::{LimitError, Limiter};
 
 /// One session of SPEC §3. Every hold belongs to the session that made or
 /// seized it; [`Session::end`] releases them all.
+///
+/// The hold set lives in the limiter's registry, so that a store that lost
+/// its copy counts can rebuild them from every session's holds; each copy
+/// operation changes the store and the hold set as one step with respect to
+/// such a rebuild.
 #[derive(Debug)]
 pub struct Session {
     limiter: Arc<Limiter>,
-    holds: BTreeMap<Hold, u64>,
+    id: u64,
+    holds: HoldSet,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.limiter.holds.unregister(self.id);
+    }
 }
 
 impl Session {
     pub(crate) fn new(limiter: Arc<Limiter>) -> Self {
-        Self {
-            limiter,
-            holds: BTreeMap::new(),
-        }
+        let (id, holds) = limiter.holds.register();
+        Self { limiter, id, holds }
     }
 
     /// A rate-limited request on this session's connection (hits are not
@@ -51,6 +61,7 @@ impl Session {
         let config = self.limiter.config();
         let (copy, enforcement) = config.copy(resource, "reserve")?;
         let limits = copy.limits_for(domain);
+        let _op = self.limiter.holds.operation().await;
         let reply = self
             .limiter
             .store
@@ -62,7 +73,7 @@ impl Session {
                 domain: domain.to_owned(),
                 groups: reply.group_set(),
             };
-            *self.holds.entry(hold).or_default() += reply.granted;
+            *lock(&self.holds).entry(hold).or_default() += reply.granted;
         }
         Ok(reply)
     }
@@ -72,6 +83,7 @@ impl Session {
     pub async fn release(&mut self, hold: &Hold, copies: u64) -> Result<CopyStatus, LimitError> {
         let copies = positive_count("copies", copies)?;
         self.check_held(hold, copies)?;
+        let _op = self.limiter.holds.operation().await;
         let status = self.limiter.store.release(hold, copies).await?;
         self.forget(hold, copies);
         Ok(status)
@@ -88,6 +100,7 @@ impl Session {
         let copies = positive_count("copies", copies)?;
         let ttl = transfer_ttl(ttl)?;
         self.check_held(hold, copies)?;
+        let _op = self.limiter.holds.operation().await;
         let id = self.limiter.store.transfer(hold, copies, ttl).await?;
         self.forget(hold, copies);
         Ok(id)
@@ -106,41 +119,54 @@ impl Session {
             )
             .into());
         }
+        let _op = self.limiter.holds.operation().await;
         let staged = self
             .limiter
             .store
             .seize(transfer_id)
             .await?
             .ok_or_else(|| ClientError::UnknownTransfer(transfer_id.to_owned()))?;
-        *self.holds.entry(staged.hold.clone()).or_default() += staged.copies;
+        *lock(&self.holds).entry(staged.hold.clone()).or_default() += staged.copies;
         Ok(staged)
     }
 
-    /// Copies this session holds, by hold.
-    pub fn holds(&self) -> impl Iterator<Item = (&Hold, u64)> {
-        self.holds.iter().map(|(h, &n)| (h, n))
+    /// Copies this session holds, by hold (a copy: the set may change
+    /// while the caller looks).
+    pub fn holds(&self) -> impl Iterator<Item = (Hold, u64)> + use<> {
+        let holds: Vec<(Hold, u64)> = lock(&self.holds)
+            .iter()
+            .map(|(h, &n)| (h.clone(), n))
+            .collect();
+        holds.into_iter()
     }
 
     /// Copies this session holds in all.
     pub fn held_copies(&self) -> u64 {
-        self.holds.values().sum()
+        lock(&self.holds).values().sum()
     }
 
     /// Ends the session, releasing every hold: one release per (resource,
     /// domain, group set), as paper §4.3.1 describes. Returns the copies
     /// released. On a store error the holds not yet released are returned
-    /// with it, so the caller can retry them.
-    pub async fn end(mut self) -> Result<u64, (LimitError, Vec<(Hold, u64)>)> {
+    /// with it, so the caller can retry them with
+    /// [`Limiter::release_ended`]; until then they still count as this
+    /// server's holds.
+    pub async fn end(self) -> Result<u64, (LimitError, Vec<(Hold, u64)>)> {
         let mut released = 0;
-        while let Some((hold, n)) = self.holds.pop_first() {
+        loop {
+            let op = self.limiter.holds.operation().await;
+            let Some((hold, n)) = lock(&self.holds).pop_first() else {
+                return Ok(released);
+            };
             if let Err(e) = self.limiter.store.release(&hold, n).await {
                 let mut left = vec![(hold, n)];
-                left.extend(std::mem::take(&mut self.holds));
+                left.extend(std::mem::take(&mut *lock(&self.holds)));
+                self.limiter.holds.add_ended(&left);
+                drop(op);
                 return Err((e.into(), left));
             }
             released += n;
         }
-        Ok(released)
     }
 
     fn check_held(&self, hold: &Hold, copies: u64) -> Result<(), LimitError> {
@@ -149,7 +175,7 @@ impl Session {
         for g in &hold.groups {
             check_name("group", g)?;
         }
-        let held = self.holds.get(hold).copied().unwrap_or(0);
+        let held = lock(&self.holds).get(hold).copied().unwrap_or(0);
         if held < copies {
             return Err(ClientError::NotHeld {
                 resource: hold.resource.clone(),
@@ -164,10 +190,11 @@ impl Session {
     }
 
     fn forget(&mut self, hold: &Hold, copies: u64) {
-        if let Some(n) = self.holds.get_mut(hold) {
-            *n -= copies;
+        let mut holds = lock(&self.holds);
+        if let Some(n) = holds.get_mut(hold) {
+            *n = n.saturating_sub(copies);
             if *n == 0 {
-                self.holds.remove(hold);
+                holds.remove(hold);
             }
         }
     }

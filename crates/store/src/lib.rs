@@ -7,6 +7,7 @@
 
 mod clock;
 mod error;
+mod holds;
 pub mod memory;
 pub mod redis;
 
@@ -20,6 +21,7 @@ use charon_core::request::Amount;
 pub use self::redis::{CopyLog, RedisOptions, RedisStore};
 pub use clock::SystemClock;
 pub use error::StoreError;
+pub use holds::{HoldSnapshot, HoldSource};
 pub use memory::MemoryStore;
 
 /// Atomic access to rate and copy state. Each method is one atomic step:
@@ -77,6 +79,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn leave(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// Tells the store where this server's hold sets are, for a store that
+    /// must rebuild copy counts from them (the Redis store, after Redis lost
+    /// its data). A store of one process has nothing to rebuild.
+    fn attach_holds(&self, _source: std::sync::Weak<dyn HoldSource>) {}
 
     /// Runs the store's background duties for as long as the server runs
     /// (the in-memory store drops idle state; the Redis store renews this

@@ -63,9 +63,35 @@ impl RedisServer {
         }
     }
 
+    /// The process id (0 once killed).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Stops it (SIGSTOP), as a stalled host or a long fork would: it keeps
+    /// its connections and data and answers nothing until [`resume`].
+    ///
+    /// [`resume`]: RedisServer::resume
+    pub fn stop(&self) {
+        crate::signal(self.pid(), "STOP");
+    }
+
+    /// Lets a stopped server go on (SIGCONT).
+    pub fn resume(&self) {
+        crate::signal(self.pid(), "CONT");
+    }
+
     /// Starts it again, empty, on the same port.
     pub fn restart(&mut self) {
         self.kill();
+        self.spawn();
+    }
+
+    /// Kills it, leaves the port closed for `down`, then starts it again,
+    /// empty, on the same port (a restart without persistence).
+    pub fn restart_after(&mut self, down: Duration) {
+        self.kill();
+        std::thread::sleep(down);
         self.spawn();
     }
 }

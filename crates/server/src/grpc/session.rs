@@ -187,7 +187,7 @@ async fn retry_releases(state: Arc<ServerState>, mut left: Vec<(Hold, u64)>) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut still = Vec::new();
         for (hold, n) in left {
-            if state.limiter.store().release(&hold, n).await.is_err() {
+            if state.limiter.release_ended(&hold, n).await.is_err() {
                 still.push((hold, n));
             }
         }
@@ -198,5 +198,6 @@ async fn retry_releases(state: Arc<ServerState>, mut left: Vec<(Hold, u64)>) {
             holds = left.len(),
             "gave up releasing holds of an ended session"
         );
+        state.limiter.abandon_ended(&left);
     }
 }

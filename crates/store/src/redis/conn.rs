@@ -68,6 +68,19 @@ impl Conn {
         args: &[String],
         before: &[Cmd],
     ) -> Result<Value, StoreError> {
+        self.eval_after(script, keys, args, before)
+            .await
+            .map(|(_, reply)| reply)
+    }
+
+    /// [`Conn::eval`], also giving the replies of the `before` commands.
+    pub(crate) async fn eval_after(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+        before: &[Cmd],
+    ) -> Result<(Vec<Value>, Value), StoreError> {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
         let work = async {
@@ -87,7 +100,7 @@ impl Conn {
                 let reply = replies
                     .pop()
                     .ok_or_else(|| StoreError::BadData("empty pipeline reply".into()))?;
-                for r in replies {
+                for r in &replies {
                     if let Value::ServerError(e) = r {
                         // The script may have run without what had to come
                         // first (a key-set entry): report it as in doubt.
@@ -109,7 +122,7 @@ impl Conn {
                         loaded = true;
                     }
                     Value::ServerError(e) => return Err(server_error(&e, script.name)),
-                    v => return Ok(v),
+                    v => return Ok((replies, v)),
                 }
             }
         };
@@ -121,7 +134,11 @@ impl Conn {
         let work = async {
             let mut conn = self.manager.clone();
             cmd.query_async::<T>(&mut conn).await.map_err(|e| {
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                if e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.code().is_some_and(cannot_serve_now)
+                {
                     unavailable(&e)
                 } else {
                     StoreError::BadData(format!("Redis answered: {e}"))
@@ -176,14 +193,28 @@ fn unavailable(e: &redis::RedisError) -> StoreError {
 
 /// An error reply. Replies that mean "Redis cannot serve now" are
 /// unavailability; the rest mean a bug or foreign data under our keys.
+/// `MISCONF` (it cannot persist: a full disk) and `NOREPLICAS` (too few
+/// replicas acknowledge writes) refuse writes until the operator acts.
 fn server_error(e: &ServerError, what: &str) -> StoreError {
-    let transient = matches!(
-        e.code(),
-        "LOADING" | "BUSY" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN" | "OOM"
-    );
-    if transient {
+    if cannot_serve_now(e.code()) {
         StoreError::Unavailable(format!("Redis cannot serve {what} now: {e}"))
     } else {
         StoreError::BadData(format!("Redis refused {what}: {e}"))
     }
+}
+
+/// Whether an error code means "Redis cannot serve now" rather than a bug.
+fn cannot_serve_now(code: &str) -> bool {
+    matches!(
+        code,
+        "LOADING"
+            | "BUSY"
+            | "MASTERDOWN"
+            | "READONLY"
+            | "CLUSTERDOWN"
+            | "TRYAGAIN"
+            | "OOM"
+            | "MISCONF"
+            | "NOREPLICAS"
+    )
 }

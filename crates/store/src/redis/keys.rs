@@ -18,6 +18,10 @@
 //! <prefix>:{%m}:gen                    the generation of the copy log
 //! <prefix>:{%m}:starting               held while a lone starter cleans up
 //! <prefix>:{%m}:staging                resources with staged transfers
+//! <prefix>:{%m}:dead                   fenced members not cleaned up yet
+//! <prefix>:{%m}:suspect:<member>       since when a member seems lapsed
+//! <prefix>:{%m}:rebuild                the copy gate of a new generation
+//! <prefix>:{%m}:tick                   when a membership script last ran
 //! ```
 //!
 //! The resource inside the braces is escaped (`%` → `%25`, `{` → `%7B`,
@@ -93,7 +97,28 @@ impl Keys {
     }
 
     pub(crate) fn live(&self, member: &str) -> String {
-        self.members(&format!("live:{member}"))
+        format!("{}{member}", self.live_prefix())
+    }
+
+    /// What every liveness key starts with (scripts append the member).
+    pub(crate) fn live_prefix(&self) -> String {
+        self.members("live:")
+    }
+
+    pub(crate) fn dead(&self) -> String {
+        self.members("dead")
+    }
+
+    pub(crate) fn suspect(&self, member: &str) -> String {
+        self.members(&format!("suspect:{member}"))
+    }
+
+    pub(crate) fn rebuild(&self) -> String {
+        self.members("rebuild")
+    }
+
+    pub(crate) fn tick(&self) -> String {
+        self.members("tick")
     }
 
     pub(crate) fn key_set(&self, member: &str) -> String {
@@ -289,6 +314,8 @@ mod tests {
         assert_eq!(k.rate("%m", "d").global, "charon:{%25m}:g");
         assert_ne!(k.rate("%7D", "d").global, k.rate("}", "d").global);
         assert_eq!(k.registry(), "charon:{%m}:servers");
+        assert_eq!(k.live("s1.ab"), "charon:{%m}:live:s1.ab");
+        assert_eq!(k.suspect("s1.ab"), "charon:{%m}:suspect:s1.ab");
         let c = k.copies("vm{1}", "s1.ab");
         assert_eq!(c.counts, "charon:{vm%7B1%7D}:c");
         assert_eq!(c.contribution, "charon:{vm%7B1%7D}:s:s1.ab");

@@ -1,22 +1,32 @@
 //! Membership and crash bookkeeping (paper §4.3.2), with Redis itself as
-//! the coordinator instead of ZooKeeper:
+//! the coordinator instead of ZooKeeper (the reasoning is in
+//! `docs/redis.md`):
 //!
 //! - each member (one start of a server) has a liveness key with a TTL,
-//!   renewed every third of it;
-//! - a member that cannot renew for half the TTL (by its own clock, so it
-//!   stops before others may consider it dead), or that finds its liveness
-//!   key gone, resigns;
-//! - every live member periodically removes the contributions of members
-//!   whose liveness lapsed, one atomic script per resource, and leaves a
-//!   mark that stops a dead member still running from touching the counts;
-//! - a member that starts alone cleans up whatever dead generations left.
+//!   renewed every third of it, and at once again after a failure;
+//! - a member whose latest renewal is older than half the TTL refuses copy
+//!   operations (server errors) until it renews again; it never resigns
+//!   for being unable to reach Redis;
+//! - a live member *fences* a member whose liveness stayed lapsed for a
+//!   grace period (atomically with that member's renewal: one of the two
+//!   wins), then removes its contributions, one atomic script per
+//!   resource, leaving a mark that stops the fenced member still running
+//!   from touching those counts; a fenced member resigns at its next
+//!   renewal; a lapsed member nobody fenced simply renews;
+//! - a member that starts alone fences whoever is registered, then cleans
+//!   up whatever dead generations left;
+//! - when Redis loses its data (the generation marker changed), every
+//!   member rebuilds its contributions from its sessions' hold sets, and
+//!   reserves wait until all have.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::RedisStore;
-use super::keys::CopyKind;
+use charon_core::copy::Hold;
+
+use super::keys::{self, CopyKind};
 use super::reply::Reply;
+use super::{RedisStore, same_generation};
 use crate::StoreError;
 
 /// Resources handled between refreshes of the start lock.
@@ -37,6 +47,40 @@ fn new_generation() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// What a renewal found (besides resignation, which is an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewed {
+    Ok,
+    /// The liveness key had lapsed, nobody had fenced this member.
+    Revived,
+    /// Redis lost its data: registered in the new generation, to rebuild
+    /// (`late`: after the window in which the others waited for it).
+    NewGeneration {
+        late: bool,
+    },
+    /// A server starting alone is cleaning up; not renewed.
+    Wait,
+}
+
+/// What an attempt to fence a member found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    Fenced,
+    Live,
+    Suspect,
+    Gone,
+}
+
+/// Renewals failing in a row, for the log.
+#[derive(Debug)]
+struct Outage {
+    attempts: u32,
+    warned: Instant,
+}
+
+/// How often a warning repeats while renewals keep failing.
+const OUTAGE_WARN_EVERY: Duration = Duration::from_secs(5);
+
 impl RedisStore {
     /// Joins the membership: waits while a lone starter cleans up, and
     /// cleans up itself if it is alone.
@@ -54,9 +98,17 @@ impl RedisStore {
                 self.keys.generation(),
                 self.keys.start_lock(),
                 self.keys.live(&self.member),
+                self.keys.rebuild(),
+                self.keys.tick(),
             ];
             keys.extend(live);
-            let mut args = vec![self.member.clone(), millis(self.ttl), new_generation()];
+            let mut args = vec![
+                self.member.clone(),
+                millis(self.ttl),
+                new_generation(),
+                self.rebuild_grace.as_millis().to_string(),
+                self.keys.live_prefix(),
+            ];
             args.extend(others.iter().map(|m| (*m).clone()));
             let sent = Instant::now();
             let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -67,6 +119,7 @@ impl RedisStore {
             let mut r = Reply::new(self.scripts.join.name, v)?;
             let outcome = r.text()?;
             let generation = r.text()?;
+            let gate_open = r.text()? == "open";
             match outcome.as_str() {
                 "retry" => continue,
                 "wait" => {
@@ -85,6 +138,7 @@ impl RedisStore {
                         s.generation = generation;
                         s.renewed = sent;
                     }
+                    self.note_gate(gate_open);
                     if outcome == "alone" {
                         let cleaned = self.start_alone().await;
                         let unlocked = self.unlock(Duration::ZERO).await;
@@ -124,17 +178,28 @@ impl RedisStore {
     /// No other member is live: every copy held by a previous generation
     /// is gone with its sessions. Counts become what is still staged,
     /// contributions and key sets of the dead are dropped.
+    ///
+    /// Members that are registered but not live may only be late (Redis was
+    /// stalled past the ttl): they are fenced first, by the same rule as
+    /// always, and if one of them renews instead, this server is not alone
+    /// after all and cleans up nothing.
     async fn start_alone(&self) -> Result<(), StoreError> {
-        let registered: Vec<String> = self
+        if !self.fence_everyone_else().await? {
+            tracing::info!(
+                "a server whose liveness had only lapsed renewed it: not alone after all, nothing reset"
+            );
+            return Ok(());
+        }
+        let dead: Vec<String> = self
             .conn
-            .query(redis::cmd("SMEMBERS").arg(self.keys.registry()))
+            .query(redis::cmd("SMEMBERS").arg(self.keys.dead()))
             .await?;
-        for m in registered.iter().filter(|m| **m != self.member) {
+        for m in dead.iter().filter(|m| **m != self.member) {
             self.conn
                 .query::<()>(redis::cmd("DEL").arg(self.keys.key_set(m)))
                 .await?;
             self.conn
-                .query::<()>(redis::cmd("SREM").arg(self.keys.registry()).arg(m))
+                .query::<()>(redis::cmd("SREM").arg(self.keys.dead()).arg(m))
                 .await?;
             tracing::info!(member = %m, "dropped a dead server's registration (starting alone)");
         }
@@ -199,11 +264,55 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Fences every other registered member, waiting out the suspicion
+    /// grace. False as soon as one of them turns out live.
+    async fn fence_everyone_else(&self) -> Result<bool, StoreError> {
+        let deadline = Instant::now() + (self.ttl * 3).max(Duration::from_secs(5));
+        loop {
+            let registered: Vec<String> = self
+                .conn
+                .query(redis::cmd("SMEMBERS").arg(self.keys.registry()))
+                .await?;
+            let mut suspect = false;
+            for m in registered.iter().filter(|m| **m != self.member) {
+                match self.fence(m, false).await? {
+                    Fence::Live => return Ok(false),
+                    Fence::Suspect => suspect = true,
+                    Fence::Fenced | Fence::Gone => {}
+                }
+            }
+            if !suspect {
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                return Err(StoreError::Unavailable(
+                    "registered servers stayed neither live nor fenced for too long".into(),
+                ));
+            }
+            self.keep_starting().await?;
+            tokio::time::sleep(self.retry_every()).await;
+        }
+    }
+
     /// Keeps this member live and the start lock held while a long
     /// clean-up runs (`maintain` is not running yet).
     async fn keep_starting(&self) -> Result<(), StoreError> {
         self.unlock(self.ttl).await?;
-        self.renew().await
+        self.renew().await.map(|_| ())
+    }
+
+    /// How soon a failed renewal is tried again (and how often the copy
+    /// gate is polled while closed): a member whose liveness lapsed must
+    /// renew well within the suspicion grace once Redis answers again.
+    pub(super) fn retry_every(&self) -> Duration {
+        (self.ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
+    }
+
+    /// How long a member's liveness must stay lapsed, by Redis' clock while
+    /// Redis runs, before it is fenced: a renewal interval, far more than
+    /// a member retrying every [`RedisStore::retry_every`] needs.
+    fn suspicion_grace(&self) -> Duration {
+        self.ttl / 3
     }
 
     /// Every key matching `pattern`; `starting` keeps the member live
@@ -238,21 +347,27 @@ impl RedisStore {
     }
 
     /// Renews this member's liveness once.
-    async fn renew(&self) -> Result<(), StoreError> {
+    async fn renew(&self) -> Result<Renewed, StoreError> {
         let generation = self.lock().generation.clone();
         let sent = Instant::now();
         let keys = [
             self.keys.live(&self.member),
             self.keys.generation(),
             self.keys.registry(),
+            self.keys.rebuild(),
+            self.keys.start_lock(),
+            self.keys.suspect(&self.member),
+            self.keys.tick(),
         ];
         let args = [
             generation,
             millis(self.ttl),
             self.member.clone(),
             new_generation(),
+            self.rebuild_grace.as_millis().to_string(),
+            self.keys.live_prefix(),
         ];
-        let key_refs = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let work = self.conn.eval(&self.scripts.renew, &key_refs, &args, &[]);
         // A renewal that takes longer than a quarter of the ttl is as good
         // as none.
@@ -266,29 +381,38 @@ impl RedisStore {
         let mut r = Reply::new(self.scripts.renew.name, v)?;
         let outcome = r.text()?;
         let generation = r.text()?;
+        let gate_open = r.text()? == "open";
         match outcome.as_str() {
-            "ok" => {
+            "ok" | "revived" => {
                 self.lock().renewed = sent;
-                Ok(())
+                self.note_gate(gate_open);
+                Ok(if outcome == "ok" {
+                    Renewed::Ok
+                } else {
+                    Renewed::Revived
+                })
             }
-            "lapsed" => Err(self.resign(
-                "this server's liveness key is gone: other servers may have removed its contributions"
+            "fenced" => Err(self.resign(
+                "other servers found this server's liveness lapsed, fenced it and removed its contributions"
                     .into(),
             )),
-            "new" => {
-                {
-                    let mut s = self.lock();
-                    s.generation = generation;
-                    s.renewed = sent;
-                    s.known.clear();
-                    s.epoch += 1;
-                    s.rescan = true;
-                }
-                tracing::warn!(
-                    member = %self.member,
-                    "Redis lost the copy log (restart without persistence?); joined its new generation"
-                );
-                Ok(())
+            "new" | "late" => {
+                let mut s = self.lock();
+                s.generation = generation;
+                s.renewed = sent;
+                s.known.clear();
+                s.epoch += 1;
+                s.rebuild_pending = true;
+                s.gate_open = false;
+                Ok(Renewed::NewGeneration {
+                    late: outcome == "late",
+                })
+            }
+            "wait" => {
+                let mut s = self.lock();
+                s.rebuild_pending = true;
+                s.gate_open = false;
+                Ok(Renewed::Wait)
             }
             other => Err(super::reply::bad(
                 "renew",
@@ -297,45 +421,276 @@ impl RedisStore {
         }
     }
 
-    /// Renews every third of the ttl until this member resigns.
+    /// Renews every third of the ttl (and every [`retry_every`] after a
+    /// failure, or while copies wait for a rebuild) until this member
+    /// resigns, which happens only when it was fenced. Rebuilds this
+    /// member's contributions when Redis lost its data.
+    ///
+    /// [`retry_every`]: RedisStore::retry_every
     async fn renew_loop(&self) -> StoreError {
-        let mut every = tokio::time::interval(self.ttl / 3);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut outage: Option<Outage> = None;
         loop {
-            every.tick().await;
+            let busy = outage.is_some() || {
+                let s = self.lock();
+                s.rebuild_pending || !s.gate_open
+            };
+            let wait = if busy {
+                self.retry_every()
+            } else {
+                self.ttl / 3
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.wake.notified() => {}
+            }
             if let Some(e) = self.resigned() {
                 return e;
             }
-            match self.renew().await {
-                Ok(()) => {}
+            let renewed = match self.renew().await {
+                Ok(r) => r,
                 Err(e @ StoreError::Resigned(_)) => return e,
                 Err(e) => {
                     self.on_error(&e);
-                    let since = self.lock().renewed.elapsed();
-                    if since > self.ttl / 2 {
-                        return self.resign(format!(
-                            "could not renew liveness for {since:?}, more than half its ttl of {:?}: {e}",
-                            self.ttl
-                        ));
+                    self.note_failed_renewal(&mut outage, &e);
+                    continue;
+                }
+            };
+            if let Some(o) = outage.take() {
+                tracing::warn!(
+                    failed_attempts = o.attempts,
+                    "renewed this server's liveness again; copy operations resume"
+                );
+            }
+            match renewed {
+                Renewed::Ok => {}
+                Renewed::Revived => tracing::warn!(
+                    member = %self.member,
+                    "this server's liveness key had lapsed (Redis stalled or out of reach for longer than the ttl) \
+                     but nobody had fenced it: renewed, nothing was lost"
+                ),
+                Renewed::NewGeneration { late } => {
+                    if late {
+                        tracing::error!(
+                            member = %self.member,
+                            "Redis lost the copy counts, and this server noticed only after the others had rebuilt theirs: \
+                             reserves granted meanwhile did not see its holds; rebuilding them now"
+                        );
+                    } else {
+                        tracing::warn!(
+                            member = %self.member,
+                            "Redis lost the copy counts (restart without persistence, flush, failover to an empty replica); \
+                             rebuilding them from this server's sessions' holds"
+                        );
                     }
-                    tracing::warn!(error = %e, "could not renew liveness; will retry");
+                }
+                Renewed::Wait => continue,
+            }
+            let (pending, gate_open) = {
+                let s = self.lock();
+                (s.rebuild_pending, s.gate_open)
+            };
+            if pending {
+                match self.rebuild().await {
+                    Ok(()) => {}
+                    Err(e @ StoreError::Resigned(_)) => return e,
+                    Err(e) => {
+                        self.on_error(&e);
+                        tracing::warn!(error = %e, "rebuilding the copy counts failed; will retry");
+                    }
+                }
+            } else if !gate_open && let Err(e) = self.poll_gate(false).await {
+                tracing::debug!(error = %e, "could not read the copy gate");
+            }
+        }
+    }
+
+    fn note_failed_renewal(&self, outage: &mut Option<Outage>, e: &StoreError) {
+        let since = self.lock().renewed.elapsed();
+        match outage {
+            None => {
+                tracing::warn!(
+                    error = %e,
+                    last_renewed_ago = ?since,
+                    "could not renew this server's liveness; retrying every {:?}, \
+                     copy operations get server errors from {:?} after the last renewal until one succeeds",
+                    self.retry_every(),
+                    self.ttl / 2,
+                );
+                *outage = Some(Outage {
+                    attempts: 1,
+                    warned: Instant::now(),
+                });
+            }
+            Some(o) => {
+                o.attempts += 1;
+                if o.warned.elapsed() >= OUTAGE_WARN_EVERY {
+                    o.warned = Instant::now();
+                    tracing::warn!(
+                        error = %e,
+                        last_renewed_ago = ?since,
+                        failed_attempts = o.attempts,
+                        "still cannot renew this server's liveness; retrying"
+                    );
                 }
             }
         }
     }
 
+    /// Reads the copy gate, after leaving the rebuilders if `done`; true
+    /// when reserves may run.
+    async fn poll_gate(&self, done: bool) -> Result<bool, StoreError> {
+        let me = if done {
+            self.member.clone()
+        } else {
+            String::new()
+        };
+        let v = self
+            .conn
+            .eval(
+                &self.scripts.gate,
+                &[&self.keys.rebuild(), &self.keys.tick()],
+                &[self.keys.live_prefix(), me],
+                &[],
+            )
+            .await?;
+        let open = Reply::new(self.scripts.gate.name, v)?.text()? == "open";
+        self.note_gate(open);
+        Ok(open)
+    }
+
+    /// After Redis lost its data: sets this member's contribution to every
+    /// resource to exactly what its sessions hold (and what they held
+    /// before is gone from Redis), with copy operations paused meanwhile.
+    /// Resources where this member contributed in the new generation before
+    /// it noticed are found by a scan and set too.
+    async fn rebuild(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let source = self.hold_source();
+        if source.is_none() {
+            tracing::warn!(
+                "no hold sets attached to the Redis store: rebuilding as if this server held nothing"
+            );
+        }
+        let snapshot = match &source {
+            Some(s) => Some(s.snapshot().await),
+            None => None,
+        };
+        let holds = snapshot.as_ref().map_or(&[][..], |s| s.holds());
+        let (generation, epoch) = {
+            let s = self.lock();
+            (s.generation.clone(), s.epoch)
+        };
+        // Operations in doubt from before the loss: the rebuild replaces
+        // whatever they did.
+        self.lock_in_doubt()
+            .retain(|op| op.generation == generation);
+
+        let mut by_tag: BTreeMap<String, Vec<(&Hold, u64)>> = BTreeMap::new();
+        for (hold, n) in holds {
+            by_tag
+                .entry(keys::escape(&hold.resource).into_owned())
+                .or_default()
+                .push((hold, *n));
+        }
+        let pattern = self.keys.contribution_scan_pattern(&self.member);
+        for key in self.scan(&pattern, false).await? {
+            if let Some((tag, CopyKind::Contribution(m))) = self.keys.parse(&key)
+                && m == self.member
+            {
+                by_tag.entry(tag.to_owned()).or_default();
+            }
+        }
+
+        let mut copies = 0u64;
+        for (i, (tag, hs)) in by_tag.iter().enumerate() {
+            if i > 0 && i % RESET_BATCH == 0 {
+                match self.renew().await? {
+                    Renewed::Ok | Renewed::Revived => {}
+                    _ => {
+                        return Err(StoreError::Unavailable(
+                            "the copy log changed generation again during the rebuild".into(),
+                        ));
+                    }
+                }
+            }
+            let k = self.keys.copies_of_tag(tag, &self.member);
+            let mut args = vec![self.clock_arg()];
+            for (hold, n) in hs {
+                args.push(n.to_string());
+                args.push(hold.domain.clone());
+                args.push(hold.groups.len().to_string());
+                args.extend(hold.groups.iter().cloned());
+            }
+            let mut add = redis::cmd("SADD");
+            add.arg(self.keys.key_set(&self.member)).arg(tag);
+            let mut check = redis::cmd("GET");
+            check.arg(self.keys.generation());
+            let (pre, v) = self
+                .conn
+                .eval_after(&self.scripts.rebuild, &k.all(), &args, &[add, check])
+                .await?;
+            if !same_generation(pre.last(), &generation) {
+                return Err(StoreError::Unavailable(
+                    "Redis lost its data again during the rebuild".into(),
+                ));
+            }
+            let mut r = Reply::new(self.scripts.rebuild.name, v)?;
+            match r.text()?.as_str() {
+                "ok" => {
+                    let _before = r.count()?;
+                    copies += r.count()?;
+                    let negative = r.count()?;
+                    if negative > 0 {
+                        tracing::error!(
+                            resource_tag = %tag,
+                            fields = negative,
+                            "counts were below this server's contribution while rebuilding; set to zero"
+                        );
+                    }
+                }
+                "fenced" => {
+                    return Err(self.resign(
+                        "other servers considered this server dead and removed its contributions"
+                            .into(),
+                    ));
+                }
+                other => {
+                    return Err(super::reply::bad(
+                        "rebuild",
+                        &format!("unknown status {other:?}"),
+                    ));
+                }
+            }
+            self.key_set_added(tag, epoch);
+        }
+        let open = self.poll_gate(true).await?;
+        self.lock().rebuild_pending = false;
+        let resources = by_tag.len();
+        drop(by_tag);
+        drop(snapshot);
+        tracing::warn!(
+            resources,
+            copies,
+            took = ?started.elapsed(),
+            reserves_open = open,
+            "rebuilt this server's part of the copy counts from its sessions' holds"
+        );
+        Ok(())
+    }
+
     /// Cleans up after dead members and expires staged transfers, every
-    /// third of the ttl. Errors wait for the next round.
+    /// third of the ttl, while this member is in good standing. Errors
+    /// wait for the next round.
     async fn housekeeping_loop(&self) {
         let mut every = tokio::time::interval(self.ttl / 3);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            if self.check_member().is_err() {
+            if self.resigned().is_some() {
                 return;
             }
-            if let Err(e) = self.rebuild_key_set().await {
-                tracing::warn!(error = %e, "rebuilding this server's key set failed; will retry");
+            if self.check_member(false).is_err() {
+                continue;
             }
             if let Err(e) = self.settle_in_doubt().await {
                 tracing::warn!(error = %e, "undoing copy operations in doubt failed; will retry");
@@ -349,30 +704,69 @@ impl RedisStore {
         }
     }
 
-    /// Removes the contributions of every registered member whose liveness
-    /// lapsed. Returns how many members were cleaned up.
+    /// Fences every registered member whose liveness stayed lapsed, and
+    /// removes the contributions of every fenced member. Returns how many
+    /// members were cleaned up.
     pub(super) async fn clean_dead_members(&self) -> Result<usize, StoreError> {
         let registered: Vec<String> = self
             .conn
             .query(redis::cmd("SMEMBERS").arg(self.keys.registry()))
             .await?;
-        let others: Vec<&String> = registered.iter().filter(|m| **m != self.member).collect();
-        if others.is_empty() {
-            return Ok(0);
-        }
-        let mut cleaned = 0;
-        for m in others {
-            let live: u64 = self
-                .conn
-                .query(redis::cmd("EXISTS").arg(self.keys.live(m)))
-                .await?;
-            if live == 0 {
-                self.check_member()?;
-                self.clean_member(m).await?;
-                cleaned += 1;
+        let dead: Vec<String> = self
+            .conn
+            .query(redis::cmd("SMEMBERS").arg(self.keys.dead()))
+            .await?;
+        let mut fenced: BTreeSet<String> = dead.into_iter().filter(|m| *m != self.member).collect();
+        for m in registered.iter().filter(|m| **m != self.member) {
+            if self.fence(m, false).await? == Fence::Fenced && fenced.insert(m.clone()) {
+                tracing::warn!(
+                    member = %m,
+                    "fenced a server whose liveness stayed lapsed; removing its contributions"
+                );
             }
         }
-        Ok(cleaned)
+        for m in &fenced {
+            self.check_member(false)?;
+            self.clean_member(m).await?;
+        }
+        Ok(fenced.len())
+    }
+
+    /// Fences `member` if its liveness stayed lapsed for the suspicion
+    /// grace (at once with `now`, for this member leaving).
+    async fn fence(&self, member: &str, now: bool) -> Result<Fence, StoreError> {
+        let v = self
+            .conn
+            .eval(
+                &self.scripts.fence,
+                &[
+                    &self.keys.registry(),
+                    &self.keys.dead(),
+                    &self.keys.live(member),
+                    &self.keys.suspect(member),
+                    &self.keys.tick(),
+                ],
+                &[
+                    member.to_owned(),
+                    millis(self.suspicion_grace()),
+                    if now { "1" } else { "0" }.to_owned(),
+                    millis(self.ttl / 2),
+                    millis(mark_ttl(self.ttl)),
+                ],
+                &[],
+            )
+            .await?;
+        let outcome = Reply::new(self.scripts.fence.name, v)?.text()?;
+        match outcome.as_str() {
+            "fenced" => Ok(Fence::Fenced),
+            "live" => Ok(Fence::Live),
+            "suspect" => Ok(Fence::Suspect),
+            "gone" => Ok(Fence::Gone),
+            other => Err(super::reply::bad(
+                "fence",
+                &format!("unknown outcome {other:?}"),
+            )),
+        }
     }
 
     /// Removes a dead member's contributions, resource by resource, then
@@ -411,11 +805,7 @@ impl RedisStore {
             .conn
             .eval(
                 &self.scripts.forget,
-                &[
-                    &self.keys.registry(),
-                    &self.keys.live(member),
-                    &self.keys.key_set(member),
-                ],
+                &[&self.keys.dead(), &self.keys.key_set(member)],
                 &[member.to_owned(), tags.len().to_string()],
                 &[],
             )
@@ -431,32 +821,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// After Redis lost its data, operations that ran between the loss and
-    /// its discovery may have contributed without adding their resource to
-    /// the key set (it was known to be there): add every resource this
-    /// member contributes to.
-    async fn rebuild_key_set(&self) -> Result<(), StoreError> {
-        if !self.lock().rescan {
-            return Ok(());
-        }
-        let pattern = self.keys.contribution_scan_pattern(&self.member);
-        let mut tags = Vec::new();
-        for key in self.scan(&pattern, false).await? {
-            if let Some((tag, CopyKind::Contribution(m))) = self.keys.parse(&key)
-                && m == self.member
-            {
-                tags.push(tag.to_owned());
-            }
-        }
-        if !tags.is_empty() {
-            let mut add = redis::cmd("SADD");
-            add.arg(self.keys.key_set(&self.member)).arg(&tags);
-            self.conn.query::<()>(&add).await?;
-        }
-        self.lock().rescan = false;
-        Ok(())
-    }
-
     /// Leaves the membership at a clean shutdown, once every session has
     /// ended: stops copy operations, settles operations in doubt, removes
     /// whatever this server still contributes (as if it had died) and its
@@ -464,9 +828,7 @@ impl RedisStore {
     pub async fn leave(&self) -> Result<(), StoreError> {
         let _ = self.resign("this server left the membership".into());
         self.settle_in_doubt().await?;
-        self.conn
-            .query::<()>(redis::cmd("DEL").arg(self.keys.live(&self.member)))
-            .await?;
+        self.fence(&self.member, true).await?;
         self.clean_member(&self.member).await
     }
 

@@ -9,9 +9,11 @@
 //!
 //! Copy counts carry the paper's crash bookkeeping: beside every count,
 //! each server's contribution to it, and per server the set of resources it
-//! contributed to. Servers are members with a liveness key; any live member
-//! removes the contributions of a member whose liveness lapsed, and a
-//! member that finds its own liveness lapsed resigns. See `docs/redis.md`.
+//! contributed to. Servers are members with a liveness key; a live member
+//! fences a member whose liveness stayed lapsed and removes its
+//! contributions, and a fenced member resigns. When Redis loses its data,
+//! every member rebuilds its contributions from its sessions' hold sets
+//! before anyone reserves again. See `docs/redis.md`.
 
 mod conn;
 mod keys;
@@ -21,7 +23,7 @@ mod scripts;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -35,7 +37,7 @@ use self::conn::Conn;
 use self::keys::Keys;
 use self::reply::{Reply, bad};
 use self::scripts::Scripts;
-use crate::{Store, StoreError};
+use crate::{HoldSource, Store, StoreError};
 
 /// How long expiry is pushed back under a test clock, whose time does not
 /// move with Redis' own: long enough that no key vanishes during a test.
@@ -49,7 +51,9 @@ pub struct RedisOptions {
     /// can be reused by a restarted server. Default: random.
     pub server_id: String,
     /// How long this server counts as live without renewing. It renews
-    /// every third of it and resigns after half of it without success.
+    /// every third of it; after half of it without success its copy
+    /// operations wait (server errors) for the next renewal. Others fence
+    /// it only once its liveness has stayed lapsed for another third.
     pub liveness_ttl: Duration,
     /// The time limit of each Redis operation.
     pub op_timeout: Duration,
@@ -58,6 +62,12 @@ pub struct RedisOptions {
     /// Tests only: decide with this clock instead of Redis `TIME` (the
     /// scripts are the same; the time is passed in).
     pub clock: Option<Arc<dyn Clock>>,
+    /// How long reserves wait after a new generation of the copy log
+    /// starts (Redis lost its data, or is used for the first time), so
+    /// that servers that have not noticed yet can rebuild their holds
+    /// first. `None`: half the liveness ttl (servers renew every third).
+    /// Zero only for tests on a Redis nobody else uses.
+    pub rebuild_grace: Option<Duration>,
 }
 
 impl Default for RedisOptions {
@@ -68,6 +78,7 @@ impl Default for RedisOptions {
             op_timeout: Duration::from_secs(1),
             key_prefix: "charon".to_owned(),
             clock: None,
+            rebuild_grace: None,
         }
     }
 }
@@ -89,7 +100,14 @@ pub struct RedisStore {
     /// This start of the server: `server_id` and a random suffix.
     member: String,
     ttl: Duration,
+    /// See [`RedisOptions::rebuild_grace`].
+    rebuild_grace: Duration,
     clock: Option<Arc<dyn Clock>>,
+    /// Where this server's hold sets are (see [`HoldSource`]).
+    holds: Mutex<Option<Weak<dyn HoldSource>>>,
+    /// Wakes the renewal loop at once (a copy operation saw that Redis
+    /// lost its data).
+    wake: tokio::sync::Notify,
     /// How long operation records stay (see `copy.lua`): past the time by
     /// which an operation in doubt is undone or this member has resigned.
     record_ttl: Duration,
@@ -105,6 +123,9 @@ pub struct RedisStore {
 struct InDoubt {
     resource: String,
     record: String,
+    /// The generation it was sent in: after Redis lost its data, the
+    /// rebuild replaces whatever it did, so it is not undone.
+    generation: String,
 }
 
 /// What this member knows about its membership.
@@ -121,9 +142,12 @@ struct MemberState {
     /// Bumped whenever `known` is emptied, so that an operation that
     /// started before does not put back what it learned.
     epoch: u64,
-    /// Set when Redis lost its data: the key set must be rebuilt from the
-    /// contributions found.
-    rescan: bool,
+    /// Redis lost its data: this member must rebuild its contributions
+    /// from its sessions' holds before it touches copies again.
+    rebuild_pending: bool,
+    /// Whether reserves may run: false while the copy gate of a new
+    /// generation is closed (see `members.lua`).
+    gate_open: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -163,7 +187,10 @@ impl RedisStore {
             member: format!("{}.{:08x}", options.server_id, rand::random::<u32>()),
             server_id: options.server_id,
             ttl: options.liveness_ttl,
+            rebuild_grace: options.rebuild_grace.unwrap_or(options.liveness_ttl / 2),
             clock: options.clock,
+            holds: Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
             record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
             ops: AtomicU64::new(0),
             in_doubt: Mutex::new(Vec::new()),
@@ -173,7 +200,8 @@ impl RedisStore {
                 resigned: None,
                 known: HashSet::new(),
                 epoch: 0,
-                rescan: false,
+                rebuild_pending: false,
+                gate_open: false,
             }),
         };
         store.join().await?;
@@ -222,24 +250,71 @@ impl RedisStore {
             .map_or_else(String::new, |c| c.now().to_string())
     }
 
-    /// Checks that this member may still change copy counts: it has not
-    /// resigned and renewed its liveness less than half a ttl ago (so that
-    /// it stops before anyone may consider it dead).
-    fn check_member(&self) -> Result<(), StoreError> {
-        let mut s = self.lock();
+    /// Checks that this member may change copy counts now (`reserves`:
+    /// and add to them). It must not have resigned; its latest renewal must
+    /// be less than half a ttl old, so that whatever it sends lands while
+    /// its liveness key surely exists (nobody can fence it then); it must
+    /// have rebuilt its holds after Redis lost its data; and reserves wait
+    /// until every member has (the copy gate). All but resignation pass
+    /// by themselves: they are server errors, and clients fail open.
+    fn check_member(&self, reserves: bool) -> Result<(), StoreError> {
+        let s = self.lock();
         if let Some(why) = &s.resigned {
             return Err(StoreError::Resigned(why.clone()));
         }
         let since = s.renewed.elapsed();
         if since > self.ttl / 2 {
-            let why = format!(
-                "liveness not renewed for {since:?}, more than half its ttl of {:?}",
+            return Err(StoreError::Unavailable(format!(
+                "this server's liveness was last renewed {since:?} ago (ttl {:?}); \
+                 copy operations wait for the next renewal",
                 self.ttl
-            );
-            s.resigned = Some(why.clone());
-            return Err(StoreError::Resigned(why));
+            )));
+        }
+        if s.rebuild_pending {
+            return Err(StoreError::Unavailable(
+                "Redis lost the copy counts; this server is rebuilding its sessions' holds".into(),
+            ));
+        }
+        if reserves && !s.gate_open {
+            return Err(StoreError::Unavailable(
+                "copy counts of a new Redis generation are being rebuilt; \
+                 reserves wait until every server has rebuilt its holds"
+                    .into(),
+            ));
         }
         Ok(())
+    }
+
+    /// The hold sets of this server, if a [`HoldSource`] is attached and
+    /// still there.
+    fn hold_source(&self) -> Option<Arc<dyn HoldSource>> {
+        self.holds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(Weak::upgrade)
+    }
+
+    /// Records whether the copy gate is open, logging when reserves open
+    /// again after a new generation of the copy log.
+    fn note_gate(&self, open: bool) {
+        let was = std::mem::replace(&mut self.lock().gate_open, open);
+        if open && !was {
+            tracing::info!(
+                "copy reserves are open: the copy counts of this Redis generation are complete"
+            );
+        }
+    }
+
+    /// A copy operation saw another generation in Redis: its effect there
+    /// is overwritten by the rebuild, and copies wait until it is done.
+    fn generation_lost(&self) {
+        {
+            let mut s = self.lock();
+            s.rebuild_pending = true;
+            s.gate_open = false;
+        }
+        self.wake.notify_one();
     }
 
     /// Resigns for good; every later copy operation fails.
@@ -291,6 +366,12 @@ impl RedisStore {
     /// operation `contributes`. `None` when the script found nothing to act
     /// on (an unknown transfer). An operation whose reply is lost is
     /// remembered, to be undone (it was reported as failed).
+    ///
+    /// The generation marker is read in the same pipeline, just before the
+    /// script: if Redis lost its data since this member last looked, the
+    /// operation ran on the new, incomplete counts, so it is reported as a
+    /// server error and left for the rebuild to overwrite.
+    #[allow(clippy::too_many_arguments)]
     async fn copy_op(
         &self,
         script: &scripts::Script,
@@ -298,8 +379,10 @@ impl RedisStore {
         args: Vec<String>,
         before: Vec<redis::Cmd>,
         contributes: bool,
+        reserves: bool,
     ) -> Result<Option<Reply>, StoreError> {
-        self.check_member()?;
+        self.check_member(reserves)?;
+        let generation = self.lock().generation.clone();
         let tag = keys::escape(resource);
         let k = self.keys.copies(resource, &self.member);
         let record = self.keys.op_record(
@@ -314,13 +397,16 @@ impl RedisStore {
         };
         let adds_key = !first.is_empty();
         first.extend(before);
+        let mut check = redis::cmd("GET");
+        check.arg(self.keys.generation());
+        first.push(check);
         let mut all_args = Vec::with_capacity(args.len() + 2);
         all_args.push(self.clock_arg());
         all_args.push(self.record_ttl.as_millis().to_string());
         all_args.extend(args);
         let [counts, contribution, staging, expiry] = k.all();
         let keys = [counts, contribution, staging, expiry, record.as_str()];
-        let v = match self.conn.eval(script, &keys, &all_args, &first).await {
+        let (pre, v) = match self.conn.eval_after(script, &keys, &all_args, &first).await {
             Ok(v) => v,
             Err(e) => {
                 self.on_error(&e);
@@ -328,11 +414,19 @@ impl RedisStore {
                     self.lock_in_doubt().push(InDoubt {
                         resource: resource.to_owned(),
                         record,
+                        generation,
                     });
                 }
                 return Err(e);
             }
         };
+        if !same_generation(pre.last(), &generation) {
+            self.generation_lost();
+            return Err(StoreError::Unavailable(format!(
+                "Redis lost its data: {} of {resource:?} was not counted; copy counts are being rebuilt",
+                script.name
+            )));
+        }
         if adds_key {
             self.key_set_added(&tag, epoch);
         }
@@ -386,6 +480,10 @@ impl RedisStore {
                 left.push(op);
                 continue;
             }
+            if op.generation != self.lock().generation {
+                // Redis lost its data since: the rebuild replaced it.
+                continue;
+            }
             let k = self.keys.copies(&op.resource, &self.member);
             let [counts, contribution, staging, expiry] = k.all();
             let keys = [counts, contribution, staging, expiry, op.record.as_str()];
@@ -416,6 +514,15 @@ impl RedisStore {
         }
         self.lock_in_doubt().extend(left);
         failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Whether the reply to `GET <generation>` is `generation`.
+fn same_generation(reply: Option<&redis::Value>, generation: &str) -> bool {
+    match reply {
+        Some(redis::Value::BulkString(b)) => b.as_slice() == generation.as_bytes(),
+        Some(redis::Value::SimpleString(s)) => s == generation,
+        _ => false,
     }
 }
 
@@ -574,7 +681,14 @@ impl Store for RedisStore {
             args.push(limit_arg(g.limit));
         }
         let mut r = self
-            .copy_op(&self.scripts.reserve, resource, args, Vec::new(), true)
+            .copy_op(
+                &self.scripts.reserve,
+                resource,
+                args,
+                Vec::new(),
+                true,
+                true,
+            )
             .await?
             .ok_or_else(|| bad("reserve", "none"))?;
         let granted = r.count()?;
@@ -602,6 +716,7 @@ impl Store for RedisStore {
                 &hold.resource,
                 args,
                 Vec::new(),
+                false,
                 false,
             )
             .await?
@@ -640,6 +755,7 @@ impl Store for RedisStore {
             args,
             vec![index],
             false,
+            false,
         )
         .await?
         .ok_or_else(|| bad("transfer", "none"))?;
@@ -652,7 +768,7 @@ impl Store for RedisStore {
         };
         let args = vec![transfer_id.to_owned()];
         let Some(mut r) = self
-            .copy_op(&self.scripts.seize, resource, args, Vec::new(), true)
+            .copy_op(&self.scripts.seize, resource, args, Vec::new(), true, false)
             .await?
         else {
             return Ok(None);
@@ -669,11 +785,22 @@ impl Store for RedisStore {
         }))
     }
 
+    /// Redis answers, still holds this member's generation of the copy
+    /// log, and copy operations can run, so that `/readyz` says why not (a
+    /// renewal overdue, a rebuild after Redis lost its data).
     async fn ping(&self) -> Result<(), StoreError> {
-        self.conn
-            .query::<String>(&redis::cmd("PING"))
-            .await
-            .map(|_| ())
+        let generation = self.lock().generation.clone();
+        let found: redis::Value = self
+            .conn
+            .query(redis::cmd("GET").arg(self.keys.generation()))
+            .await?;
+        if !same_generation(Some(&found), &generation) {
+            self.generation_lost();
+            return Err(StoreError::Unavailable(
+                "Redis lost its data; copy counts are being rebuilt".into(),
+            ));
+        }
+        self.check_member(true)
     }
 
     async fn staged_copies(&self) -> Result<u64, StoreError> {
@@ -697,6 +824,10 @@ impl Store for RedisStore {
         RedisStore::leave(self).await
     }
 
+    fn attach_holds(&self, source: Weak<dyn HoldSource>) {
+        *self.holds.lock().unwrap_or_else(PoisonError::into_inner) = Some(source);
+    }
+
     async fn maintain(&self) -> StoreError {
         membership::maintain(self).await
     }
@@ -713,5 +844,10 @@ mod tests {
         assert_eq!(limit_arg(charon_core::UNBOUNDED), "-1");
         assert_eq!(optional_limit_arg(None), "");
         assert_eq!(describe_field("d:a"), "domain \"a\"");
+        let g = redis::Value::BulkString(b"abc".to_vec());
+        assert!(same_generation(Some(&g), "abc"));
+        assert!(!same_generation(Some(&g), "abd"));
+        assert!(!same_generation(Some(&redis::Value::Nil), "abc"));
+        assert!(!same_generation(None, "abc"));
     }
 }

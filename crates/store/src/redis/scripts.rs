@@ -30,6 +30,16 @@ macro_rules! copy_script {
     };
 }
 
+macro_rules! membership_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/members.lua"),
+            include_str!(concat!("lua/", $file))
+        )
+    };
+}
+
 /// Every script the Redis store runs.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -48,6 +58,9 @@ pub(crate) struct Scripts {
     pub(crate) unlock: Script,
     pub(crate) forget: Script,
     pub(crate) staged: Script,
+    pub(crate) fence: Script,
+    pub(crate) gate: Script,
+    pub(crate) rebuild: Script,
 }
 
 impl Scripts {
@@ -66,16 +79,19 @@ impl Scripts {
             cleanup: Script::new("cleanup", copy_script!("cleanup.lua")),
             reset: Script::new("reset", copy_script!("reset.lua")),
             counts: Script::new("counts", include_str!("lua/counts.lua")),
-            join: Script::new("join", include_str!("lua/join.lua")),
-            renew: Script::new("renew", include_str!("lua/renew.lua")),
+            join: Script::new("join", membership_script!("join.lua")),
+            renew: Script::new("renew", membership_script!("renew.lua")),
             unlock: Script::new("unlock", include_str!("lua/unlock.lua")),
             forget: Script::new("forget", include_str!("lua/forget.lua")),
             staged: Script::new("staged", include_str!("lua/staged.lua")),
+            fence: Script::new("fence", membership_script!("fence.lua")),
+            gate: Script::new("gate", membership_script!("gate.lua")),
+            rebuild: Script::new("rebuild", copy_script!("rebuild.lua")),
         }
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 15] {
+    pub(crate) fn all(&self) -> [&Script; 18] {
         [
             &self.rate,
             &self.reserve,
@@ -92,6 +108,9 @@ impl Scripts {
             &self.unlock,
             &self.forget,
             &self.staged,
+            &self.fence,
+            &self.gate,
+            &self.rebuild,
         ]
     }
 }

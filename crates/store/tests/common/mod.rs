@@ -67,6 +67,9 @@ pub fn options(clock: Option<Arc<ManualClock>>, id: &str, ttl: Duration) -> Redi
         liveness_ttl: ttl,
         op_timeout: (ttl / 4).min(Duration::from_secs(1)),
         clock: clock.map(|c| c as Arc<dyn charon_core::Clock>),
+        // A private Redis used by nobody before: no other server can hold
+        // copies that a new generation must wait for.
+        rebuild_grace: Some(Duration::ZERO),
         ..RedisOptions::default()
     }
 }

@@ -20,22 +20,6 @@ use charon_testkit::SmallFs;
 use serde_json::{Value, json};
 use support::{TestApp, TestDb, resource_path};
 
-/// A tmpfs of `bytes`, or `None` (said in a FAULT line) when the machine
-/// does not allow mounting one and the run said that is acceptable.
-fn small_fs(test: &str, bytes: u64) -> Option<SmallFs> {
-    match SmallFs::mount(bytes) {
-        Ok(fs) => Some(fs),
-        Err(why) if std::env::var_os("CHARON_TEST_WITHOUT_MOUNT").is_some() => {
-            println!("FAULT {test}: NOT RUN: {why}");
-            None
-        }
-        Err(why) => panic!(
-            "cannot mount a small tmpfs for {test} ({why}); run as root, or set \
-             CHARON_TEST_WITHOUT_MOUNT=1 to skip the tests that need one"
-        ),
-    }
-}
-
 /// A resource document of several kilobytes (a few SQLite pages), so
 /// that every commit has to grow the write-ahead log.
 fn fat(i: usize) -> Value {
@@ -135,7 +119,7 @@ async fn audit(app: &TestApp, outcomes: &[Outcome]) -> (Vec<String>, Vec<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_a_full_disk_and_a_restart() {
-    let Some(fs) = small_fs("full_disk_api", 2 << 20) else {
+    let Some(fs) = SmallFs::for_test("full_disk_api", 2 << 20) else {
         return;
     };
     let db = TestDb::at(&fs.path().join("charon.db"));

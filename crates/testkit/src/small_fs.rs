@@ -41,6 +41,24 @@ impl SmallFs {
         Ok(Self { dir, filler })
     }
 
+    /// [`SmallFs::mount`] for a fault test named `test`: `None` (said in a
+    /// `FAULT … NOT RUN` line) when mounting is not permitted and
+    /// `CHARON_TEST_WITHOUT_MOUNT` is set; otherwise a failure to mount
+    /// fails the test, so that the fault is never skipped silently.
+    pub fn for_test(test: &str, bytes: u64) -> Option<Self> {
+        match Self::mount(bytes) {
+            Ok(fs) => Some(fs),
+            Err(why) if std::env::var_os("CHARON_TEST_WITHOUT_MOUNT").is_some() => {
+                println!("FAULT {test}: NOT RUN: {why}");
+                None
+            }
+            Err(why) => panic!(
+                "cannot mount a small tmpfs for {test} ({why}); run as root, or set \
+                 CHARON_TEST_WITHOUT_MOUNT=1 to skip the tests that need one"
+            ),
+        }
+    }
+
     /// Where it is mounted.
     pub fn path(&self) -> &Path {
         self.dir.path()

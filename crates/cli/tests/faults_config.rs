@@ -190,10 +190,15 @@ async fn writes_acknowledged_on_a_full_disk_survive_a_crash_and_refusals_leave_n
     let mut server = serve_embedded(&db);
     let http = reqwest::Client::new();
     let mut writes: Vec<(String, Answer)> = Vec::new();
+    let mut slowest_refusal = Duration::ZERO;
     let mut write = async |server: &CharonProcess, i: usize| {
         let name = format!("fill/w{i}");
+        let started = Instant::now();
         let answer = put(&http, &resource_url(server, &name), &fat(i)).await;
         let ok = (200..300).contains(&answer.status);
+        if !ok {
+            slowest_refusal = slowest_refusal.max(started.elapsed());
+        }
         writes.push((name, answer));
         ok
     };
@@ -268,7 +273,8 @@ async fn writes_acknowledged_on_a_full_disk_survive_a_crash_and_refusals_leave_n
         "FAULT full_disk_serve: injected the --db tmpfs (2 MiB) filled ({filler} B) during 8 \
          writes, freed, then SIGKILL and restart; expected every 2xx durable and in force, \
          every refusal a 503 with Retry-After that left nothing, recovery by itself; observed \
-         statuses {statuses:?}, /readyz while full {ready_while_full:?}, recovered \
+         statuses {statuses:?} (slowest refusal {slowest_refusal:?}), /readyz while full \
+         {ready_while_full:?}, recovered \
          {recovered_after:?} after freeing, {} acknowledged (versions {versions:?}), {} lost \
          {lost:?}, {} refused, {} leaked {leaked:?}, not in force before the crash \
          {not_in_force_before:?}, after restart `{version_line}`",

@@ -18,6 +18,7 @@
 //! (503), see [`classify`].
 
 mod classify;
+mod pools;
 mod sqlite_file;
 mod tx;
 
@@ -27,11 +28,11 @@ use std::time::Duration;
 
 use charon_core::config::NamespaceSettings;
 use serde_json::Value;
-use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
-use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
+use sqlx::{AnyConnection, Row};
 
 pub use classify::Unavailability;
+use pools::Pools;
 use tx::Tx;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -155,7 +156,7 @@ pub(crate) struct StoredNamespace {
 /// The configuration database.
 #[derive(Debug, Clone)]
 pub(crate) struct Db {
-    pool: AnyPool,
+    pools: Pools,
     backend: Backend,
     history_versions: u64,
     /// An in-memory SQLite database lives in its one connection, which
@@ -211,65 +212,17 @@ impl Db {
         let (url, backend) = database_url(spec)?;
         let in_memory =
             backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
-        let mut pool = AnyPoolOptions::new()
-            .acquire_timeout(options.acquire_timeout)
-            .after_release(|conn, _| {
-                Box::pin(async move {
-                    // Lets a rollback queued on drop run, then checks that
-                    // it did: a connection still inside a transaction is
-                    // closed, never lent again.
-                    conn.ping().await?;
-                    Ok(!conn.is_in_transaction())
-                })
-            });
-        pool = if in_memory {
-            // Each connection to an in-memory database would be a database
-            // of its own: keep exactly one, forever.
-            pool.max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-        } else {
-            let default = if backend == Backend::Sqlite { 4 } else { 8 };
-            pool.max_connections(options.max_connections.unwrap_or(default))
-        };
-        let lock_timeout = options.lock_timeout;
-        if backend == Backend::Sqlite && !in_memory {
-            sqlite_file::create_owner_only(&url).map_err(|e| StoreError::Config {
-                target: spec.to_owned(),
-                message: format!("cannot create the database file: {e}"),
-            })?;
-            pool = pool.after_connect(move |conn, _| {
-                Box::pin(async move {
-                    for pragma in sqlite_file::pragmas(lock_timeout) {
-                        conn.execute(pragma.as_str()).await?;
-                    }
-                    Ok(())
-                })
-            });
-        } else if backend == Backend::Postgres {
-            pool = pool.after_connect(move |conn, _| {
-                Box::pin(async move {
-                    // A write waiting for the meta row's lock gives up
-                    // (55P03, then 503) instead of waiting for ever.
-                    let ms = lock_timeout.as_millis();
-                    conn.execute(format!("SET lock_timeout = {ms}").as_str())
-                        .await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = pool.connect(&url).await?;
-        MIGRATOR.run(&pool).await?;
+        let pools = Pools::connect(spec, &url, backend, in_memory, options).await?;
+        MIGRATOR.run(&pools.writes).await?;
         sqlx::query(
             "INSERT INTO charon_meta (id, version, history_floor, epoch) \
              VALUES (1, 0, 0, $1) ON CONFLICT (id) DO NOTHING",
         )
         .bind(format!("{:032x}", rand::random::<u128>()))
-        .execute(&pool)
+        .execute(&pools.writes)
         .await?;
         Ok(Self {
-            pool,
+            pools,
             backend,
             history_versions: options.history_versions.max(1),
             in_memory,
@@ -284,7 +237,7 @@ impl Db {
             // The first read takes the snapshot.
             Backend::Sqlite => "BEGIN",
         };
-        let tx = Tx::begin(&self.pool, begin, !self.in_memory).await?;
+        let tx = Tx::begin(&self.pools.reads, begin, !self.in_memory).await?;
         Ok(ReadTx { tx })
     }
 
@@ -298,7 +251,7 @@ impl Db {
             // that went stale in between.
             Backend::Sqlite => "BEGIN IMMEDIATE",
         };
-        let mut tx = Tx::begin(&self.pool, begin, !self.in_memory).await?;
+        let mut tx = Tx::begin(&self.pools.writes, begin, !self.in_memory).await?;
         let row = tx
             .run(async |conn| {
                 Ok(sqlx::query(
@@ -323,7 +276,7 @@ impl Db {
 
     /// Closes every connection.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.pools.close().await;
     }
 }
 
@@ -795,7 +748,7 @@ mod tests {
         let db = Db::open(&path.display().to_string(), &options)
             .await
             .expect("open");
-        let mut conn = db.pool.acquire().await.expect("a connection");
+        let mut conn = db.pools.writes.acquire().await.expect("a connection");
         let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
             .fetch_one(&mut *conn)
             .await

@@ -89,6 +89,20 @@ async fn changed_since(app: &TestApp, since: u64) -> Option<Vec<String>> {
     )
 }
 
+/// `PRAGMA integrity_check` on the file, from a connection of its own.
+async fn integrity_check(path: &str) -> String {
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+        .await
+        .unwrap();
+    let answer: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    answer
+}
+
 /// What survived a restart, against what was answered: (acknowledged
 /// writes lost or at another version, refused writes that left something).
 async fn audit(app: &TestApp, outcomes: &[Outcome]) -> (Vec<String>, Vec<String>) {
@@ -160,6 +174,7 @@ async fn acknowledged_writes_survive_a_full_disk_and_a_restart() {
 
     // A restart: every connection closed, the file opened anew.
     app.state.close().await;
+    let integrity = integrity_check(&db.location).await;
     let app = db.app().await;
     let (lost, leaked) = audit(&app, &outcomes).await;
     let acked: Vec<u64> = outcomes.iter().filter_map(|o| o.version).collect();
@@ -171,7 +186,7 @@ async fn acknowledged_writes_survive_a_full_disk_and_a_restart() {
          nothing, recovery by itself; observed while full {while_full:?}, read while full \
          {read_while_full}, recovered {recovered_after:?} after freeing, {} acknowledged, \
          {} lost after restart {lost:?}, {} refused, {} leaked {leaked:?}, versions {acked:?}, \
-         version after restart {version_after}",
+         version after restart {version_after}, integrity_check {integrity}",
         acked.len(),
         lost.len(),
         refused.len(),
@@ -182,6 +197,7 @@ async fn acknowledged_writes_survive_a_full_disk_and_a_restart() {
         leaked.is_empty(),
         "refused writes that left something: {leaked:?}"
     );
+    assert_eq!(integrity, "ok");
     let expected: Vec<u64> = (1..=acked.len() as u64).collect();
     assert_eq!(acked, expected, "versions without gaps or duplicates");
     assert_eq!(version_after, acked.len() as u64);
@@ -316,4 +332,67 @@ async fn the_database_file_is_created_for_its_owner_only() {
          -shm mode 600; observed {modes:?}"
     );
     assert!(modes.iter().all(|(_, m)| m == "600"), "{modes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_writes_against_a_locked_database_is_refused_within_its_bounds() {
+    let db = TestDb::sqlite();
+    let options = StoreOptions {
+        lock_timeout: Duration::from_secs(1),
+        acquire_timeout: Duration::from_secs(1),
+        ..StoreOptions::default()
+    };
+    let app = db.app_with(TestDb::tokens(), options).await;
+    app.put(&resource_path("a/zero"))
+        .json(fat(0))
+        .send()
+        .await
+        .expect(201);
+    let lock = LockHolder::hold(&db.location);
+    let started = Instant::now();
+    let flood: Vec<_> = (1..=32)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let reply = app
+                    .put(&resource_path(&format!("a/{i}")))
+                    .json(fat(i))
+                    .send()
+                    .await;
+                (reply.status.as_u16(), started.elapsed())
+            })
+        })
+        .collect();
+    // Meanwhile the feed of limiting servers reads.
+    let mut reads = Vec::new();
+    tokio::time::sleep(Duration::from_millis(100)).await; // let the writers pile up
+    for _ in 0..8 {
+        reads.push(app.get("/v1/changes?since=0").send().await.status.as_u16());
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    let mut slowest = Duration::ZERO;
+    for task in flood {
+        let (status, took) = task.await.unwrap();
+        *statuses.entry(status).or_insert(0) += 1;
+        slowest = slowest.max(took);
+    }
+    lock.release();
+    let after = app
+        .put(&resource_path("a/after"))
+        .json(fat(99))
+        .send()
+        .await;
+    let version = app.version().await;
+    println!(
+        "FAULT locked_db_flood: injected 32 concurrent writes while another process holds the \
+         write lock (lock timeout 1 s, acquire timeout 1 s); expected every one \
+         refused with 503, none waiting for ever, reads meanwhile answered, writes fine once \
+         released; observed statuses {statuses:?}, slowest answer {slowest:?}, reads {reads:?}, \
+         after release {}, version {version}",
+        after.status
+    );
+    assert_eq!(statuses.keys().copied().collect::<Vec<_>>(), [503]);
+    assert!(reads.iter().all(|&r| r == 200), "reads starved: {reads:?}");
+    assert_eq!(after.status.as_u16(), 201, "{}", after.text);
+    assert_eq!(version, 2, "the refused writes left nothing");
 }

@@ -89,12 +89,17 @@ fn pool_options(backend: Backend, options: &StoreOptions) -> AnyPoolOptions {
                 Ok(())
             })
         })
-        .after_release(|conn, _| {
+        .after_release(move |conn, _| {
             Box::pin(async move {
-                // Lets a rollback queued on drop run, then checks that it
-                // did: a connection still inside a transaction is closed,
-                // never lent again.
-                conn.ping().await?;
+                // A connection still inside a transaction is closed, never
+                // lent again. SQLite's worker runs a rollback queued on
+                // drop (and only then counts the transaction as ended)
+                // when it is next used: a ping first. PostgreSQL counts it
+                // at once, and sqlx's own ping on release surfaces a
+                // rollback that failed.
+                if backend == Backend::Sqlite {
+                    conn.ping().await?;
+                }
                 Ok(!conn.is_in_transaction())
             })
         })

@@ -396,3 +396,59 @@ async fn a_flood_of_writes_against_a_locked_database_is_refused_within_its_bound
     assert_eq!(after.status.as_u16(), 201, "{}", after.text);
     assert_eq!(version, 2, "the refused writes left nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_meta_row_locked_by_another_session_answers_503_not_500() {
+    use sqlx::{Connection, Executor};
+    let pg = tokio::task::spawn_blocking(charon_testkit::Postgres::start)
+        .await
+        .unwrap();
+    let url = pg.create_database("locked");
+    let db = TestDb::postgres(url.clone());
+    let options = StoreOptions {
+        lock_timeout: Duration::from_secs(1),
+        ..StoreOptions::default()
+    };
+    let app = db.app_with(TestDb::tokens(), options).await;
+    app.put(&resource_path("a/one"))
+        .json(fat(1))
+        .send()
+        .await
+        .expect(201);
+
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    other
+        .execute("SELECT version FROM charon_meta WHERE id = 1 FOR UPDATE")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let write = app.put(&resource_path("a/two")).json(fat(2)).send();
+    // Bounded here so that a write waiting for ever fails the test.
+    let refused = tokio::time::timeout(Duration::from_secs(30), write).await;
+    let waited = started.elapsed();
+    let read = app
+        .get(&resource_path("a/one"))
+        .send()
+        .await
+        .status
+        .as_u16();
+    other.execute("ROLLBACK").await.unwrap();
+    let refused = refused.unwrap_or_else(|_| panic!("no answer after {waited:?}"));
+    let after = app.put(&resource_path("a/three")).json(fat(3)).send().await;
+    let version = app.version().await;
+    println!(
+        "FAULT locked_db_postgres: injected the meta row held FOR UPDATE by another session \
+         (lock_timeout 1s); expected 503 + Retry-After after the timeout, reads unaffected, \
+         writes fine once released; observed {} after {waited:?} (Retry-After {:?}), read \
+         {read}, after release {}, version {version}",
+        refused.status,
+        refused.headers.get("retry-after"),
+        after.status,
+    );
+    assert_eq!(refused.status.as_u16(), 503, "{}", refused.text);
+    assert!(refused.headers.get("retry-after").is_some());
+    assert_eq!(read, 200);
+    assert_eq!(after.status.as_u16(), 201, "{}", after.text);
+    assert_eq!(version, 2, "the refused write left nothing");
+}

@@ -344,11 +344,12 @@ async fn the_embedded_database_and_its_token_are_for_the_owner_only() {
 /// Runs `charon serve` on the embedded service (no token given) and waits
 /// for it to exit by itself: (exit code, stderr), or `None` if it was still
 /// running after `limit` (then it is killed).
-fn serve_until_exit(db: &Path, limit: Duration) -> Option<(Option<i32>, String)> {
+fn serve_until_exit(db: &Path, extra: &[&str], limit: Duration) -> Option<(Option<i32>, String)> {
     let log = tempfile::NamedTempFile::new().expect("log file");
     let mut child = support::charon()
         .arg("serve")
         .args(["--db", &db.display().to_string()])
+        .args(extra)
         .args([
             "--listen",
             &format!("127.0.0.1:{}", charon_testkit::free_port()),
@@ -384,8 +385,14 @@ async fn a_start_on_a_full_disk_fails_cleanly_and_leaves_no_empty_token() {
     let db = fs.path().join("charon.db");
     let token_path = fs.path().join("charon.db.token");
     fs.fill();
-    let first = serve_until_exit(&db, Duration::from_secs(30));
+    let first = serve_until_exit(&db, &[], Duration::from_secs(30));
     let token_left = std::fs::read_to_string(&token_path).ok();
+    // With a token given, the database is the first thing to need space.
+    let with_token = serve_until_exit(&db, &["--config-token", TOKEN], Duration::from_secs(30));
+    let last_line = |run: &Option<(Option<i32>, String)>| {
+        run.as_ref()
+            .map(|(code, err)| (*code, err.lines().last().unwrap_or("").to_owned()))
+    };
 
     // Space comes back: the next start makes its token and serves writes.
     fs.free();
@@ -419,13 +426,13 @@ async fn a_start_on_a_full_disk_fails_cleanly_and_leaves_no_empty_token() {
         .as_u16();
     println!(
         "FAULT full_disk_start: injected a full tmpfs under --db at the first start, then again \
-         under an existing database; expected exit 1 naming the file and no empty token left, \
-         then a normal start, then a start that decides by the stored limits with writes 503; \
-         observed first start {:?}, token file left {token_left:?}, write after freeing \
-         {created}, decision on the full disk {:?}, write on the full disk {refused}",
-        first
-            .as_ref()
-            .map(|(code, err)| (code, err.lines().last().unwrap_or(""))),
+         under an existing database; expected exit 1 naming the file and the full disk and no \
+         empty token left, then a normal start, then a start that decides by the stored limits \
+         with writes 503; observed first start {:?}, token file left {token_left:?}, with a \
+         token given {:?}, write after freeing {created}, decision on the full disk {:?}, write \
+         on the full disk {refused}",
+        last_line(&first),
+        last_line(&with_token),
         decided.as_ref().map(|r| r.granted),
     );
     let (code, stderr) = first.expect("the first start exits by itself");
@@ -435,6 +442,12 @@ async fn a_start_on_a_full_disk_fails_cleanly_and_leaves_no_empty_token() {
         "{stderr}"
     );
     assert_eq!(token_left, None, "no empty token file");
+    let (code, last) = last_line(&with_token).expect("exits by itself");
+    assert_eq!(code, Some(1));
+    assert!(
+        last.contains("charon.db") && last.contains("disk is full"),
+        "{last}"
+    );
     assert_eq!(created, 201);
     assert_eq!(decided.expect("decided").granted, 1);
     assert_eq!(refused, 503);

@@ -5,8 +5,10 @@
 //! the feed of limiting servers is answered while writers wait for a lock
 //! another process holds.
 
+use std::time::Duration;
+
 use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Connection, Executor};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 use super::{Backend, Result, StoreError, StoreOptions, sqlite_file};
 
@@ -46,6 +48,12 @@ impl Pools {
                 message: format!("cannot create the database file: {e}"),
             })?;
         }
+        // One connection first, outside any pool: a pool retries a
+        // failing connection until its acquire timeout and then says only
+        // that it timed out; this says why (a full disk, a bad password).
+        let mut first = AnyConnection::connect(url).await?;
+        prepare(&mut first, backend, options.lock_timeout).await?;
+        first.close().await?;
         let default = if backend == Backend::Sqlite { 4 } else { 8 };
         let reads = pool_options(backend, options)
             .max_connections(options.max_connections.unwrap_or(default))
@@ -70,25 +78,7 @@ fn pool_options(backend: Backend, options: &StoreOptions) -> AnyPoolOptions {
     let lock_timeout = options.lock_timeout;
     AnyPoolOptions::new()
         .acquire_timeout(options.acquire_timeout)
-        .after_connect(move |conn, _| {
-            Box::pin(async move {
-                match backend {
-                    Backend::Sqlite => {
-                        for pragma in sqlite_file::pragmas(lock_timeout) {
-                            conn.execute(pragma.as_str()).await?;
-                        }
-                    }
-                    Backend::Postgres => {
-                        // A write waiting for the meta row's lock gives up
-                        // (55P03, then 503) instead of waiting for ever.
-                        let ms = lock_timeout.as_millis();
-                        conn.execute(format!("SET lock_timeout = {ms}").as_str())
-                            .await?;
-                    }
-                }
-                Ok(())
-            })
-        })
+        .after_connect(move |conn, _| Box::pin(prepare(conn, backend, lock_timeout)))
         .after_release(move |conn, _| {
             Box::pin(async move {
                 // A connection still inside a transaction is closed, never
@@ -103,4 +93,27 @@ fn pool_options(backend: Backend, options: &StoreOptions) -> AnyPoolOptions {
                 Ok(!conn.is_in_transaction())
             })
         })
+}
+
+/// The backend's settings, on every new connection.
+async fn prepare(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    lock_timeout: Duration,
+) -> Result<(), sqlx::Error> {
+    match backend {
+        Backend::Sqlite => {
+            for pragma in sqlite_file::pragmas(lock_timeout) {
+                conn.execute(pragma.as_str()).await?;
+            }
+        }
+        Backend::Postgres => {
+            // A write waiting for the meta row's lock gives up (55P03,
+            // then 503) instead of waiting for ever.
+            let ms = lock_timeout.as_millis();
+            conn.execute(format!("SET lock_timeout = {ms}").as_str())
+                .await?;
+        }
+    }
+    Ok(())
 }

@@ -141,7 +141,8 @@ responses = {
  "413": eresp("The body is larger than 16 MiB."),
  "415": eresp("The body's Content-Type is not accepted."),
  "422": eresp("The operation does not fit the resource's kind (groups of a rate-limited resource)."),
- "503": eresp("The configuration database is unavailable. Nothing was changed."),
+ "503": {**eresp("The configuration database is unavailable (unreachable, disk full, locked by another writer past the lock timeout). Nothing was changed; `Retry-After` says when to try again."),
+         "headers": {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer", "minimum": 1}}}},
 }
 params = {
  "name": {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},

@@ -16,7 +16,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -29,7 +29,6 @@ use charon_server::{ConfigReport, ServerOptions, ServerState};
 use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, SystemClock};
 use clap::Args;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 /// Flags of `charon serve`.
@@ -199,7 +198,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let http = bind(&http_listen, "HTTP").await?;
     let http_addr = http.local_addr()?;
 
-    let wrote = Arc::new(Notify::new());
+    let embedded_feed = FeedSlot::default();
     let mut routes = charon_simulator_web::router();
     let described = match &source {
         Source::File(path) => {
@@ -209,9 +208,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         Source::Service(url) => format!("configuration from the service at {url}"),
         Source::Embedded(app) => {
-            routes = routes.merge(refresh_after_writes(
+            routes = routes.merge(answer_when_in_force(
                 charon_config_service::router(app.clone()),
-                wrote.clone(),
+                embedded_feed.clone(),
             ));
             format!(
                 "configuration from the embedded service on {http_addr}, database {}",
@@ -232,8 +231,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             spawn_signal_handler(state.clone(), None);
             None
         }
-        Source::Service(url) => Some(follow(&state, url, &args, wrote)?),
-        Source::Embedded(_) => Some(follow(&state, &loopback_url(http_addr), &args, wrote)?),
+        Source::Service(url) => Some(follow(&state, url, &args)?),
+        Source::Embedded(_) => {
+            let feed = follow(&state, &loopback_url(http_addr), &args)?;
+            let _ = embedded_feed.set(feed.clone());
+            Some(feed)
+        }
     };
     let maintenance = {
         let (state, store) = (state.clone(), store.clone());
@@ -316,27 +319,65 @@ async fn open_embedded(args: &ServeArgs) -> anyhow::Result<AppState> {
 }
 
 /// The embedded service's write token when none is configured: read from
-/// `<db>.token`, or made up and written there (readable by its owner only).
+/// `<db>.token`, or made up and written there (readable by its owner
+/// only). An empty file (a start that could not finish writing it, on a
+/// full disk) held no usable token, so it is replaced.
 fn embedded_token(db: &str) -> anyhow::Result<String> {
     let path = token_file(db);
-    if let Ok(token) = std::fs::read_to_string(&path) {
-        return Ok(token.trim().to_owned());
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Ok(_) => warn!(
+            "{} is empty (a start that could not finish writing it?); making a new token",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
     let token = format!("{:032x}", rand::random::<u128>());
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    writeln!(f, "{token}")?;
+    let token = write_token_file(&path, &token)
+        .with_context(|| format!("cannot write the write token to {}", path.display()))?;
     info!(
         "the configuration API's write token is in {}",
         path.display()
     );
     Ok(token)
+}
+
+/// Puts `token` in `path` whole or not at all: written to a temporary
+/// file (mode 0600) and synced, then linked into place, so that no reader
+/// and no later start ever sees a half-written token. If another process
+/// put a token there meanwhile, that one is used.
+fn write_token_file(path: &std::path::Path, token: &str) -> std::io::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        writeln!(f, "{token}")?;
+        f.sync_all()?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(token.to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let there = std::fs::read_to_string(path)?;
+                if there.trim().is_empty() {
+                    std::fs::rename(&tmp, path)?;
+                    Ok(token.to_owned())
+                } else {
+                    Ok(there.trim().to_owned())
+                }
+            }
+            Err(e) => Err(e),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written
 }
 
 /// Where the embedded service keeps its made-up write token.
@@ -358,16 +399,60 @@ fn loopback_url(addr: SocketAddr) -> String {
     format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
-/// The embedded service's routes, telling the feed to refresh after every
-/// successful write so a change applies at once, not at the next poll.
-fn refresh_after_writes(routes: axum::Router, wrote: Arc<Notify>) -> axum::Router {
+/// The limiter's feed, for the embedded service's answers (set once the
+/// feed runs, just after the server starts).
+type FeedSlot = Arc<OnceLock<Arc<FeedHandle>>>;
+
+/// How long the answer to a write to the embedded service waits for the
+/// limiter to hold the version it committed. The feed's own calls are
+/// bounded by 5 s too; a write whose version is not in force by then is
+/// answered anyway, saying so.
+const IN_FORCE_WAIT: Duration = Duration::from_secs(5);
+
+/// Header on every successful write to the embedded service: `true` when
+/// the limiter decided by the committed version (or a later one) before
+/// the answer left, `false` when it did not within [`IN_FORCE_WAIT`] (the
+/// write is committed and applies at the next successful refresh).
+const IN_FORCE_HEADER: &str = "charon-config-in-force";
+
+/// The embedded service's routes, answering a successful write only once
+/// the limiter's configuration holds the version the write committed (its
+/// `ETag`): a `Request` sent after the answer is decided by it.
+fn answer_when_in_force(routes: axum::Router, feed: FeedSlot) -> axum::Router {
+    use axum::http::{HeaderValue, Method, header};
     routes.layer(axum::middleware::map_response(
-        move |method: axum::http::Method, response: axum::response::Response| {
-            let wrote = wrote.clone();
+        move |method: Method, mut response: axum::response::Response| {
+            let feed = feed.clone();
             async move {
-                if method != axum::http::Method::GET && response.status().is_success() {
-                    wrote.notify_one();
+                let reads = [Method::GET, Method::HEAD, Method::OPTIONS];
+                if reads.contains(&method) || !response.status().is_success() {
+                    return response;
                 }
+                let version = response
+                    .headers()
+                    .get(header::ETAG)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim_matches('"').parse::<u64>().ok());
+                let in_force = match (feed.get(), version) {
+                    (Some(feed), Some(version)) => {
+                        let held = feed.wait_for_version(version, IN_FORCE_WAIT).await;
+                        if !held {
+                            warn!(
+                                version,
+                                in_force = feed.version(),
+                                "a write to the configuration API was answered before the \
+                                 limiter held its version (waited {IN_FORCE_WAIT:?}); it \
+                                 applies at the next successful refresh"
+                            );
+                        }
+                        held
+                    }
+                    _ => false,
+                };
+                response.headers_mut().insert(
+                    IN_FORCE_HEADER,
+                    HeaderValue::from_static(if in_force { "true" } else { "false" }),
+                );
                 response
             }
         },
@@ -376,12 +461,12 @@ fn refresh_after_writes(routes: axum::Router, wrote: Arc<Notify>) -> axum::Route
 
 /// Keeps the limiter's configuration in step with the service at `url`:
 /// a feed polling every `--config-refresh`, refreshed at once on SIGHUP or
-/// after a write to the embedded service, reported in /readyz and /metrics.
+/// when a write to the embedded service waits for it, reported in /readyz
+/// and /metrics.
 fn follow(
     state: &Arc<ServerState>,
     url: &str,
     args: &ServeArgs,
-    wrote: Arc<Notify>,
 ) -> anyhow::Result<Arc<FeedHandle>> {
     let options = FeedOptions {
         token: args
@@ -421,18 +506,14 @@ fn follow(
             });
         }
     });
-    spawn_signal_handler(state.clone(), Some(Refresher(handle.clone(), wrote)));
+    spawn_signal_handler(state.clone(), Some(handle.clone()));
     Ok(handle)
 }
-
-/// What asks the feed for a refresh now: the feed, and the signal that the
-/// embedded service was written to.
-struct Refresher(Arc<FeedHandle>, Arc<Notify>);
 
 /// SIGTERM and SIGINT start a graceful shutdown; SIGHUP refreshes the
 /// configuration from its service (a file source has its own SIGHUP
 /// handling in the reloader).
-fn spawn_signal_handler(state: Arc<ServerState>, refresher: Option<Refresher>) {
+fn spawn_signal_handler(state: Arc<ServerState>, feed: Option<Arc<FeedHandle>>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
@@ -443,17 +524,14 @@ fn spawn_signal_handler(state: Arc<ServerState>, refresher: Option<Refresher>) {
             error!("cannot listen for signals");
             return;
         };
-        let never = Arc::new(Notify::new());
-        let wrote = refresher.as_ref().map_or(never, |r| r.1.clone());
         loop {
             tokio::select! {
                 _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
                 _ = int.recv() => { info!("SIGINT: shutting down"); break; }
-                _ = hup.recv() => if let Some(r) = &refresher {
+                _ = hup.recv() => if let Some(feed) = &feed {
                     info!("SIGHUP: refreshing the configuration");
-                    r.0.refresh_now();
+                    feed.refresh_now();
                 },
-                () = wrote.notified() => if let Some(r) = &refresher { r.0.refresh_now(); },
             }
         }
         state.shutdown.trigger();

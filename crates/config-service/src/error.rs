@@ -15,6 +15,9 @@ pub(crate) struct ApiError {
     status: StatusCode,
     body: ErrorBody,
     authenticate: Option<&'static str>,
+    /// Seconds for `Retry-After` (a 503 that will pass). Small, so that
+    /// the error stays small.
+    retry_after: Option<u16>,
 }
 
 impl ApiError {
@@ -28,6 +31,7 @@ impl ApiError {
                 current_version: None,
             },
             authenticate: None,
+            retry_after: None,
         }
     }
 
@@ -124,16 +128,28 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Unavailable(_) => {
-                tracing::warn!(error = %e, "configuration database unavailable");
-                Self::new(
+        match e.unavailability() {
+            Some(why) => {
+                tracing::warn!(
+                    error = %e,
+                    retry_after_s = why.retry_after().as_secs(),
+                    "configuration database unavailable ({}); answering 503",
+                    why.describe()
+                );
+                let mut answer = Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
-                    "the configuration database is unavailable; nothing was changed, try again later",
-                )
+                    format!(
+                        "the configuration database is unavailable: {}; nothing was changed, \
+                         try again later",
+                        why.describe()
+                    ),
+                );
+                let seconds = why.retry_after().as_secs().clamp(1, u64::from(u16::MAX));
+                answer.retry_after = u16::try_from(seconds).ok();
+                answer
             }
-            e => {
+            None => {
                 tracing::error!(error = %e, "configuration database error");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -153,6 +169,11 @@ impl IntoResponse for ApiError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static(challenge),
             );
+        }
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

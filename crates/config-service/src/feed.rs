@@ -388,6 +388,34 @@ impl FeedHandle {
         self.status.borrow().version
     }
 
+    /// Refreshes until the view in force (the one `on_change` was given)
+    /// holds `version` or a later one, for at most `within`; whether it
+    /// does. A writer that knows the version its write committed calls
+    /// this to answer only once the write is in force. Failed refreshes
+    /// are retried after a short pause, doubling up to half a second.
+    pub async fn wait_for_version(&self, version: u64, within: Duration) -> bool {
+        let attempts = async {
+            let mut pause = Duration::from_millis(10);
+            loop {
+                if self.version() >= version {
+                    return true;
+                }
+                match self.refresh().await {
+                    Ok(v) if v >= version => return true,
+                    Err(FeedError::Stopped) => return false,
+                    // The service answered an older version (another
+                    // replica?) or failed: try again shortly.
+                    Ok(_) | Err(_) => {}
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+        };
+        tokio::time::timeout(within, attempts)
+            .await
+            .unwrap_or(false)
+    }
+
     /// The view in force.
     pub fn config(&self) -> Arc<Config> {
         self.status.borrow().config.clone()
@@ -426,10 +454,23 @@ fn read_cache(path: &Path) -> Result<Option<(Cached, Config)>, String> {
     Ok(Some((cached, config)))
 }
 
+/// Replaces the cache file whole: written aside and synced, then renamed
+/// over it, so a full disk or a power cut leaves the previous view, never
+/// half of a new one. A failed attempt removes what it wrote.
 fn write_cache(path: &Path, cached: &Cached) -> std::io::Result<()> {
+    use std::io::Write;
     let text = serde_json::to_vec(cached).map_err(std::io::Error::other)?;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    let tmp = PathBuf::from(tmp);
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(&text)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }

@@ -4,12 +4,23 @@
 //! set of queries (`$1` placeholders, `ON CONFLICT`, `RETURNING`: both
 //! accept them).
 //!
-//! Every write runs in a [`WriteTx`], which starts by bumping the global
-//! version. That first statement takes the write lock (the `charon_meta`
-//! row in PostgreSQL, the database in SQLite), so writers are serialized,
-//! versions become visible in order, and the `If-Match` check made after it
-//! cannot race another writer. A write that changes nothing rolls back, so
-//! the version only moves when the configuration does.
+//! Every write runs in a [`WriteTx`], which starts by taking the write
+//! lock (`BEGIN IMMEDIATE` in SQLite, the `charon_meta` row in PostgreSQL)
+//! and bumping the global version, so writers are serialized, versions
+//! become visible in order, and the `If-Match` check made after it cannot
+//! race another writer. A write that changes nothing rolls back, so the
+//! version only moves when the configuration does.
+//!
+//! A write is acknowledged only once its `COMMIT` returned (SQLite in WAL
+//! mode with `synchronous = FULL`: on disk). A connection on which
+//! anything failed is closed rather than reused ([`tx`]), and a full disk,
+//! a lock held too long or a lost database is a [`StoreError::Unavailable`]
+//! (503), see [`classify`].
+
+mod classify;
+mod pools;
+mod sqlite_file;
+mod tx;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -17,10 +28,12 @@ use std::time::Duration;
 
 use charon_core::config::NamespaceSettings;
 use serde_json::Value;
-use sqlx::AnyConnection;
-use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
-use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+use sqlx::{AnyConnection, Row};
+
+pub use classify::Unavailability;
+use pools::Pools;
+use tx::Tx;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
@@ -30,9 +43,10 @@ pub enum StoreError {
     /// The database URL or path is not usable.
     #[error("cannot use configuration database {target:?}: {message}")]
     Config { target: String, message: String },
-    /// The database cannot be reached (connection refused, pool timed
-    /// out): a server error that may pass.
-    #[error("the configuration database is unreachable: {0}")]
+    /// The database cannot take the request now (unreachable, pool timed
+    /// out, disk full, locked by another process past the lock timeout):
+    /// a server error that may pass. Nothing was committed.
+    #[error("the configuration database is unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
     /// The database answered with an error.
     #[error("configuration database error: {0}")]
@@ -47,13 +61,21 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
-            e => StoreError::Database(e),
+        match classify::classify(&e) {
+            Some(_) => StoreError::Unavailable(e),
+            None => StoreError::Database(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// Why the database is unavailable, for an [`StoreError::Unavailable`].
+    pub fn unavailability(&self) -> Option<Unavailability> {
+        match self {
+            StoreError::Unavailable(e) => {
+                Some(classify::classify(e).unwrap_or(Unavailability::Unreachable))
+            }
+            _ => None,
         }
     }
 }
@@ -92,6 +114,10 @@ pub struct StoreOptions {
     pub max_connections: Option<u32>,
     /// How long to wait for a connection before answering 503. Default 5s.
     pub acquire_timeout: Duration,
+    /// How long a request waits for a lock another writer holds (another
+    /// process on the same SQLite file, a long PostgreSQL transaction)
+    /// before answering 503. Default 5s.
+    pub lock_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -100,6 +126,7 @@ impl Default for StoreOptions {
             history_versions: 1000,
             max_connections: None,
             acquire_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -129,9 +156,12 @@ pub(crate) struct StoredNamespace {
 /// The configuration database.
 #[derive(Debug, Clone)]
 pub(crate) struct Db {
-    pool: AnyPool,
+    pools: Pools,
     backend: Backend,
     history_versions: u64,
+    /// An in-memory SQLite database lives in its one connection, which
+    /// must never be closed.
+    in_memory: bool,
 }
 
 /// Turns what the operator gave into a database URL: `postgres://…` and
@@ -182,64 +212,56 @@ impl Db {
         let (url, backend) = database_url(spec)?;
         let in_memory =
             backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
-        let mut pool = AnyPoolOptions::new().acquire_timeout(options.acquire_timeout);
-        pool = if in_memory {
-            // Each connection to an in-memory database would be a database
-            // of its own: keep exactly one, forever.
-            pool.max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-        } else {
-            let default = if backend == Backend::Sqlite { 4 } else { 8 };
-            pool.max_connections(options.max_connections.unwrap_or(default))
-        };
-        if backend == Backend::Sqlite && !in_memory {
-            pool = pool.after_connect(|conn, _| {
-                Box::pin(async move {
-                    // Readers do not wait for a writer, and a writer does not
-                    // wait for readers.
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = pool.connect(&url).await?;
-        MIGRATOR.run(&pool).await?;
+        let pools = Pools::connect(spec, &url, backend, in_memory, options).await?;
+        MIGRATOR.run(&pools.writes).await?;
         sqlx::query(
             "INSERT INTO charon_meta (id, version, history_floor, epoch) \
              VALUES (1, 0, 0, $1) ON CONFLICT (id) DO NOTHING",
         )
         .bind(format!("{:032x}", rand::random::<u128>()))
-        .execute(&pool)
+        .execute(&pools.writes)
         .await?;
         Ok(Self {
-            pool,
+            pools,
             backend,
             history_versions: options.history_versions.max(1),
+            in_memory,
         })
     }
 
     /// A read-only transaction that sees one consistent version.
     pub async fn read(&self) -> Result<ReadTx> {
-        let mut tx = self.pool.begin().await?;
-        if self.backend == Backend::Postgres {
+        let begin = match self.backend {
             // Several statements must see the same commit: a snapshot.
-            tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .await?;
-        }
+            Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            // The first read takes the snapshot.
+            Backend::Sqlite => "BEGIN",
+        };
+        let tx = Tx::begin(&self.pools.reads, begin, !self.in_memory).await?;
         Ok(ReadTx { tx })
     }
 
-    /// Starts a write: takes the write lock by bumping the version.
+    /// Starts a write: takes the write lock and bumps the version.
     pub async fn write(&self) -> Result<WriteTx> {
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(
-            "UPDATE charon_meta SET version = version + 1 WHERE id = 1 \
-             RETURNING version, history_floor",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        let begin = match self.backend {
+            // The UPDATE below takes the meta row's lock.
+            Backend::Postgres => "BEGIN",
+            // The write lock now, waiting up to busy_timeout for another
+            // writer: a deferred BEGIN could fail later with a snapshot
+            // that went stale in between.
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+        };
+        let mut tx = Tx::begin(&self.pools.writes, begin, !self.in_memory).await?;
+        let row = tx
+            .run(async |conn| {
+                Ok(sqlx::query(
+                    "UPDATE charon_meta SET version = version + 1 WHERE id = 1 \
+                     RETURNING version, history_floor",
+                )
+                .fetch_one(conn)
+                .await?)
+            })
+            .await?;
         let next = u64_at(&row, "version")?;
         let history_floor = u64_at(&row, "history_floor")?;
         Ok(WriteTx {
@@ -254,7 +276,7 @@ impl Db {
 
     /// Closes every connection.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.pools.close().await;
     }
 }
 
@@ -451,42 +473,46 @@ async fn changed_after(
     Ok(row.try_get::<i64, _>("n")? > 0)
 }
 
-/// A read-only view of one version.
+/// A read-only view of one version. Dropped, it rolls back.
 #[derive(Debug)]
 pub(crate) struct ReadTx {
-    tx: Transaction<'static, Any>,
+    tx: Tx,
 }
 
 impl ReadTx {
     pub async fn meta(&mut self) -> Result<Meta> {
-        meta(&mut self.tx).await
+        self.tx.run(async |c| meta(c).await).await
     }
 
     pub async fn resource(&mut self, name: &str) -> Result<Option<StoredResource>> {
-        resource(&mut self.tx, name).await
+        self.tx.run(async |c| resource(c, name).await).await
     }
 
     pub async fn resources(&mut self) -> Result<BTreeMap<String, StoredResource>> {
-        resources(&mut self.tx).await
+        self.tx.run(async |c| resources(c).await).await
     }
 
     pub async fn namespace(&mut self, name: &str) -> Result<Option<StoredNamespace>> {
-        namespace(&mut self.tx, name).await
+        self.tx.run(async |c| namespace(c, name).await).await
     }
 
     pub async fn namespaces(&mut self) -> Result<BTreeMap<String, StoredNamespace>> {
-        namespaces(&mut self.tx).await
+        self.tx.run(async |c| namespaces(c).await).await
     }
 
     pub async fn changed_resources(&mut self, since: u64) -> Result<Vec<(String, Option<Value>)>> {
-        changed_resources(&mut self.tx, since).await
+        self.tx
+            .run(async |c| changed_resources(c, since).await)
+            .await
     }
 
     pub async fn changed_namespaces(
         &mut self,
         since: u64,
     ) -> Result<Vec<(String, Option<NamespaceSettings>)>> {
-        changed_namespaces(&mut self.tx, since).await
+        self.tx
+            .run(async |c| changed_namespaces(c, since).await)
+            .await
     }
 }
 
@@ -494,7 +520,7 @@ impl ReadTx {
 /// back and the version does not move.
 #[derive(Debug)]
 pub(crate) struct WriteTx {
-    tx: Transaction<'static, Any>,
+    tx: Tx,
     /// The version before this commit.
     pub base: u64,
     /// The version this commit will have.
@@ -520,19 +546,19 @@ impl WriteTx {
     }
 
     pub async fn resource(&mut self, name: &str) -> Result<Option<StoredResource>> {
-        resource(&mut self.tx, name).await
+        self.tx.run(async |c| resource(c, name).await).await
     }
 
     pub async fn resources(&mut self) -> Result<BTreeMap<String, StoredResource>> {
-        resources(&mut self.tx).await
+        self.tx.run(async |c| resources(c).await).await
     }
 
     pub async fn namespace(&mut self, name: &str) -> Result<Option<StoredNamespace>> {
-        namespace(&mut self.tx, name).await
+        self.tx.run(async |c| namespace(c, name).await).await
     }
 
     pub async fn namespaces(&mut self) -> Result<BTreeMap<String, StoredNamespace>> {
-        namespaces(&mut self.tx).await
+        self.tx.run(async |c| namespaces(c).await).await
     }
 
     /// Whether a change to this entity was committed after `version`, as
@@ -543,37 +569,51 @@ impl WriteTx {
         name: &str,
         version: u64,
     ) -> Result<bool> {
-        changed_after(&mut self.tx, entity, name, version).await
+        self.tx
+            .run(async |c| changed_after(c, entity, name, version).await)
+            .await
     }
 
     async fn record(&mut self, entity: Entity, name: &str) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO charon_changes (version, entity, name) VALUES ($1, $2, $3) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(to_i64(self.next))
-        .bind(entity.as_str())
-        .bind(name)
-        .execute(&mut *self.tx)
-        .await?;
+        let version = to_i64(self.next);
+        self.tx
+            .run(async |c| {
+                sqlx::query(
+                    "INSERT INTO charon_changes (version, entity, name) VALUES ($1, $2, $3) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(version)
+                .bind(entity.as_str())
+                .bind(name)
+                .execute(c)
+                .await?;
+                Ok(())
+            })
+            .await?;
         self.changed.insert((entity, name.to_owned()));
         Ok(())
     }
 
     /// Creates or replaces a resource with a validated, normalized document.
     pub async fn put_resource(&mut self, name: &str, kind: &str, document: &Value) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
-             VALUES ($1, $2, $3, $4, $4) \
-             ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
-                document = excluded.document, updated_version = excluded.updated_version",
-        )
-        .bind(name)
-        .bind(kind)
-        .bind(document.to_string())
-        .bind(to_i64(self.next))
-        .execute(&mut *self.tx)
-        .await?;
+        let version = to_i64(self.next);
+        self.tx
+            .run(async |c| {
+                sqlx::query(
+                    "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
+                     VALUES ($1, $2, $3, $4, $4) \
+                     ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
+                        document = excluded.document, updated_version = excluded.updated_version",
+                )
+                .bind(name)
+                .bind(kind)
+                .bind(document.to_string())
+                .bind(version)
+                .execute(c)
+                .await?;
+                Ok(())
+            })
+            .await?;
         self.record(Entity::Resource, name).await
     }
 
@@ -593,7 +633,10 @@ impl WriteTx {
         if !storable(name) {
             return Ok(false);
         }
-        let done = sqlx::query(sql).bind(name).execute(&mut *self.tx).await?;
+        let done = self
+            .tx
+            .run(async |c| Ok(sqlx::query(sql).bind(name).execute(c).await?))
+            .await?;
         if done.rows_affected() == 0 {
             return Ok(false);
         }
@@ -603,19 +646,25 @@ impl WriteTx {
 
     /// Creates or replaces a namespace's switches.
     pub async fn put_namespace(&mut self, name: &str, settings: NamespaceSettings) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO charon_namespaces (name, allow_unconfigured, ignore_configured, updated_version) \
-             VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (name) DO UPDATE SET allow_unconfigured = excluded.allow_unconfigured, \
-                ignore_configured = excluded.ignore_configured, \
-                updated_version = excluded.updated_version",
-        )
-        .bind(name)
-        .bind(i64::from(settings.allow_unconfigured))
-        .bind(i64::from(settings.ignore_configured))
-        .bind(to_i64(self.next))
-        .execute(&mut *self.tx)
-        .await?;
+        let version = to_i64(self.next);
+        self.tx
+            .run(async |c| {
+                sqlx::query(
+                    "INSERT INTO charon_namespaces (name, allow_unconfigured, ignore_configured, updated_version) \
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (name) DO UPDATE SET allow_unconfigured = excluded.allow_unconfigured, \
+                        ignore_configured = excluded.ignore_configured, \
+                        updated_version = excluded.updated_version",
+                )
+                .bind(name)
+                .bind(i64::from(settings.allow_unconfigured))
+                .bind(i64::from(settings.ignore_configured))
+                .bind(version)
+                .execute(c)
+                .await?;
+                Ok(())
+            })
+            .await?;
         self.record(Entity::Namespace, name).await
     }
 
@@ -630,7 +679,8 @@ impl WriteTx {
     }
 
     /// Commits if anything changed (pruning history beyond what is kept);
-    /// rolls back otherwise, leaving the version where it was.
+    /// rolls back otherwise, leaving the version where it was. `Ok` only
+    /// once the commit is durable; on error nothing of it was committed.
     pub async fn commit(mut self) -> Result<Committed> {
         if self.changed.is_empty() {
             self.tx.rollback().await?;
@@ -639,15 +689,20 @@ impl WriteTx {
                 changed: false,
             });
         }
-        let cutoff = self.next.saturating_sub(self.history_versions);
-        if cutoff > self.history_floor {
-            sqlx::query("DELETE FROM charon_changes WHERE version <= $1")
-                .bind(to_i64(cutoff))
-                .execute(&mut *self.tx)
-                .await?;
-            sqlx::query("UPDATE charon_meta SET history_floor = $1 WHERE id = 1")
-                .bind(to_i64(cutoff))
-                .execute(&mut *self.tx)
+        let cutoff = to_i64(self.next.saturating_sub(self.history_versions));
+        if cutoff > to_i64(self.history_floor) {
+            self.tx
+                .run(async |c| {
+                    sqlx::query("DELETE FROM charon_changes WHERE version <= $1")
+                        .bind(cutoff)
+                        .execute(&mut *c)
+                        .await?;
+                    sqlx::query("UPDATE charon_meta SET history_floor = $1 WHERE id = 1")
+                        .bind(cutoff)
+                        .execute(&mut *c)
+                        .await?;
+                    Ok(())
+                })
                 .await?;
         }
         self.tx.commit().await?;
@@ -677,5 +732,35 @@ mod tests {
         );
         assert!(database_url("mysql://h/db").is_err());
         assert!(database_url("").is_err());
+    }
+
+    /// "Durably committed": every connection to the file runs in WAL mode
+    /// with the log synced at each commit, and waits for another writer's
+    /// lock only as long as configured.
+    #[tokio::test]
+    async fn every_connection_syncs_each_commit() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c.db");
+        let options = StoreOptions {
+            lock_timeout: Duration::from_millis(1234),
+            ..StoreOptions::default()
+        };
+        let db = Db::open(&path.display().to_string(), &options)
+            .await
+            .expect("open");
+        let mut conn = db.pools.writes.acquire().await.expect("a connection");
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("journal_mode");
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("synchronous");
+        let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("busy_timeout");
+        assert_eq!((mode.as_str(), synchronous, busy), ("wal", 2, 1234));
     }
 }

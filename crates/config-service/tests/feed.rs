@@ -410,3 +410,106 @@ async fn a_periodic_snapshot_repairs_a_view_after_a_restore() {
     assert!(config.resource("sandbox/vm").is_some());
     served.stop().await;
 }
+
+#[tokio::test]
+async fn waiting_for_a_version_returns_once_on_change_has_it_or_gives_up_at_its_bound() {
+    let db = TestDb::sqlite();
+    let app = db.app().await;
+    seed(&app).await;
+    let served = Served::start(app.state.clone(), 0).await;
+    let seen = Arc::new(std::sync::Mutex::new(0u64));
+    let record = seen.clone();
+    // A long interval: only waiting can bring the view forward.
+    let handle = ConfigFeed::new(&served.url, FeedOptions::default())
+        .unwrap()
+        .spawn(Duration::from_secs(3600), move |version, _| {
+            *record.lock().unwrap() = version;
+        });
+    let written = app
+        .put(&resource_path("api/search"))
+        .json(json!({"kind": "rate", "tiers": [{"limit": 9, "window": "1s"}]}))
+        .send()
+        .await
+        .expect(200)
+        .etag();
+    assert!(
+        handle
+            .wait_for_version(written, Duration::from_secs(20))
+            .await
+    );
+    assert_eq!(*seen.lock().unwrap(), written, "on_change had it first");
+    assert_eq!(tier_limit(&handle.config()), 9);
+
+    // The service goes away: a version it never made is waited for only
+    // as long as asked.
+    served.stop().await;
+    let started = Instant::now();
+    let reached = handle
+        .wait_for_version(written + 1, Duration::from_millis(300))
+        .await;
+    let waited = started.elapsed();
+    println!(
+        "FAULT feed_wait_bound: injected a stopped service while waiting for a version; \
+         expected false after the 300 ms bound; observed {reached} after {waited:?}"
+    );
+    assert!(!reached);
+}
+
+#[tokio::test]
+async fn a_cache_write_on_a_full_disk_keeps_the_previous_cache_whole() {
+    let Some(fs) = charon_testkit::SmallFs::for_test("cache_full_disk", 1 << 20) else {
+        return;
+    };
+    let db = TestDb::sqlite();
+    let app = db.app().await;
+    seed(&app).await;
+    let served = Served::start(app.state.clone(), 0).await;
+    let cache = fs.path().join("view.json");
+    let options = FeedOptions {
+        cache_file: Some(cache.clone()),
+        ..FeedOptions::default()
+    };
+    let mut feed = ConfigFeed::new(&served.url, options.clone()).unwrap();
+    feed.refresh().await.unwrap().expect("loaded");
+    let before = std::fs::read(&cache).unwrap();
+
+    fs.fill();
+    // A change big enough that its cache cannot be written.
+    for i in 0..40 {
+        let domains: serde_json::Map<String, serde_json::Value> = (0..100)
+            .map(|j| {
+                (
+                    format!("t-{i}-{j}"),
+                    json!({"tiers": [{"limit": 1, "window": "1s"}]}),
+                )
+            })
+            .collect();
+        app.put(&resource_path(&format!("big/r{i}")))
+            .json(json!({"kind": "rate", "tiers": [], "domains": domains}))
+            .send()
+            .await
+            .expect(201);
+    }
+    let applied = feed.refresh().await.unwrap().map(|(v, _)| v);
+    let after = std::fs::read(&cache).unwrap();
+    let leftovers: Vec<String> = std::fs::read_dir(fs.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "filler" && n != "view.json")
+        .collect();
+    fs.free();
+    served.stop().await;
+    let restarted = ConfigFeed::new("http://127.0.0.1:9", options).unwrap();
+    println!(
+        "FAULT cache_full_disk: injected a full tmpfs under the cache file while a view of 40 \
+         new resources arrived; expected the view applied in memory, the old cache whole, \
+         nothing left behind; observed applied {applied:?}, cache unchanged {}, leftovers \
+         {leftovers:?}, a restart starts from version {}",
+        before == after,
+        restarted.version(),
+    );
+    assert_eq!(applied, Some(42));
+    assert_eq!(before, after, "the previous cache, whole");
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(restarted.version(), 2);
+}

@@ -12,6 +12,7 @@ mod charon;
 mod in_process;
 mod postgres;
 mod redis;
+mod small_fs;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ pub use charon::{CharonProcess, http_get, signal};
 pub use in_process::InProcessServer;
 pub use postgres::Postgres;
 pub use redis::RedisServer;
+pub use small_fs::SmallFs;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {

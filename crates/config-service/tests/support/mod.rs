@@ -35,6 +35,15 @@ impl TestDb {
         }
     }
 
+    /// A SQLite file at `path`, in a directory the test owns (a small
+    /// filesystem that fills up, say).
+    pub fn at(path: &std::path::Path) -> Self {
+        Self {
+            location: path.display().to_string(),
+            _dir: None,
+        }
+    }
+
     pub fn postgres(url: String) -> Self {
         Self {
             location: url,

@@ -20,6 +20,8 @@ pub struct CharonProcess {
     /// The HTTP port.
     pub http_port: u16,
     dir: TempDir,
+    /// What [`CharonProcess::restart`] starts again.
+    started: Option<(PathBuf, Vec<String>, String)>,
 }
 
 impl CharonProcess {
@@ -51,6 +53,7 @@ impl CharonProcess {
             grpc_port: free_port(),
             http_port: free_port(),
             dir: tempfile::tempdir().expect("temp dir"),
+            started: None,
         }
     }
 
@@ -65,8 +68,32 @@ impl CharonProcess {
     }
 
     fn spawn_into(mut self, bin: &Path, args: &[&str], ready_path: &str) -> Self {
-        let log = std::fs::File::create(self.dir.path().join("charon.log")).expect("log file");
-        let child = Command::new(bin)
+        self.started = Some((
+            bin.to_owned(),
+            args.iter().map(|a| (*a).to_owned()).collect(),
+            ready_path.to_owned(),
+        ));
+        self.spawn();
+        self
+    }
+
+    /// Starts the process again, after a [`CharonProcess::kill`] (or kills
+    /// it first), on the same ports, directory and arguments, as a
+    /// supervisor would restart a crashed server; waits until it is ready.
+    /// The log goes on in the same file.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn spawn(&mut self) {
+        let (bin, args, ready_path) = self.started.clone().expect("started once");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("charon.log"))
+            .expect("log file");
+        let child = Command::new(&bin)
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{}", self.grpc_port)])
             .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port)])
@@ -78,11 +105,10 @@ impl CharonProcess {
             .expect("spawn charon serve");
         self.child = Some(child);
         let ready = wait_until(Duration::from_secs(20), || {
-            self.http_get(ready_path)
+            self.http_get(&ready_path)
                 .is_some_and(|(code, _)| code == 200)
         });
         assert!(ready, "charon serve did not become ready:\n{}", self.log());
-        self
     }
 
     /// The configuration file the server reads (rewrite it to reload).

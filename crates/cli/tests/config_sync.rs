@@ -146,7 +146,13 @@ async fn a_limiting_server_follows_the_service_and_survives_its_outage() {
 
     // The service goes away: the limiter keeps its last view.
     service.kill();
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let noticed = within(Duration::from_secs(5), async || {
+        limiter
+            .http_get("/readyz")
+            .is_some_and(|r| r.1.contains("could not be reached"))
+    })
+    .await;
+    assert!(noticed.is_some(), "a refresh failed:\n{}", limiter.log());
     for i in 0..20 {
         let g = c
             .request("api", format!("after-{i}"))

@@ -131,8 +131,8 @@ async fn a_server_killed_with_sigkill_has_its_holds_removed_by_the_survivors() {
     assert!(!r.is_granted(), "full");
 
     servers[0].kill();
-    let _ = on_a.kill();
-    let _ = on_a.wait();
+    on_a.kill().expect("SIGKILL the client");
+    on_a.wait().expect("the client exits");
     let started = Instant::now();
     let mut freed = None;
     while started.elapsed() < Duration::from_secs(10) {
@@ -184,8 +184,14 @@ async fn a_server_whose_membership_lapsed_resigns_and_exits_non_zero() {
     let mut servers = servers(&redis, 2, &["--liveness-ttl", "1s"]);
     let a_pid = servers[0].pid();
     charon_testkit::signal(a_pid, "STOP");
-    // Long enough for B to count A dead and remove its contributions.
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // Until B has counted A dead and removed its contributions.
+    let fenced = support::within(Duration::from_secs(15), async || {
+        servers[1]
+            .log()
+            .contains("removed the contributions of a dead server")
+    })
+    .await;
+    assert!(fenced.is_some(), "B fenced A:\n{}", servers[1].log());
     charon_testkit::signal(a_pid, "CONT");
     let status = servers[0]
         .wait_exit(Duration::from_secs(10))

@@ -340,7 +340,7 @@ async fn copies_of_a_client_killed_with_sigkill_come_back() {
         "global limit 4: only 1 left"
     );
     holder.kill().expect("SIGKILL");
-    let _ = holder.wait();
+    holder.wait().expect("the client exits");
     let back = copies_come_back(&probe, Duration::from_secs(5)).await;
     assert!(
         back.is_some(),
@@ -360,7 +360,7 @@ async fn copies_of_a_client_that_went_silent_come_back_within_the_keepalive_boun
     let started = Instant::now();
     let back = copies_come_back(&probe, Duration::from_secs(10)).await;
     charon_testkit::signal(holder.id(), "KILL");
-    let _ = holder.wait();
+    holder.wait().expect("the client exits");
     let took = back.unwrap_or_else(|| panic!("copies never came back:\n{}", server.log()));
     assert!(
         took <= Duration::from_secs(5),
@@ -547,7 +547,12 @@ async fn reload_of_a_valid_and_an_invalid_configuration_while_requests_flow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_sessions_releases_holds_and_exits_zero() {
-    let mut server = start(&["--shutdown-grace", "5s"]);
+    // Two servers on one Redis: what the stopped one held must be free on
+    // the other at once, not after its liveness lapsed.
+    let redis = charon_testkit::RedisServer::start();
+    let url = redis.url();
+    let mut server = start(&["--shutdown-grace", "5s", "--store", url.as_str()]);
+    let other = start(&["--store", url.as_str()]);
     let mut holder = holder(&server, "vm", "d", 2);
     let c = strict_client(&server);
     let held = c
@@ -557,6 +562,8 @@ async fn sigterm_ends_sessions_releases_holds_and_exits_zero() {
         .await
         .expect("reserve");
     assert!(held.is_granted());
+    let probe = strict_client(&other);
+    assert_eq!(reserve_granted(&probe, "f", 3).await, 1, "3 of 4 held");
     let started = Instant::now();
     server.signal("TERM");
     let status = server
@@ -569,9 +576,21 @@ async fn sigterm_ends_sessions_releases_holds_and_exits_zero() {
         started.elapsed()
     );
     assert!(server.log().contains("SIGTERM: shutting down"));
-    // The holder saw its session end (its process is still alive).
-    let _ = holder.kill();
-    let _ = holder.wait();
+    // Its sessions' 3 copies were released before it exited: the other
+    // server can hand them out right away.
+    let mut freed = probe
+        .reserve("vm", "d")
+        .copies(3)
+        .send()
+        .await
+        .expect("reserve");
+    assert_eq!(freed.copies(), 3, "{}", server.log());
+    freed.release_all().await.expect("release");
+    // The holder process itself is unharmed, waiting for its signal.
+    assert!(holder.try_wait().expect("status").is_none());
+    holder.kill().expect("SIGKILL the holder");
+    holder.wait().expect("the holder exits");
+    drop(held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -579,7 +598,10 @@ async fn metrics_count_decisions_latency_sessions_and_holds() {
     let server = start(&[]);
     let c = strict_client(&server);
     c.request("api", "d").copies(2).send().await.expect("ok");
-    let _ = c.request("nope", "d").send().await;
+    assert!(matches!(
+        c.request("nope", "d").send().await,
+        Err(Error::Client(_))
+    ));
     let hold = c.reserve("vm", "d").copies(2).send().await.expect("ok");
     let metrics = server.http_get("/metrics").expect("metrics").1;
     for want in [

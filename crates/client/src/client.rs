@@ -189,6 +189,19 @@ impl Client {
         Ok(session)
     }
 
+    /// Queues `op` on the live session of `generation` without waiting
+    /// (see [`SessionConn::send_detached`]); gives it back if that session
+    /// is not at hand right now.
+    pub(crate) fn send_detached(&self, generation: u64, op: Op) -> Result<(), Op> {
+        let Ok(slot) = self.inner.session.try_lock() else {
+            return Err(op);
+        };
+        match slot.as_ref() {
+            Some(s) if s.generation == generation => s.send_detached(op),
+            _ => Err(op),
+        }
+    }
+
     /// The generation of the live session, if any (holds of older ones are
     /// gone on the server).
     pub(crate) fn live_generation(&self) -> Option<u64> {

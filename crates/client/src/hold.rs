@@ -221,20 +221,28 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        let Some(generation) = self.generation else {
+            return;
+        };
         if self.held == 0 || !self.on_live_session() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to release on: the copies go back when the
-            // session ends.
-            return;
-        };
         let op = Op::Release(v1::ReleaseRequest {
             resource: std::mem::take(&mut self.resource),
             domain: std::mem::take(&mut self.domain),
             copies: self.held,
             groups: std::mem::take(&mut self.groups),
         });
+        // Queued in order when possible, so that this client's next
+        // operation sees the copies back; else sent in the background.
+        let Err(op) = self.client.send_detached(generation, op) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to release on: the copies go back when the
+            // session ends.
+            return;
+        };
         let client = self.client.clone();
         runtime.spawn(async move {
             if let Err(e) = client.session_call(op).await {

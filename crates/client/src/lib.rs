@@ -78,8 +78,7 @@
 //!     assert_eq!(vms.copies(), 3);
 //!     let more = client.reserve("sandbox/vm", "tenant-7").copies(2).send().await?;
 //!     assert_eq!(more.copies(), 1, "only one is free");
-//! } // both holds dropped: their copies go back
-//! # tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+//! } // both holds dropped: their copies go back, before the next operation
 //! let all = client.reserve("sandbox/vm", "tenant-7").copies(4).send().await?;
 //! assert_eq!(all.copies(), 4);
 //! # Ok(()) }

@@ -86,6 +86,26 @@ impl SessionConn {
         self.closed.load(Ordering::SeqCst) || self.tx.is_closed()
     }
 
+    /// Queues an operation whose reply nobody waits for (the release of a
+    /// dropped hold) without waiting. The server runs a session's copy
+    /// operations in the order they arrive, so whatever this client sends
+    /// next on the session sees its effect: a reserve right after dropping
+    /// a hold finds the copies back. Gives the operation back if it cannot
+    /// be queued at once (the session is closed or its queue is full).
+    pub fn send_detached(&self, op: Op) -> Result<(), Op> {
+        if self.is_closed() {
+            return Err(op);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .try_send(v1::SessionRequest { id, op: Some(op) })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r) => {
+                    r.op.expect("sent with an operation")
+                }
+            })
+    }
+
     /// Sends one operation and waits for its reply.
     pub async fn call(&self, op: Op, timeout: Duration) -> Result<Reply, Error> {
         if self.is_closed() {

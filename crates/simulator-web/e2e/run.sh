@@ -3,8 +3,9 @@
 #
 #   crates/simulator-web/e2e/run.sh
 #
-# 1. installs Debian's chromium with apt-get if $CHROMIUM (/usr/bin/chromium)
-#    is missing (needs root) and playwright-core from npm (npm ci, here);
+# 1. needs Debian's chromium ($CHROMIUM, /usr/bin/chromium) and
+#    playwright-core in e2e/node_modules: e2e/install.sh installs both (the
+#    test script runs it; cargo test itself never installs anything);
 # 2. starts a server on a free port, unless CHARON_URL names a running one:
 #    - default: the crate's example server, built first with cargo;
 #    - CHARON_SERVER_CMD: any command, run with bash -c, with PORT (the HTTP
@@ -25,20 +26,9 @@ export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 
 say() { echo "e2e: $*" >&2; }
 
-if [ ! -x "$CHROMIUM" ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    say "$CHROMIUM is missing and only root may apt-get install chromium"
-    exit 1
-  fi
-  say "installing chromium with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq chromium >/dev/null
-fi
-
-if [ ! -f "$here/node_modules/playwright-core/package.json" ]; then
-  say "installing playwright-core with npm"
-  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+if [ ! -x "$CHROMIUM" ] || [ ! -f "$here/node_modules/playwright-core/package.json" ]; then
+  say "chromium or playwright-core is missing: run $here/install.sh first"
+  exit 1
 fi
 
 free_port() {

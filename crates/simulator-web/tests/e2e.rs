@@ -1,11 +1,12 @@
 //! The page in headless Chromium: `e2e/run.sh` against this crate's router,
 //! served in-process on a free port.
 //!
-//! Ignored by default because it needs more than cargo: it installs Debian's
-//! `chromium` (apt-get, as root) and `playwright-core` (npm) when they are
-//! missing. Run it with
+//! Ignored by default because it needs more than cargo: Debian's `chromium`
+//! and `playwright-core`, which `e2e/install.sh` installs. `scripts/test`
+//! runs both; by hand:
 //!
 //! ```text
+//! crates/simulator-web/e2e/install.sh
 //! cargo test -p charon-simulator-web --test e2e -- --ignored
 //! ```
 //!
@@ -15,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 
 #[test]
-#[ignore = "needs chromium and npm; run with --ignored"]
+#[ignore = "needs chromium and playwright-core (e2e/install.sh); run with --ignored"]
 fn the_page_shows_burst_rejections_and_cooldown_in_chromium() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

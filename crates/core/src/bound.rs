@@ -80,7 +80,7 @@ mod tests {
         assert!(check(d, u64::MAX, u64::MAX).is_err(), "no u64 overflow");
         assert_eq!(
             check(Kept::ResourceHits, MAX_COUNT, MAX_COUNT)
-                .unwrap_err()
+                .expect_err("past the bound")
                 .to_string(),
             "granting 9007199254740991 would take the hits of all domains in the last second \
              to 18014398509481982, beyond 9007199254740991 (2^53-1), the largest count Charon keeps"

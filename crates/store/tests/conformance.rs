@@ -549,12 +549,21 @@ async fn huge_copy_counts_stop_at_the_bound(f: &Fixture) {
         let r = s
             .reserve("free/vm", domain, &free, amount(copies, 1), enforcement)
             .await;
-        observed.push(format!("reserve({domain}, {copies}): {}", seen(r, reserved)));
+        observed.push(format!(
+            "reserve({domain}, {copies}): {}",
+            seen(r, reserved)
+        ));
     }
     let mut many = Vec::new();
     for _ in 0..2_100 {
         let r = s
-            .reserve("free/many", "d", &free, amount(MAX_COUNT, 1), Enforcement::Ignore)
+            .reserve(
+                "free/many",
+                "d",
+                &free,
+                amount(MAX_COUNT, 1),
+                Enforcement::Ignore,
+            )
             .await;
         many.push(seen(r, reserved));
     }
@@ -639,7 +648,10 @@ async fn huge_hit_counts_stop_at_the_bound(f: &Fixture) {
     observed.push(format!("1100 requests of 2^53-1: {}", tally(&many)));
     f.clock.set(11_001);
     let r = ask_huge("e".to_owned(), MAX_COUNT, Enforcement::Enforce).await;
-    observed.push(format!("a second later, request(e, {MAX_COUNT}): {}", seen(r, hits)));
+    observed.push(format!(
+        "a second later, request(e, {MAX_COUNT}): {}",
+        seen(r, hits)
+    ));
 
     let refusal = |count: &str, held: u64, n: u64| {
         format!(

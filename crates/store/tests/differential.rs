@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charon_core::config::Config;
-use charon_core::{MAX_COUNT, ManualClock};
 use charon_core::copy::Hold;
 use charon_core::rate::DORMANT_GRACE;
 use charon_core::request::Amount;
+use charon_core::{MAX_COUNT, ManualClock};
 use charon_limiter::{LimitError, Limiter, Session};
 use charon_store::{MemoryStore, RedisOptions, RedisStore};
 use charon_testkit::RedisServer;

@@ -4,9 +4,9 @@ use super::log::HitLog;
 use super::state::{Phase, RateState};
 use crate::bound::{self, Kept};
 use crate::config::{Enforcement, RateLimits, Tier};
-use crate::{ClientError, UNBOUNDED};
 use crate::request::Amount;
 use crate::time::{Millis, SECOND};
+use crate::{ClientError, UNBOUNDED};
 
 /// The reply to a request (SPEC §2 rule 6), every value as of after the
 /// decision. A rejection is an ordinary reply with `granted = 0`.

@@ -9,8 +9,8 @@ use charon_core::config::{CopyLimits, Enforcement};
 use charon_core::copy::{
     CopyCounts, CopyStatus, Hold, ReserveReply, Staged, check_bound, reserve_grant,
 };
-use charon_core::{ClientError, Millis};
 use charon_core::request::Amount;
+use charon_core::{ClientError, Millis};
 use hashbrown::HashMap;
 
 use super::shards::{Hashed, Shards};

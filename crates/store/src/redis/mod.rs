@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::rate::{DORMANT_GRACE, RateReply};
 use charon_core::request::Amount;
-use charon_core::bound::{self, Kept};
 use charon_core::{Clock, MAX_COUNT, Millis};
 
 use self::conn::Conn;

@@ -7,6 +7,7 @@
 //! reading: stores pass state and `now` in, and swap the new state in
 //! atomically however they can (a mutex, a Redis script).
 
+pub mod bound;
 pub mod config;
 pub mod copy;
 pub mod error;

@@ -264,7 +264,8 @@ fn engine_replies(
                 now,
                 amount,
                 Enforcement::Enforce,
-            );
+            )
+            .expect("within the bound");
             *forget_at = state.forget_at(tiers, 0);
             reply
         })

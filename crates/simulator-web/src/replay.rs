@@ -7,7 +7,7 @@
 //! would behave as H).
 
 use charon_core::Millis;
-use charon_core::config::{Enforcement, Tier};
+use charon_core::config::{ConfigIssue, Enforcement, Tier};
 use charon_core::rate::{HitLog, Phase, RateState, decide};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -151,7 +151,13 @@ pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
             now,
             ev.amount,
             Enforcement::Enforce,
-        );
+        )
+        .map_err(|e| {
+            ApiError::invalid(vec![ConfigIssue {
+                path: format!("events[{index}].copies"),
+                message: e.to_string(),
+            }])
+        })?;
 
         totals.requests += 1;
         if reply.granted > 0 {

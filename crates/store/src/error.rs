@@ -1,11 +1,21 @@
-//! The server-error class of SPEC §5, as the stores raise it.
+//! The server-error class of SPEC §5, as the stores raise it, and the one
+//! client error only a store's atomic step can find.
 
+use charon_core::ClientError;
 use thiserror::Error;
 
-/// A store could not give an answer. Never a rejection and never the
-/// client's fault: the client should not retry on the same server at once.
+/// A store could not give an answer. Never a rejection, and never the
+/// client's fault (the client should not retry on the same server at once)
+/// except [`StoreError::Refused`].
 #[derive(Debug, Clone, Error)]
 pub enum StoreError {
+    /// The client's fault after all (SPEC §5 client class), found inside
+    /// the store's atomic step because it depends on the counts there: a
+    /// grant would take a count beyond `charon_core::MAX_COUNT` (see
+    /// `charon_core::bound`). Nothing changed. The limiter reports it as a
+    /// client error, never as a server error.
+    #[error(transparent)]
+    Refused(ClientError),
     /// The store cannot be reached or timed out.
     #[error("store unavailable: {0}")]
     Unavailable(String),

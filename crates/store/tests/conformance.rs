@@ -479,6 +479,210 @@ async fn transfers_stage_expire_and_seize(f: &Fixture) {
     );
 }
 
+/// What every refusal at the bound says (issue 9, defect 8).
+const BOUND: &str = "beyond 9007199254740991 (2^53-1), the largest count Charon keeps";
+
+/// One step's outcome as a line: granted with the counts after, refused at
+/// the bound as a client error (naming the count), or anything else as it
+/// came.
+fn seen<T: std::fmt::Debug>(r: Result<T, StoreError>, counts: impl Fn(&T) -> String) -> String {
+    match r {
+        Ok(v) => counts(&v),
+        // The client class (SPEC §5), whatever the store.
+        Err(e @ StoreError::Refused(_)) if e.to_string().contains(BOUND) => format!("refused: {e}"),
+        Err(e) => format!("other error: {e:?}"),
+    }
+}
+
+fn reserved(r: &charon_core::copy::ReserveReply) -> String {
+    format!(
+        "granted {}, domain {}, global {}",
+        r.granted, r.domain_holds, r.global_holds
+    )
+}
+
+fn hits(r: &RateReply) -> String {
+    format!(
+        "granted {}, domain {}, global {}",
+        r.granted, r.domain_hits_last_second, r.global_hits_last_second
+    )
+}
+
+/// `n` copies of the same operation: how many were granted, refused at the
+/// bound, or anything else (the first other outcome shown).
+fn tally(outcomes: &[String]) -> String {
+    let granted = outcomes.iter().filter(|o| o.starts_with("granted")).count();
+    let refused = outcomes.iter().filter(|o| o.starts_with("refused")).count();
+    let other = outcomes.len() - granted - refused;
+    let first_other = outcomes
+        .iter()
+        .find(|o| !o.starts_with("granted") && !o.starts_with("refused"))
+        .map_or(String::new(), |o| format!(" (first: {o})"));
+    format!("{granted} granted, {refused} refused at the bound, {other} other{first_other}")
+}
+
+/// Defect 8: counts up to 2^53 - 1 are valid, and a store must keep every
+/// sum exact. Reserves of 2^52 + 1 copies on an unconfigured resource
+/// (`allow_unconfigured`): the second would take the domain's and the
+/// resource's counts past 2^53 - 1 (Redis' Lua numbers are doubles: the
+/// third sum was inexact) and is refused, as is every reserve of 2^53 - 1
+/// under `ignore_configured` once the count is there (2100 of them would
+/// have passed 2^63, where `HINCRBY` fails, and 2^64, where a u64 wraps).
+async fn huge_copy_counts_stop_at_the_bound(f: &Fixture) {
+    let free = CopyLimits {
+        domain_limit: UNBOUNDED,
+        global_limit: None,
+        groups: vec![],
+    };
+    let s = &f.store;
+    let big = (1u64 << 52) + 1;
+    let rest = MAX_COUNT - big;
+    let mut observed = Vec::new();
+    for (domain, copies, enforcement) in [
+        ("a", big, Enforcement::Enforce),
+        ("a", big, Enforcement::Enforce),
+        ("a", big, Enforcement::Enforce),
+        ("b", rest, Enforcement::Enforce),
+        ("b", 1, Enforcement::Ignore),
+        ("c", MAX_COUNT, Enforcement::Ignore),
+    ] {
+        let r = s
+            .reserve("free/vm", domain, &free, amount(copies, 1), enforcement)
+            .await;
+        observed.push(format!(
+            "reserve({domain}, {copies}): {}",
+            seen(r, reserved)
+        ));
+    }
+    let mut many = Vec::new();
+    for _ in 0..2_100 {
+        let r = s
+            .reserve(
+                "free/many",
+                "d",
+                &free,
+                amount(MAX_COUNT, 1),
+                Enforcement::Ignore,
+            )
+            .await;
+        many.push(seen(r, reserved));
+    }
+    observed.push(format!("2100 reserves of 2^53-1: {}", tally(&many)));
+    let st = s.release(&Hold::new("free/vm", "a", []), big).await;
+    observed.push(format!(
+        "release(a, {big}): {}",
+        seen(st, |st| format!(
+            "domain {}, global {}",
+            st.domain_holds, st.global_holds
+        ))
+    ));
+
+    let refusal = |count: &str, held: u64, n: u64| {
+        format!(
+            "refused: granting {n} would take {count} to {}, {BOUND}",
+            u128::from(held) + u128::from(n)
+        )
+    };
+    let expected = vec![
+        format!("reserve(a, {big}): granted {big}, domain {big}, global {big}"),
+        format!(
+            "reserve(a, {big}): {}",
+            refusal("the copies held by domain \"a\"", big, big)
+        ),
+        format!(
+            "reserve(a, {big}): {}",
+            refusal("the copies held by domain \"a\"", big, big)
+        ),
+        format!("reserve(b, {rest}): granted {rest}, domain {rest}, global {MAX_COUNT}"),
+        format!(
+            "reserve(b, 1): {}",
+            refusal("the copies held of the resource", MAX_COUNT, 1)
+        ),
+        format!(
+            "reserve(c, {MAX_COUNT}): {}",
+            refusal("the copies held of the resource", MAX_COUNT, MAX_COUNT)
+        ),
+        "2100 reserves of 2^53-1: 1 granted, 2099 refused at the bound, 0 other".to_owned(),
+        format!("release(a, {big}): domain 0, global {rest}"),
+    ];
+    println!(
+        "FAULT huge_copy_counts ({}): injected reserves of 2^52+1 copies x3, up to 2^53-1 in all, then 2^53-1 copies x2100 (past 2^63 and 2^64); expected the first grant exact and every reserve past 2^53-1 refused as a client error naming the bound; observed:\n  {}",
+        s.kind(),
+        observed.join("\n  ")
+    );
+    assert_eq!(observed, expected);
+}
+
+/// Defect 8 for rate-limited resources: the hits of the last second, per
+/// domain and across domains, stay exact up to 2^53 - 1; a request that
+/// would take either past it is refused, and 1100 requests of 2^53 - 1
+/// from different domains (whose sum would pass 2^63, after which Redis
+/// answered every domain with a server error for a second) are all
+/// refused. A second later the whole range is usable again.
+async fn huge_hit_counts_stop_at_the_bound(f: &Fixture) {
+    let permissive = [tier(UNBOUNDED, 1_000, None, 0, false)];
+    let l = limits(&permissive);
+    let big = (1u64 << 52) + 1;
+    let rest = MAX_COUNT - big;
+    f.clock.set(10_000);
+    let mut observed = Vec::new();
+    let ask_huge = |domain: String, copies: u64, enforcement: Enforcement| async move {
+        f.store
+            .request("free/api", &domain, l, amount(copies, 1), enforcement)
+            .await
+    };
+    for (domain, copies, enforcement) in [
+        ("a", big, Enforcement::Enforce),
+        ("a", big, Enforcement::Enforce),
+        ("b", rest, Enforcement::Ignore),
+        ("c", 1, Enforcement::Enforce),
+    ] {
+        let r = ask_huge(domain.to_owned(), copies, enforcement).await;
+        observed.push(format!("request({domain}, {copies}): {}", seen(r, hits)));
+    }
+    let mut many = Vec::new();
+    for i in 0..1_100 {
+        let r = ask_huge(format!("m{i}"), MAX_COUNT, Enforcement::Ignore).await;
+        many.push(seen(r, hits));
+    }
+    observed.push(format!("1100 requests of 2^53-1: {}", tally(&many)));
+    f.clock.set(11_001);
+    let r = ask_huge("e".to_owned(), MAX_COUNT, Enforcement::Enforce).await;
+    observed.push(format!(
+        "a second later, request(e, {MAX_COUNT}): {}",
+        seen(r, hits)
+    ));
+
+    let refusal = |count: &str, held: u64, n: u64| {
+        format!(
+            "refused: granting {n} would take {count} to {}, {BOUND}",
+            u128::from(held) + u128::from(n)
+        )
+    };
+    let expected = vec![
+        format!("request(a, {big}): granted {big}, domain {big}, global {big}"),
+        format!(
+            "request(a, {big}): {}",
+            refusal("the hits of this domain in the last second", big, big)
+        ),
+        format!("request(b, {rest}): granted {rest}, domain {rest}, global {MAX_COUNT}"),
+        format!(
+            "request(c, 1): {}",
+            refusal("the hits of all domains in the last second", MAX_COUNT, 1)
+        ),
+        "1100 requests of 2^53-1: 0 granted, 1100 refused at the bound, 0 other".to_owned(),
+        format!(
+            "a second later, request(e, {MAX_COUNT}): granted {MAX_COUNT}, domain {MAX_COUNT}, global {MAX_COUNT}"
+        ),
+    ];
+    println!(
+        "FAULT huge_hit_counts ({}): injected requests of 2^52+1 hits x2, up to 2^53-1 in all, then 2^53-1 hits from 1100 domains (past 2^63) in one second; expected every request past 2^53-1 refused as a client error naming the bound, the next second normal; observed:\n  {}",
+        f.store.kind(),
+        observed.join("\n  ")
+    );
+    assert_eq!(observed, expected);
+}
+
 macro_rules! conformance {
     ($store:ident: $($test:ident),* $(,)?) => {
         mod $store {
@@ -507,6 +711,8 @@ macro_rules! suite {
                 copies_respect_domain_group_and_global_limits,
                 release_beyond_held_is_refused_and_changes_nothing,
                 transfers_stage_expire_and_seize,
+                huge_copy_counts_stop_at_the_bound,
+                huge_hit_counts_stop_at_the_bound,
             );
         )*
     };

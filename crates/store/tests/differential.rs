@@ -17,11 +17,11 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_core::ManualClock;
 use charon_core::config::Config;
 use charon_core::copy::Hold;
 use charon_core::rate::DORMANT_GRACE;
 use charon_core::request::Amount;
+use charon_core::{MAX_COUNT, ManualClock};
 use charon_limiter::{LimitError, Limiter, Session};
 use charon_store::{MemoryStore, RedisOptions, RedisStore};
 use charon_testkit::RedisServer;
@@ -86,6 +86,44 @@ const RATE_RESOURCES: &[&str] = &[
 const COPY_RESOURCES: &[&str] = &["vm/x", "vm/y", "loose/vm", "free/vm", "api/a"];
 const DOMAINS: &[&str] = &["d1", "d2", "d3", "d4"];
 const SESSIONS: usize = 4;
+
+/// Counts at and near the bound every kept count stays within (defect 8):
+/// 2^53 - 1 itself, just below it, and values whose sums cross 2^53 - 1
+/// (two of 2^52 + 1, three of a third, any two of the others).
+const HUGE: &[u64] = &[
+    MAX_COUNT,
+    MAX_COUNT - 1,
+    1 << 52,
+    (1 << 52) + 1,
+    (1 << 52) - 1,
+    MAX_COUNT / 3 + 1,
+    MAX_COUNT - 5,
+];
+
+/// (copies, min_copies) of a request or reserve: mostly small, one time in
+/// eight near the bound (with min_copies 1, the same, or small).
+fn counts(rng: &mut StdRng, small: u64) -> (u64, u64) {
+    if rng.random_range(0..8) == 0 {
+        let copies = HUGE[rng.random_range(0..HUGE.len())];
+        let min = match rng.random_range(0..3) {
+            0 => 1,
+            1 => copies,
+            _ => rng.random_range(1..=small),
+        };
+        return (copies, min);
+    }
+    let copies = rng.random_range(1..=small);
+    (copies, rng.random_range(1..=copies))
+}
+
+/// What a client error is, for the tally of outcomes.
+fn client_error_kind(e: &LimitError) -> &'static str {
+    if e.to_string().contains("the largest count Charon keeps") {
+        "refused at the bound"
+    } else {
+        "client error"
+    }
+}
 
 /// One store under test: its limiter and sessions.
 struct Side {
@@ -195,8 +233,7 @@ impl Scenario {
             25..=54 => {
                 let resource = RATE_RESOURCES[rng.random_range(0..RATE_RESOURCES.len())];
                 let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
-                let copies = rng.random_range(1..=7);
-                let min = rng.random_range(1..=copies);
+                let (copies, min) = counts(rng, 7);
                 let amount = Amount::new(copies, min).unwrap();
                 let m = self.memory.limiter.request(resource, domain, amount).await;
                 let r = self.redis.limiter.request(resource, domain, amount).await;
@@ -207,8 +244,9 @@ impl Scenario {
                         self.saw("request granted, limited by H/G")
                     }
                     Ok(r) if r.granted < copies => self.saw("request granted partly"),
+                    Ok(r) if r.granted > 7 => self.saw("request granted, huge"),
                     Ok(_) => self.saw("request granted"),
-                    Err(_) => self.saw("request client error"),
+                    Err(e) => self.saw(format!("request {}", client_error_kind(e))),
                 }
                 let what = format!("t={t} request({resource}, {domain}, {copies}, {min})");
                 self.check(what, outcome(&m), outcome(&r));
@@ -217,8 +255,7 @@ impl Scenario {
                 let s = rng.random_range(0..SESSIONS);
                 let resource = COPY_RESOURCES[rng.random_range(0..COPY_RESOURCES.len())];
                 let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
-                let copies = rng.random_range(1..=5);
-                let min = rng.random_range(1..=copies);
+                let (copies, min) = counts(rng, 5);
                 let amount = Amount::new(copies, min).unwrap();
                 let m = self
                     .memory
@@ -232,8 +269,9 @@ impl Scenario {
                     .await;
                 match &m {
                     Ok(r) if r.granted == 0 => self.saw("reserve rejected"),
+                    Ok(r) if r.granted > 5 => self.saw("reserve granted, huge"),
                     Ok(_) => self.saw("reserve granted"),
-                    Err(_) => self.saw("reserve client error"),
+                    Err(e) => self.saw(format!("reserve {}", client_error_kind(e))),
                 }
                 let what = format!("t={t} s{s}.reserve({resource}, {domain}, {copies}, {min})");
                 self.check(what, outcome(&m), outcome(&r));
@@ -406,6 +444,10 @@ async fn memory_and_redis_give_identical_replies() {
         "seize ok",
         "seize unknown or expired",
         "time jump past the dormant grace",
+        "request granted, huge",
+        "request refused at the bound",
+        "reserve granted, huge",
+        "reserve refused at the bound",
     ] {
         assert!(
             seen.get(must).copied().unwrap_or(0) > 0,

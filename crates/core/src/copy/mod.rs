@@ -4,9 +4,10 @@
 //! The counts live in a store; this module decides how many copies a
 //! reserve gets from the counts it is shown, and describes the reply.
 
-use crate::UNBOUNDED;
+use crate::bound::{self, Kept};
 use crate::config::{CopyLimits, Enforcement};
 use crate::request::Amount;
+use crate::{ClientError, UNBOUNDED};
 
 /// Copies held now, as a store reports them for one reserve: by the domain,
 /// by all domains, and by each group of the domain (aligned with
@@ -32,6 +33,25 @@ pub fn reserve_grant(
         return Some(amount.copies());
     }
     amount.grant_within(available(limits, counts))
+}
+
+/// Whether a grant of `n` copies to `domain` keeps every count within
+/// [`crate::MAX_COUNT`] (see [`crate::bound`]): the domain's, the
+/// resource's, then each group's in the order of `limits.groups`. A store
+/// checks a grant (`n > 0`) before it counts it; on an error nothing
+/// changes.
+pub fn check_bound(
+    domain: &str,
+    limits: &CopyLimits,
+    counts: &CopyCounts,
+    n: u64,
+) -> Result<(), ClientError> {
+    bound::check(Kept::DomainCopies(domain), counts.domain, n)?;
+    bound::check(Kept::ResourceCopies, counts.global, n)?;
+    for (group, held) in limits.groups.iter().zip(&counts.groups) {
+        bound::check(Kept::GroupCopies(&group.name), *held, n)?;
+    }
+    Ok(())
 }
 
 /// The most copies that could be reserved now.

@@ -2,10 +2,11 @@
 
 use super::log::HitLog;
 use super::state::{Phase, RateState};
-use crate::UNBOUNDED;
+use crate::bound::{self, Kept};
 use crate::config::{Enforcement, RateLimits, Tier};
 use crate::request::Amount;
 use crate::time::{Millis, SECOND};
+use crate::{ClientError, UNBOUNDED};
 
 /// The reply to a request (SPEC §2 rule 6), every value as of after the
 /// decision. A rejection is an ordinary reply with `granted = 0`.
@@ -53,6 +54,14 @@ struct Step {
 /// it: `state` is the pair's state, `global` the resource's hits in the last
 /// second across all domains. A rejected request changes nothing but what
 /// time alone makes irrelevant (rule 5).
+///
+/// A grant that would take the domain's or all domains' hits in the last
+/// second beyond [`crate::MAX_COUNT`] is a client error (see
+/// [`crate::bound`]), and changes no more than a rejection. Every other
+/// count stays within these: a tier's hits are some of the domain's hits in
+/// its window, at most its limit (configured limits are at most
+/// `MAX_COUNT`), or, for the unbounded tier of an unconfigured resource
+/// (window one second), at most the domain's hits in the last second.
 pub fn decide(
     limits: RateLimits<'_>,
     state: &mut RateState,
@@ -60,7 +69,7 @@ pub fn decide(
     now: Millis,
     amount: Amount,
     enforcement: Enforcement,
-) -> RateReply {
+) -> Result<RateReply, ClientError> {
     let tiers = limits.tiers;
     // A clock that stepped back must not put recorded hits in the future.
     let now = now.max(state.latest()).max(global.latest().unwrap_or(0));
@@ -87,6 +96,11 @@ pub fn decide(
         Enforcement::Ignore => (amount.copies(), wish),
     };
 
+    if granted > 0 {
+        bound::check(Kept::DomainHits, state.last_second.count(), granted)?;
+        bound::check(Kept::ResourceHits, global.count(), granted)?;
+    }
+
     let mut tier = current;
     let mut burst = false;
     if granted > 0 {
@@ -110,7 +124,7 @@ pub fn decide(
         global.record(now, granted);
     }
 
-    RateReply {
+    Ok(RateReply {
         granted,
         hard_limit: limits.hard_limit,
         global_limit: limits.global_limit,
@@ -123,7 +137,7 @@ pub fn decide(
         hard_limited,
         global_limited,
         ignored: enforcement == Enforcement::Ignore,
-    }
+    })
 }
 
 fn room(limit: Option<u64>, used: u64) -> u64 {

@@ -48,6 +48,7 @@ impl Pair {
             Amount::new(copies, min).expect("valid amount"),
             Enforcement::Enforce,
         )
+        .expect("within the bound")
     }
 
     fn hit(&mut self, now: u64) -> RateReply {
@@ -97,7 +98,7 @@ fn rule1_global_limit_counts_the_last_second_closed_on_the_left() {
     };
     let one = Amount::exactly(1).expect("valid");
     let go = |s: &mut RateState, g: &mut HitLog, now| {
-        decide(limits, s, g, now, one, Enforcement::Enforce)
+        decide(limits, s, g, now, one, Enforcement::Enforce).expect("within the bound")
     };
     assert_eq!(go(&mut a, &mut global, 0).granted, 1);
     assert_eq!(go(&mut b, &mut global, 500).granted, 1);
@@ -482,7 +483,8 @@ fn ignore_grants_everything_and_records_what_fits() {
         0,
         Amount::new(3, 3).expect("valid"),
         Enforcement::Ignore,
-    );
+    )
+    .expect("within the bound");
     assert_eq!(
         (r.granted, r.ignored, r.tier_hits, r.domain_hits_last_second),
         (3, true, 2, 3)

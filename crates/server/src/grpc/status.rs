@@ -18,17 +18,20 @@ pub const CLASS_KEY: &str = "charon-error-class";
 
 pub fn code(e: &LimitError) -> Code {
     match e {
-        LimitError::Client(ClientError::InvalidArgument(_)) => Code::InvalidArgument,
-        LimitError::Client(ClientError::UnknownResource(_) | ClientError::UnknownTransfer(_)) => {
-            Code::NotFound
-        }
-        LimitError::Client(ClientError::WrongKind { .. } | ClientError::NotHeld { .. }) => {
-            Code::FailedPrecondition
-        }
+        // A store's refusal is a client error (see `LimitError::from`).
+        LimitError::Client(c) | LimitError::Server(StoreError::Refused(c)) => client_code(c),
         LimitError::Server(StoreError::Unavailable(_) | StoreError::Resigned(_)) => {
             Code::Unavailable
         }
         LimitError::Server(StoreError::BadData(_)) => Code::Internal,
+    }
+}
+
+fn client_code(e: &ClientError) -> Code {
+    match e {
+        ClientError::InvalidArgument(_) => Code::InvalidArgument,
+        ClientError::UnknownResource(_) | ClientError::UnknownTransfer(_) => Code::NotFound,
+        ClientError::WrongKind { .. } | ClientError::NotHeld { .. } => Code::FailedPrecondition,
     }
 }
 
@@ -41,9 +44,9 @@ pub fn to_status(e: &LimitError) -> Status {
 }
 
 pub fn to_error(e: &LimitError) -> v1::Error {
-    let class = match e {
-        LimitError::Client(_) => v1::error::Class::Client,
-        LimitError::Server(_) => v1::error::Class::Server,
+    let class = match e.class() {
+        "client" => v1::error::Class::Client,
+        _ => v1::error::Class::Server,
     };
     v1::Error {
         class: class as i32,

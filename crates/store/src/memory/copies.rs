@@ -5,10 +5,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use charon_core::Millis;
 use charon_core::config::{CopyLimits, Enforcement};
-use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged, reserve_grant};
+use charon_core::copy::{
+    CopyCounts, CopyStatus, Hold, ReserveReply, Staged, check_bound, reserve_grant,
+};
 use charon_core::request::Amount;
+use charon_core::{ClientError, Millis};
 use hashbrown::HashMap;
 
 use super::shards::{Hashed, Shards};
@@ -33,11 +35,16 @@ impl ResourceCopies {
         self.groups.get(name).copied().unwrap_or(0)
     }
 
+    /// Counts `n` more copies. The caller has checked the bound (see
+    /// `charon_core::bound`), so no count passes `MAX_COUNT`; saturating
+    /// all the same, so that no input can make a count wrap.
     fn add(&mut self, domain: &str, groups: &[String], n: u64) {
-        self.global += n;
-        *self.domains.entry(domain.into()).or_default() += n;
+        self.global = self.global.saturating_add(n);
+        let d = self.domains.entry(domain.into()).or_default();
+        *d = d.saturating_add(n);
         for g in groups {
-            *self.groups.entry(g.as_str().into()).or_default() += n;
+            let c = self.groups.entry(g.as_str().into()).or_default();
+            *c = c.saturating_add(n);
         }
     }
 
@@ -217,7 +224,7 @@ impl CopyTable {
         enforcement: Enforcement,
         now: Millis,
         ids: &TransferIds,
-    ) -> ReserveReply {
+    ) -> Result<ReserveReply, ClientError> {
         self.with(hash, resource, now, ids, |c| {
             let names: Vec<String> = limits.groups.iter().map(|g| g.name.clone()).collect();
             let mut counts = CopyCounts {
@@ -227,14 +234,15 @@ impl CopyTable {
             };
             let granted = reserve_grant(limits, &counts, amount, enforcement).unwrap_or(0);
             if granted > 0 {
+                check_bound(domain, limits, &counts, granted)?;
                 c.add(domain, &names, granted);
-                counts.domain += granted;
-                counts.global += granted;
+                counts.domain = counts.domain.saturating_add(granted);
+                counts.global = counts.global.saturating_add(granted);
                 for g in &mut counts.groups {
-                    *g += granted;
+                    *g = g.saturating_add(granted);
                 }
             }
-            ReserveReply::new(granted, limits, &counts, enforcement)
+            Ok(ReserveReply::new(granted, limits, &counts, enforcement))
         })
     }
 

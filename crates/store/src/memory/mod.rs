@@ -211,7 +211,7 @@ impl Store for MemoryStore {
                 reply
             },
         );
-        Ok(reply)
+        reply.map_err(StoreError::Refused)
     }
 
     async fn reserve(
@@ -224,16 +224,18 @@ impl Store for MemoryStore {
     ) -> Result<ReserveReply, StoreError> {
         let now = self.now();
         let hash = self.hasher.hash_one(resource);
-        Ok(self.copies.reserve(
-            hash,
-            resource,
-            domain,
-            limits,
-            amount,
-            enforcement,
-            now,
-            &self.transfers,
-        ))
+        self.copies
+            .reserve(
+                hash,
+                resource,
+                domain,
+                limits,
+                amount,
+                enforcement,
+                now,
+                &self.transfers,
+            )
+            .map_err(StoreError::Refused)
     }
 
     async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {

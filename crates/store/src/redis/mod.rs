@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::rate::{DORMANT_GRACE, RateReply};
@@ -455,6 +456,14 @@ impl RedisStore {
                     describe_field(&field),
                 )))
             }
+            "over" => {
+                let field = r.text()?;
+                let held = r.count()?;
+                let n = r.count()?;
+                let count = kept_copies(&field)
+                    .ok_or_else(|| bad(script.name, &format!("unknown count {field:?}")))?;
+                Err(StoreError::Refused(bound::refusal(count, held, n)))
+            }
             other => Err(bad(script.name, &format!("unknown status {other:?}"))),
         }
     }
@@ -535,6 +544,17 @@ fn describe_field(field: &str) -> String {
         format!("group {g:?}")
     } else {
         format!("field {field:?}")
+    }
+}
+
+/// The count a copy script's field is, as `charon_core::bound` names it.
+fn kept_copies(field: &str) -> Option<Kept<'_>> {
+    if field == "g" {
+        Some(Kept::ResourceCopies)
+    } else if let Some(d) = field.strip_prefix("d:") {
+        Some(Kept::DomainCopies(d))
+    } else {
+        field.strip_prefix("G:").map(Kept::GroupCopies)
     }
 }
 
@@ -637,6 +657,17 @@ impl Store for RedisStore {
             .await
             .inspect_err(|e| self.on_error(e))?;
         let mut r = Reply::new(self.scripts.rate.name, v)?;
+        if r.status_is("over") {
+            let which = r.text()?;
+            let held = r.count()?;
+            let n = r.count()?;
+            let count = match which.as_str() {
+                "d" => Kept::DomainHits,
+                "g" => Kept::ResourceHits,
+                other => return Err(bad("rate", &format!("unknown count {other:?}"))),
+            };
+            return Err(StoreError::Refused(bound::refusal(count, held, n)));
+        }
         let granted = r.count()?;
         let domain_hits_last_second = r.count()?;
         let global_hits_last_second = r.count()?;

@@ -28,6 +28,19 @@ impl Reply {
             .ok_or_else(|| bad(self.script, "the reply is too short"))
     }
 
+    /// Whether the next item is the text `status`; if so, it is read.
+    pub(crate) fn status_is(&mut self, status: &str) -> bool {
+        let is = match self.items.as_slice().first() {
+            Some(Value::BulkString(b)) => b.as_slice() == status.as_bytes(),
+            Some(Value::SimpleString(s)) => s == status,
+            _ => false,
+        };
+        if is {
+            self.items.next();
+        }
+        is
+    }
+
     /// The next item as text.
     pub(crate) fn text(&mut self) -> Result<String, StoreError> {
         match self.next()? {

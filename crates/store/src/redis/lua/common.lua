@@ -11,6 +11,19 @@
 
 local INF = math.huge
 
+-- charon_core::MAX_COUNT. Every count a store keeps stays at or below it
+-- (the rule of charon_core::bound, repeated by reserve.lua and rate.lua),
+-- so every count and sum in these scripts is exact and far from the
+-- 2^63 at which HINCRBY stops.
+local MAX_COUNT = 9007199254740991
+
+-- charon_core::bound::check: whether `n` more keep a count now at `held`
+-- within MAX_COUNT. Compared as a difference: held + n could be above 2^53,
+-- where doubles skip integers.
+local function within_bound(held, n)
+  return n <= MAX_COUNT - held
+end
+
 -- An integer as Redis must read it.
 local function fmt(x)
   return string.format('%.0f', x)

@@ -18,7 +18,10 @@
 --          active (-1 = infinite), cooldown, skippable (1/0)
 --
 -- Reply: {granted, domain_hits_last_second, global_hits_last_second,
---         tier_hits, tier, burst, hard_limited, global_limited}
+--         tier_hits, tier, burst, hard_limited, global_limited}, or
+--        {'over', 'd' | 'g', count, granted}: the grant would take the
+--        domain's ('d') or all domains' ('g') hits in the last second past
+--        MAX_COUNT (charon_core::bound; nothing recorded, as on a rejection)
 --
 -- Layout (see docs/redis.md). A log of hits is a Redis list of 16-byte
 -- entries (f64 time, f64 hits), oldest first, one per millisecond with
@@ -348,6 +351,19 @@ else
   granted, recorded = copies, wish
 end
 
+-- charon_core::bound, as decide checks it: the domain's count, then all
+-- domains'. A refused grant records nothing; the state is still written
+-- back below as on a rejection (the lists were already pruned).
+local over = nil
+if granted > 0 then
+  if not within_bound(st.last.n, granted) then
+    over = { 'over', 'd', fmt(st.last.n), fmt(granted) }
+  elseif not within_bound(glog.n, granted) then
+    over = { 'over', 'g', fmt(glog.n), fmt(granted) }
+  end
+  if over then granted, recorded = 0, 0 end
+end
+
 local tier = current
 local burst = false
 local entered_changed = false
@@ -426,6 +442,8 @@ if glog.changed then
       'PXAT', fmt(forget_g - now_raw + redis_now + slack))
   end
 end
+
+if over then return over end
 
 local function flag(b)
   if b then return 1 end

@@ -6,6 +6,8 @@
 --       8 global limit ('' = none), then (group name, group limit) for
 --       each group of the domain
 -- Reply: {'ok', granted, domain holds, global holds, holds of each group},
+--        {'over', field, count, granted}: the grant would take that count
+--        past MAX_COUNT (charon_core::copy::check_bound; nothing changed),
 --        {'fenced'} or {'cancelled'}
 local now = clock(ARGV[1])
 if fenced(KEYS[2]) then return { 'fenced' } end
@@ -33,6 +35,12 @@ else
 end
 
 if granted > 0 then
+  -- charon_core::copy::check_bound: domain, resource, then each group.
+  for i = 1, #fs do
+    if not within_bound(held[i], granted) then
+      return { 'over', fs[i], fmt(held[i]), fmt(granted) }
+    end
+  end
   add(KEYS[1], fs, granted)
   add(KEYS[2], fs, granted)
   for i = 1, #fs do held[i] = held[i] + granted end

@@ -304,12 +304,13 @@ fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
         }
         out.push(b[i]);
         i += 1;
@@ -701,6 +702,7 @@ async fn pipelined_flood(store: &str, extra: &[&str]) {
     );
 
     let mut flood = conn.session().await;
+    let started = std::time::Instant::now();
     for id in 0..FLOOD {
         let op = if id % 2 == 0 {
             reserve("flood", 1)
@@ -720,6 +722,7 @@ async fn pipelined_flood(store: &str, extra: &[&str]) {
         }
         answered.insert(r.id);
     }
+    let took = started.elapsed();
 
     // The bystander's stream is alive and its 3 copies are still held.
     let sent_again = bystander.op(2, reserve("bystander", 1));
@@ -746,8 +749,8 @@ async fn pipelined_flood(store: &str, extra: &[&str]) {
          (reserve/release alternating) pipelined on one session, one per DATA frame, with a \
          bystander session holding 3 copies on the same connection; expected every operation \
          answered, no GOAWAY, the bystander alive with its copies; observed {} answered ({} \
-         errors), client DATA frames on the flood stream {sent}, server DATA frames back \
-         {received} ({:.1} replies per frame), GOAWAY {goaways:?}, bystander stream open \
+         errors) in {took:.1?}, client DATA frames on the flood stream {sent}, server DATA \
+         frames back {received} ({:.1} replies per frame), GOAWAY {goaways:?}, bystander stream open \
          {sent_again}, its domain holds after reserving 1 more {bystander_holds:?}",
         answered.len(),
         errors.len(),

@@ -117,8 +117,13 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
     if let Some(status) = refused {
         // Every operation read before the bad message is answered first.
         let all = u32::try_from(bound).unwrap_or(u32::MAX);
-        let _ = in_flight.acquire_many(all).await;
-        let _ = tx.send(Err(status)).await;
+        tokio::select! {
+            _ = in_flight.acquire_many(all) => {
+                let _ = tx.send(Err(status)).await;
+            }
+            () = shutdown.wait() => {}
+            () = tx.closed() => {}
+        }
     }
     metrics::sessions_open(-1.0);
 }

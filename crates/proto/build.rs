@@ -13,6 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("charon_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    // Undecodable requests are client errors, not tonic's INTERNAL.
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::CharonCodec")
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -299,7 +299,16 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
         min_copies: None,
     };
     let e = grpc.request(huge).await.expect_err("too large");
-    assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+    assert_eq!(
+        (
+            e.code(),
+            e.metadata()
+                .get("charon-error-class")
+                .and_then(|v| v.to_str().ok())
+        ),
+        (tonic::Code::ResourceExhausted, Some("client")),
+        "{e:?}"
+    );
     let ok = grpc
         .request(v1::RateRequest {
             resource: "api".into(),

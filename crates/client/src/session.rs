@@ -47,7 +47,7 @@ impl SessionConn {
         let closed = Arc::new(AtomicBool::new(false));
         let (reader_pending, reader_closed) = (pending.clone(), closed.clone());
         tokio::spawn(async move {
-            let reason = loop {
+            let failure = loop {
                 match inbound.message().await {
                     Ok(Some(reply)) => {
                         let waiter = reader_pending
@@ -58,8 +58,8 @@ impl SessionConn {
                             let _ = waiter.send(Ok(result));
                         }
                     }
-                    Ok(None) => break "the server ended the session".to_owned(),
-                    Err(status) => break format!("the session broke: {status}"),
+                    Ok(None) => break Error::Server("the server ended the session".to_owned()),
+                    Err(status) => break ended(&status),
                 }
             };
             reader_closed.store(true, Ordering::SeqCst);
@@ -69,7 +69,7 @@ impl SessionConn {
                     .unwrap_or_else(PoisonError::into_inner),
             );
             for (_, w) in waiters {
-                let _ = w.send(Err(Error::Server(reason.clone())));
+                let _ = w.send(Err(failure.clone()));
             }
         });
         Ok(Self {
@@ -140,5 +140,25 @@ impl SessionConn {
                 Err(Error::Server(format!("no answer within {timeout:?}")))
             }
         }
+    }
+}
+
+/// Why operations still waiting on a stream that ended with `status` get no
+/// reply. The server ends a session with a status of class client when it
+/// refused a message of this client (one it could not decode, or over its
+/// size limit): a client error, which degraded mode must not turn into a
+/// local grant. Anything else (the connection broke) is a server error.
+fn ended(status: &tonic::Status) -> Error {
+    let client = status
+        .metadata()
+        .get(charon_proto::codec::CLASS_KEY)
+        .is_some_and(|v| v.as_bytes() == b"client");
+    if client {
+        Error::Client(format!(
+            "the server ended the session: {}",
+            status.message()
+        ))
+    } else {
+        Error::Server(format!("the session broke: {status}"))
     }
 }

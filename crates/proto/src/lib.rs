@@ -3,6 +3,8 @@
 
 #![allow(missing_docs, missing_debug_implementations, clippy::all)]
 
+pub mod codec;
+
 /// Package `charon.v1`.
 pub mod v1 {
     tonic::include_proto!("charon.v1");

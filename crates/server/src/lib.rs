@@ -39,10 +39,13 @@ pub struct ServerOptions {
     /// How long a graceful shutdown may take before the server stops anyway.
     pub shutdown_grace: Duration,
     /// The largest gRPC message accepted; larger ones are refused with
-    /// `RESOURCE_EXHAUSTED` (on a session stream, that ends the stream).
+    /// `RESOURCE_EXHAUSTED`, class client (on a session stream, that ends
+    /// the stream, after the operations before it are answered).
     pub max_message_bytes: usize,
-    /// Operations of one session stream in flight at once (rate requests
-    /// run concurrently; copy operations run in order).
+    /// Operations of one session stream in flight at once: read and not yet
+    /// answered (rate requests run concurrently; copy operations run in
+    /// order). The server reads no further on the stream until one is
+    /// answered.
     pub session_concurrency: usize,
 }
 
@@ -136,6 +139,24 @@ impl ServerState {
     }
 }
 
+/// HTTP/2 receive window of each stream: what a client may send on one
+/// stream before the server reads it. h2 closes the whole connection
+/// (`GOAWAY ENHANCE_YOUR_CALM "too_many_data_frames"`) once the small DATA
+/// frames it holds unread cost more than half the connection window, each
+/// frame under 256 bytes counting 256 minus its size. A session that stops
+/// being read (its operations in flight are at their bound) holds at most
+/// one stream window unread: 16 KiB of the smallest messages (12 bytes, one
+/// per frame) cost 333 KB of that budget, where hyper's default 1 MiB
+/// window let one session cost 21 MB. 16 KiB is still far more than
+/// `session_concurrency` operations need in flight.
+const STREAM_WINDOW: u32 = 16 * 1024;
+
+/// HTTP/2 receive window of a connection (all its streams together). h2's
+/// budget for unread small DATA frames is half of it: 8 MiB, so at least
+/// 25 sessions of one connection may each hold a full stream window of the
+/// smallest messages unread at once.
+const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
+
 /// Accepted connections get TCP_NODELAY (one small message per decision;
 /// Nagle's algorithm against delayed ACKs would add up to 40 ms) and TCP
 /// keep-alive. The builder's own TCP settings apply only to listeners it
@@ -169,13 +190,16 @@ pub async fn serve(
         .build_v1()
         .map_err(std::io::Error::other)?;
     let half = options.keepalive / 2;
-    let limiter_service =
+    let limiter_service = grpc::classify::Classified(
         charon_proto::v1::limiter_server::LimiterServer::new(LimiterService::new(state.clone()))
-            .max_decoding_message_size(options.max_message_bytes);
+            .max_decoding_message_size(options.max_message_bytes),
+    );
     let shutdown = state.shutdown.clone();
     let grpc_server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(half))
         .http2_keepalive_timeout(Some(half))
+        .initial_stream_window_size(Some(STREAM_WINDOW))
+        .initial_connection_window_size(Some(CONNECTION_WINDOW))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(limiter_service)

@@ -2,14 +2,25 @@
 //!
 //! Each stream gets a driver task that reads operations and a copy lane
 //! that owns the limiter's [`Session`] (its hold set). Rate requests need
-//! no hold set and run concurrently, up to `session_concurrency` at once;
-//! copy operations run one after another in the order they arrived, so a
-//! client may pipeline a reserve and the release of its copies. Every
-//! reply echoes its operation's id; replies may come out of order.
+//! no hold set and run concurrently; copy operations run one after another
+//! in the order they arrived, so a client may pipeline a reserve and the
+//! release of its copies. Every reply echoes its operation's id; replies
+//! may come out of order.
+//!
+//! Back-pressure: at most `session_concurrency` operations of a stream are
+//! in flight (read and not yet answered, whichever their kind); the driver
+//! reads no further until one is answered, and a client that does not read
+//! its replies stops the lane, hence the driver. What the client sends
+//! meanwhile waits in the stream's HTTP/2 window (see `STREAM_WINDOW` in
+//! the crate root), never in an unbounded queue.
 //!
 //! The stream ends when the client closes it, when the connection breaks
 //! or stops answering keep-alive pings, or at shutdown; then the lane
 //! finishes what it was given and ends the session, releasing every hold.
+//! A message that cannot be read (SPEC §5: a client error) ends it too,
+//! once every operation before it is answered, with that error's status
+//! (`INVALID_ARGUMENT`, or `RESOURCE_EXHAUSTED` over the size limit, class
+//! client) rather than OK, so the client knows why.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +30,7 @@ use charon_limiter::{LimitError, Session};
 use charon_proto::v1;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tracing::{debug, warn};
@@ -43,11 +54,23 @@ pub(super) fn start(
 async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionRequest>, tx: Out) {
     let _live = state.shutdown.session_guard();
     metrics::sessions_open(1.0);
-    let (lane_tx, lane_rx) = mpsc::channel(state.options.session_concurrency);
+    let bound = state.options.session_concurrency.max(1);
+    let (lane_tx, lane_rx) = mpsc::channel(bound);
     let lane = tokio::spawn(copy_lane(state.clone(), lane_rx, tx.clone()));
-    let permits = Arc::new(Semaphore::new(state.options.session_concurrency));
+    // One permit per operation in flight, given back once its reply is
+    // queued.
+    let in_flight = Arc::new(Semaphore::new(bound));
     let shutdown = state.shutdown.clone();
+    let mut refused = None;
     loop {
+        let permit = tokio::select! {
+            p = in_flight.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = shutdown.wait() => break,
+            () = tx.closed() => break,
+        };
         let next = tokio::select! {
             m = inbound.message() => m,
             () = shutdown.wait() => break,
@@ -57,7 +80,7 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
             Ok(Some(m)) => m,
             Ok(None) => break,
             Err(e) => {
-                debug!(status = %e, "session stream broke");
+                refused = refusal(e);
                 break;
             }
         };
@@ -72,9 +95,6 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
                     .await;
             }
             Some(Op::Request(req)) => {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
                 let (state, tx) = (state.clone(), tx.clone());
                 tokio::spawn(async move {
                     let result = match observed_request(&state, &req).await {
@@ -86,7 +106,7 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
                 });
             }
             Some(op) => {
-                if lane_tx.send((id, op)).await.is_err() {
+                if lane_tx.send((id, op, permit)).await.is_err() {
                     break;
                 }
             }
@@ -94,7 +114,32 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
     }
     drop(lane_tx);
     let _ = lane.await;
+    if let Some(status) = refused {
+        // Every operation read before the bad message is answered first.
+        let all = u32::try_from(bound).unwrap_or(u32::MAX);
+        tokio::select! {
+            _ = in_flight.acquire_many(all) => {
+                let _ = tx.send(Err(status)).await;
+            }
+            () = shutdown.wait() => {}
+            () = tx.closed() => {}
+        }
+    }
     metrics::sessions_open(-1.0);
+}
+
+/// The status ending a stream whose next message could not be read, or
+/// `None` if the stream itself broke (the client is gone; nobody would
+/// read a status). Transport failures carry their HTTP/2 error as source;
+/// what tonic or the codec refused in the bytes does not.
+fn refusal(e: Status) -> Option<Status> {
+    if std::error::Error::source(&e).is_some() {
+        debug!(status = %e, "session stream broke");
+        return None;
+    }
+    let status = status::inbound(e);
+    debug!(status = %status, "session refused a message");
+    Some(status)
 }
 
 fn reply(id: u64, result: Reply) -> v1::SessionReply {
@@ -105,15 +150,20 @@ fn reply(id: u64, result: Reply) -> v1::SessionReply {
 }
 
 /// Runs copy operations in order on the session, then ends it.
-async fn copy_lane(state: Arc<ServerState>, mut ops: mpsc::Receiver<(u64, Op)>, tx: Out) {
+async fn copy_lane(
+    state: Arc<ServerState>,
+    mut ops: mpsc::Receiver<(u64, Op, OwnedSemaphorePermit)>,
+    tx: Out,
+) {
     let mut session = state.limiter.session();
-    while let Some((id, op)) = ops.recv().await {
+    while let Some((id, op, permit)) = ops.recv().await {
         let before = session.held_copies();
         let result = copy_op(&state, &mut session, op).await;
         metrics::copies_held(session.held_copies() as i64 - before as i64);
         // A client that went away still has its operations applied; their
         // holds are released below with the rest.
         let _ = tx.send(Ok(reply(id, result))).await;
+        drop(permit);
     }
     let held = session.held_copies();
     metrics::copies_held(-(held as i64));

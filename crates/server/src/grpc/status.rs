@@ -6,6 +6,11 @@
 //! of resource, copies not held); server errors are `UNAVAILABLE` (the store
 //! cannot be reached; this server resigned) and `INTERNAL` (bad data). Every
 //! status also carries `charon-error-class: client|server`.
+//!
+//! A request that cannot be read (undecodable protobuf, broken gRPC
+//! framing, a message over the size limit) is a client error too: the
+//! codec (`charon_proto::codec`) classifies what prost refuses, and
+//! [`inbound`] what tonic refuses before a message reaches the codec.
 
 use charon_core::ClientError;
 use charon_limiter::LimitError;
@@ -14,7 +19,7 @@ use charon_store::StoreError;
 use tonic::{Code, Status};
 
 /// The metadata key carrying the SPEC §5 class.
-pub const CLASS_KEY: &str = "charon-error-class";
+pub const CLASS_KEY: &str = charon_proto::codec::CLASS_KEY;
 
 pub fn code(e: &LimitError) -> Code {
     match e {
@@ -52,4 +57,25 @@ pub fn to_error(e: &LimitError) -> v1::Error {
         class: class as i32,
         message: e.to_string(),
     }
+}
+
+/// The status for a request tonic could not read, given tonic's own: a
+/// client error. A message over the size limit is `RESOURCE_EXHAUSTED`; an
+/// unsupported `grpc-encoding` stays `UNIMPLEMENTED`; anything else (broken
+/// framing, a stream ended inside a message, no message at all) becomes
+/// `INVALID_ARGUMENT`. A status that already carries its class (the
+/// codec's, or the service's own) is left as it is.
+pub fn inbound(status: Status) -> Status {
+    if status.metadata().contains_key(CLASS_KEY) {
+        return status;
+    }
+    let status = match status.code() {
+        Code::OutOfRange | Code::ResourceExhausted => Status::resource_exhausted(format!(
+            "malformed request: message too large: {}",
+            status.message()
+        )),
+        Code::Unimplemented => status,
+        _ => Status::invalid_argument(format!("malformed request: {}", status.message())),
+    };
+    charon_proto::codec::with_class(status, "client")
 }

@@ -15,10 +15,10 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc rather than the system allocator: a burst of large requests
 /// (an oversized configuration write, a simulator replay) frees what it
-/// used, and mimalloc gives freed pages back to the system within
-/// milliseconds, where glibc's per-thread arenas kept them for the life of
-/// the process (+107 MiB after nine refused 3 MB writes; see
-/// docs/operations-notes/bounded-input.md).
+/// used; glibc's per-thread arenas kept it for the life of the process
+/// (+107 MiB after nine refused 3 MB writes), mimalloc keeps less and
+/// gives pages back as its threads go on working (measured +17 to +110
+/// MiB; see docs/operations-notes/bounded-input.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

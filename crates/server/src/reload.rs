@@ -77,9 +77,15 @@ pub fn parse_text(
 /// Reads and validates a configuration file; the error lists every
 /// problem, one per line, prefixed with the file name.
 pub fn load_file(path: &Path) -> Result<(Config, FileServerSettings), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (config, adjustments, settings) = parse_text(&text).map_err(|problems| {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    load_bytes(path, &text)
+}
+
+/// Validates the content of configuration file `path` as read.
+fn load_bytes(path: &Path, bytes: &[u8]) -> Result<(Config, FileServerSettings), String> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| format!("{}: not UTF-8 text: {e}", path.display()))?;
+    let (config, adjustments, settings) = parse_text(text).map_err(|problems| {
         problems
             .iter()
             .map(|e| format!("{}: {e}", path.display()))
@@ -101,6 +107,12 @@ pub fn file_report(path: &Path, problem: Option<String>) -> ConfigReport {
         problem,
     }
 }
+
+/// How long a watched file must stay the same before it is applied: a
+/// writer that truncates and then writes, or writes in several pieces,
+/// is never seen half-way as long as its pauses are shorter than this.
+/// SIGHUP applies the file as it is, at once.
+pub const DEBOUNCE: Duration = Duration::from_millis(250);
 
 /// Watches `path` and reloads it into `state.limiter` on change or SIGHUP,
 /// until shutdown.
@@ -138,22 +150,41 @@ async fn watch(state: Arc<ServerState>, path: PathBuf) -> Result<(), String> {
             _ = hangups.recv() => true,
             Some(()) = changes.recv() => false,
         };
-        if !forced {
-            // Let a burst of events (write, rename, chmod) settle.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            while changes.try_recv().is_ok() {}
-            let now = std::fs::read(&path).ok();
-            if now.is_none() || now == last {
-                continue;
+        let text = if forced {
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        } else {
+            // Debounce: the content must read the same twice, DEBOUNCE
+            // apart, before it is applied. Events meanwhile (this file's or
+            // its neighbours') only mean "look again".
+            let mut seen = std::fs::read(&path).ok();
+            loop {
+                tokio::select! {
+                    () = state.shutdown.wait() => return Ok(()),
+                    () = tokio::time::sleep(DEBOUNCE) => {}
+                }
+                while changes.try_recv().is_ok() {}
+                let now = std::fs::read(&path).ok();
+                if now == seen {
+                    break;
+                }
+                seen = now;
             }
-            last = now;
-        }
-        apply(&state, &path);
+            match seen {
+                // Gone (being replaced) or unchanged: nothing to do.
+                None => continue,
+                Some(ref now) if Some(now) == last.as_ref() => continue,
+                Some(now) => {
+                    last = Some(now.clone());
+                    Ok(now)
+                }
+            }
+        };
+        apply(&state, &path, text.and_then(|t| load_bytes(&path, &t)));
     }
 }
 
-fn apply(state: &ServerState, path: &Path) {
-    match load_file(path) {
+fn apply(state: &ServerState, path: &Path, loaded: Result<(Config, FileServerSettings), String>) {
+    match loaded {
         Ok((config, _)) => {
             let resources = config.resources().len();
             state.limiter.replace_config(config);

@@ -32,6 +32,7 @@
     lastFrame: null,
     events: [],
     maxEvents: 20000,
+    maxEventTiers: 200000,
     presets: [],
     preset: null,
     config: { name: 'api/example', hardLimit: '', tiers: [] },
@@ -131,8 +132,10 @@
   }
 
   function addEvent(t, a) {
-    if (sim.events.length >= sim.maxEvents) {
-      setStatus(`The simulation holds ${sim.maxEvents} requests, the most one replay takes. Reset to go on.`);
+    // A replay does at most maxEventTiers events × tiers.
+    const cap = Math.min(sim.maxEvents, Math.floor(sim.maxEventTiers / Math.max(1, sim.config.tiers.length)));
+    if (sim.events.length >= cap) {
+      setStatus(`The simulation holds ${cap} requests with ${sim.config.tiers.length} tiers, the most one replay takes. Reset to go on.`);
       if (sim.gen.on) setGenerator(false);
       return false;
     }
@@ -817,6 +820,7 @@
       const data = await res.json();
       sim.presets = data.presets;
       sim.maxEvents = data.max_events;
+      if (data.max_event_tiers) sim.maxEventTiers = data.max_event_tiers;
     } catch (e) {
       setStatus(`Could not load the presets (${e.message}).`);
     }

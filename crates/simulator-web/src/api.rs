@@ -1,15 +1,21 @@
 //! The JSON API of the page: handlers and the one mapping of errors to HTTP.
 
+use std::convert::Infallible;
+use std::sync::Arc;
+
 use axum::Json;
-use axum::body::Bytes;
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use charon_core::config::ConfigIssue;
 use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_stream::StreamExt;
 
-use crate::input::{self, MAX_EVENTS};
-use crate::presets;
-use crate::replay::{self, MAX_HIT_TIMES};
+use crate::input::{self, MAX_EVENT_TIERS, MAX_EVENTS};
+use crate::replay::{self, MAX_HIT_TIMES, MAX_LISTED_TIER_STATES};
+use crate::{BODY_LIMIT, MAX_CONCURRENT_REPLAYS, presets};
 
 /// Why a call got no answer. A rejected request is not an error: it is an
 /// ordinary reply inside a successful replay.
@@ -19,8 +25,17 @@ pub(crate) enum ApiError {
     Invalid(Vec<ConfigIssue>),
     /// More events than [`MAX_EVENTS`].
     TooManyEvents(usize),
+    /// More events × tiers than [`MAX_EVENT_TIERS`].
+    TooMuchWork { events: usize, tiers: usize },
     /// The tier snapshots would list more than [`MAX_HIT_TIMES`] hits.
     TooManyHitTimes,
+    /// `detail: "full"` would list more than [`MAX_LISTED_TIER_STATES`]
+    /// tier states.
+    TooManyTierStates,
+    /// A body over [`BODY_LIMIT`] bytes.
+    TooLarge,
+    /// [`MAX_CONCURRENT_REPLAYS`] calls are running already.
+    Busy,
     /// The replay task died (a bug; reported, not hidden).
     Internal(String),
 }
@@ -57,6 +72,43 @@ impl IntoResponse for ApiError {
                     "max_events": MAX_EVENTS,
                 }),
             ),
+            ApiError::TooMuchWork { events, tiers } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({
+                    "error": "too_much_work",
+                    "message": format!("{events} events × {tiers} tiers = {}; a replay does at most {MAX_EVENT_TIERS} (reset the simulation or use fewer tiers)", events * tiers),
+                    "max_event_tiers": MAX_EVENT_TIERS,
+                }),
+            ),
+            ApiError::TooManyTierStates => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({
+                    "error": "too_many_tier_states",
+                    "message": format!("detail \"full\" would list more than {MAX_LISTED_TIER_STATES} tier states (listed events × tiers); ask for \"detail\": \"replies\" or a later \"report_from\""),
+                    "max_listed_tier_states": MAX_LISTED_TIER_STATES,
+                }),
+            ),
+            ApiError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({
+                    "error": "body_too_large",
+                    "message": format!("the body is over {BODY_LIMIT} bytes"),
+                    "max_body_bytes": BODY_LIMIT,
+                }),
+            ),
+            ApiError::Busy => {
+                let body = json!({
+                    "error": "busy",
+                    "message": format!("{MAX_CONCURRENT_REPLAYS} replays are running; try again in a second"),
+                    "max_concurrent_replays": MAX_CONCURRENT_REPLAYS,
+                });
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, "1")],
+                    Json(body),
+                )
+                    .into_response();
+            }
             ApiError::TooManyHitTimes => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 json!({
@@ -79,31 +131,85 @@ pub(crate) async fn presets() -> Json<Value> {
     Json(json!({
         "max_events": MAX_EVENTS,
         "max_tiers": input::MAX_TIERS,
+        "max_event_tiers": MAX_EVENT_TIERS,
         "presets": presets::all(),
     }))
 }
 
+/// Admits a call that parses a body: a permit of `gate` first (none left:
+/// 429, the body read and dropped, never kept), then the body, at most
+/// [`BODY_LIMIT`] bytes. So at most [`MAX_CONCURRENT_REPLAYS`] bodies are
+/// held and worked on at a time, however many clients call.
+async fn admit(
+    gate: &Arc<Semaphore>,
+    request: Request,
+) -> Result<(OwnedSemaphorePermit, Bytes), ApiError> {
+    let body = request.into_body();
+    let Ok(permit) = gate.clone().try_acquire_owned() else {
+        // Read what the client sends so it gets the answer instead of a
+        // reset connection; nothing is kept.
+        let mut stream = body.into_data_stream();
+        let mut seen = 0;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > BODY_LIMIT {
+                break;
+            }
+        }
+        return Err(ApiError::Busy);
+    };
+    let bytes = axum::body::to_bytes(body, BODY_LIMIT)
+        .await
+        .map_err(|_| ApiError::TooLarge)?;
+    Ok((permit, bytes))
+}
+
+/// A JSON answer sent in 64 KiB pieces, holding `permit` until the last
+/// piece is taken: an answer waiting for a slow reader still counts
+/// against [`MAX_CONCURRENT_REPLAYS`], so answers cannot pile up.
+fn json_holding(permit: OwnedSemaphorePermit, json: Vec<u8>) -> Response {
+    const PIECE: usize = 64 * 1024;
+    let bytes = Bytes::from(json);
+    let pieces: Vec<Bytes> = (0..bytes.len())
+        .step_by(PIECE)
+        .map(|i| bytes.slice(i..(i + PIECE).min(bytes.len())))
+        .collect();
+    let stream = tokio_stream::iter(pieces).map(move |piece| {
+        let _held = &permit;
+        Ok::<Bytes, Infallible>(piece)
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 /// `POST /simulator/api/run`: replays the body's events from empty state.
-pub(crate) async fn run(body: Bytes) -> Result<Response, ApiError> {
+pub(crate) async fn run(gate: Arc<Semaphore>, request: Request) -> Result<Response, ApiError> {
+    let (permit, bytes) = admit(&gate, request).await?;
     // A full replay is milliseconds of CPU, but a server's other work must
     // not wait behind it on an async worker.
-    tokio::task::spawn_blocking(move || {
-        let body = input::body(&body)?;
-        let replay = input::replay(&body)?;
-        let answer = replay::run(&replay)?;
-        Ok(Json(answer).into_response())
+    let json = tokio::task::spawn_blocking(move || {
+        // The body and its parsed form are dropped before the replay runs.
+        let replay = input::replay(&input::body(&bytes)?)?;
+        drop(bytes);
+        replay::run(&replay)
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))?
+    .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))??;
+    Ok(json_holding(permit, json))
 }
 
 /// `POST /simulator/api/yaml`: the configuration as SPEC §6 YAML, rendered
 /// by charon-core (normalized, so it is what a server would enforce).
-pub(crate) async fn yaml(body: Bytes) -> Result<Json<Value>, ApiError> {
-    let body = input::body(&body)?;
+pub(crate) async fn yaml(gate: Arc<Semaphore>, request: Request) -> Result<Response, ApiError> {
+    let (_permit, bytes) = admit(&gate, request).await?;
+    let body = input::body(&bytes)?;
     let setup = input::yaml_setup(&body)?;
     Ok(Json(json!({
         "yaml": setup.config.to_yaml(),
         "adjustments": setup.adjustments_json(),
-    })))
+    }))
+    .into_response())
 }

@@ -21,6 +21,13 @@ pub const MAX_EVENTS: usize = 20_000;
 /// no such bound; a page with more lanes than this is unreadable anyway).
 pub const MAX_TIERS: usize = 32;
 
+/// The most work one replay may ask for, in events × tiers: each decision
+/// walks every tier, and the answer grows with both. 20 000 events (the
+/// most) with 10 tiers, or 6 250 events with 32; past it the page is told to
+/// reset or to use fewer tiers. With [`crate::MAX_CONCURRENT_REPLAYS`] this
+/// bounds what the simulator can cost a server.
+pub const MAX_EVENT_TIERS: usize = 200_000;
+
 /// Every issue is reported, up to this many; a list of 20 000 broken events
 /// needs only the first few to be understood.
 const MAX_ISSUES: usize = 50;
@@ -133,10 +140,18 @@ pub(crate) fn yaml_setup(body: &Map<String, Value>) -> Result<Setup, ApiError> {
 pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
     // Counted before anything else is looked at, so an oversized list costs
     // nothing to refuse.
-    if let Some(Value::Array(events)) = body.get("events")
-        && events.len() > MAX_EVENTS
-    {
-        return Err(ApiError::TooManyEvents(events.len()));
+    if let Some(Value::Array(events)) = body.get("events") {
+        if events.len() > MAX_EVENTS {
+            return Err(ApiError::TooManyEvents(events.len()));
+        }
+        if let Some(Value::Array(tiers)) = body.get("tiers")
+            && events.len().saturating_mul(tiers.len()) > MAX_EVENT_TIERS
+        {
+            return Err(ApiError::TooMuchWork {
+                events: events.len(),
+                tiers: tiers.len(),
+            });
+        }
     }
     let mut issues = Vec::new();
     unknown_fields(body, "", BODY_FIELDS, &mut issues);

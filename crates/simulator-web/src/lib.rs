@@ -17,14 +17,17 @@ mod input;
 mod presets;
 mod replay;
 
+use std::sync::Arc;
+
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
+use tokio::sync::Semaphore;
 
-pub use input::{MAX_EVENTS, MAX_TIERS};
-pub use replay::MAX_HIT_TIMES;
+pub use input::{MAX_EVENT_TIERS, MAX_EVENTS, MAX_TIERS};
+pub use replay::{MAX_HIT_TIMES, MAX_LISTED_TIER_STATES};
 
 /// Where the page lives.
 pub const PAGE_PATH: &str = "/simulator";
@@ -33,9 +36,19 @@ const PAGE_HTML: &str = include_str!("../assets/simulator.html");
 const PAGE_JS: &str = include_str!("../assets/simulator.js");
 const PAGE_CSS: &str = include_str!("../assets/simulator.css");
 
-/// Request bodies may be this large: 20 000 events fit with room to spare,
-/// and a body too large for it is refused before it is parsed.
-const BODY_LIMIT: usize = 4 * 1024 * 1024;
+/// Request bodies may be this large: the page's 20 000 events take 0.3 MB
+/// (0.8 MB with copies on every one), and a body too large for it is
+/// refused before it is parsed (a parsed body takes several times its size).
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// The most replays worked on at once, per router (and, apart, the most
+/// `/yaml` renderings): one per core of a small machine. One more call is answered 429 with
+/// `Retry-After: 1` at once, never queued: the page calls again on its next
+/// change anyway. With [`MAX_EVENT_TIERS`] and [`BODY_LIMIT`], this bounds
+/// what the unauthenticated simulator can cost the listener that also
+/// serves `/metrics` and `/healthz` (32 concurrent worst-case replays: see
+/// docs/operations-notes/bounded-input.md).
+pub const MAX_CONCURRENT_REPLAYS: usize = 2;
 
 /// The simulator's routes, ready to be merged into the server's router:
 ///
@@ -47,6 +60,9 @@ const BODY_LIMIT: usize = 4 * 1024 * 1024;
 ///
 /// See `docs/simulator.md` for the bodies and answers.
 pub fn router() -> Router {
+    // Separate gates: the page asks for a replay and a rendering at once.
+    let run_gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
+    let gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
     Router::new()
         .route(PAGE_PATH, get(page))
         .route(
@@ -62,8 +78,14 @@ pub fn router() -> Router {
             get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }),
         )
         .route("/simulator/api/presets", get(api::presets))
-        .route("/simulator/api/run", post(api::run))
-        .route("/simulator/api/yaml", post(api::yaml))
+        .route(
+            "/simulator/api/run",
+            post(move |request: Request| api::run(run_gate.clone(), request)),
+        )
+        .route(
+            "/simulator/api/yaml",
+            post(move |request: Request| api::yaml(gate.clone(), request)),
+        )
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
 }
 

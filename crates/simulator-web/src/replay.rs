@@ -18,15 +18,22 @@ use crate::input::{Detail, Replay};
 /// The most `[time, hits]` entries one answer may list in its tier
 /// snapshots. Each snapshot lists a window's worth of hits, so long windows
 /// and many requests multiply; past this the caller is told to ask for
-/// `detail: "replies"` or a later `report_from`.
-pub const MAX_HIT_TIMES: usize = 500_000;
+/// `detail: "replies"` or a later `report_from`. (About 1.5 MB of JSON.)
+pub const MAX_HIT_TIMES: usize = 100_000;
+
+/// The most tier states one `detail: "full"` answer may list with its
+/// events (listed events × tiers; the `now` snapshot is not counted). Each
+/// is about 170 bytes of JSON: this keeps a full answer near 3.5 MB, the
+/// size of a `detail: "replies"` answer of 20 000 events.
+pub const MAX_LISTED_TIER_STATES: usize = 20_000;
 
 /// The domain the replay runs as (no overrides exist, so any name would do).
 const DOMAIN: &str = "simulated";
 
-/// The answer to a replay.
+/// The answer to a replay but its `events`, which are written as they are
+/// replayed (see [`run`]).
 #[derive(Debug, Serialize)]
-pub(crate) struct Answer {
+struct Answer {
     /// The resource as it will be enforced: normalized, SPEC §6 layout.
     resource: Value,
     /// What normalization changed, body-relative paths.
@@ -34,7 +41,6 @@ pub(crate) struct Answer {
     totals: Totals,
     /// Events before `report_from`, replayed but not listed.
     skipped: usize,
-    events: Vec<EventOut>,
     /// For each tier (index 0 is tier 1), every period it was entered whose
     /// cooldown had not ended by `report_from`, oldest first.
     periods: Vec<Vec<Period>>,
@@ -126,8 +132,15 @@ struct NowOut {
     tiers: Vec<TierSnapshot>,
 }
 
-/// Replays `replay.events` from empty state.
-pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
+fn encoding(e: serde_json::Error) -> ApiError {
+    ApiError::Internal(format!("cannot encode the answer: {e}"))
+}
+
+/// Replays `replay.events` from empty state; the answer as JSON. Each
+/// listed event is written as soon as it is decided (the answer starts
+/// with `"events"`), so what is held is the answer's bytes, not a tree of
+/// values several times their size.
+pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
     let rate = replay.setup.rate();
     let limits = rate.limits_for(DOMAIN);
     let tiers = limits.tiers;
@@ -135,8 +148,11 @@ pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
     let mut global = HitLog::default();
     let mut periods: Vec<Vec<Period>> = vec![Vec::new(); tiers.len()];
     let mut totals = Totals::default();
-    let mut events = Vec::new();
+    let mut json = Vec::with_capacity(replay.events.len().min(MAX_EVENTS_RESERVED) * 256);
+    json.extend_from_slice(b"{\"events\":[");
+    let mut listed = 0usize;
     let mut budget = MAX_HIT_TIMES;
+    let mut states = MAX_LISTED_TIER_STATES;
     for (index, ev) in replay.events.iter().enumerate() {
         let now = ev.t;
         // `decide` brings the state to `now` first as well; doing it here
@@ -188,19 +204,33 @@ pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
         let mut out = Map::new();
         charon_limiter::json::rate_reply(&reply, &mut out);
         let snapshots = match replay.detail {
-            Detail::Full => Some(snapshot(tiers, &state, now, &mut budget)?),
+            Detail::Full => {
+                states = states
+                    .checked_sub(tiers.len())
+                    .ok_or(ApiError::TooManyTierStates)?;
+                Some(snapshot(tiers, &state, now, &mut budget)?)
+            }
             Detail::Replies => None,
         };
-        events.push(EventOut {
-            index,
-            t: now,
-            copies: ev.amount.copies(),
-            min_copies: ev.amount.min_copies(),
-            reply: out,
-            placed,
-            tiers: snapshots,
-        });
+        if listed > 0 {
+            json.push(b',');
+        }
+        listed += 1;
+        serde_json::to_writer(
+            &mut json,
+            &EventOut {
+                index,
+                t: now,
+                copies: ev.amount.copies(),
+                min_copies: ev.amount.min_copies(),
+                reply: out,
+                placed,
+                tiers: snapshots,
+            },
+        )
+        .map_err(encoding)?;
     }
+    json.push(b']');
 
     let last = replay.events.last().map_or(0, |e| e.t);
     let at = replay.at.unwrap_or(last).max(last);
@@ -225,16 +255,23 @@ pub(crate) fn run(replay: &Replay) -> Result<Answer, ApiError> {
         .and_then(|r| r.get_mut(0))
         .map(Value::take)
         .unwrap_or_default();
-    Ok(Answer {
+    let rest = serde_json::to_vec(&Answer {
         resource,
         adjustments: replay.setup.adjustments_json(),
-        skipped: totals.requests - events.len(),
+        skipped: totals.requests - listed,
         totals,
-        events,
         periods,
         now,
     })
+    .map_err(encoding)?;
+    // `rest` is an object: its fields follow the events.
+    json.push(b',');
+    json.extend_from_slice(rest.strip_prefix(b"{").unwrap_or(&rest));
+    Ok(json)
 }
+
+/// Events whose answer space is reserved up front (the rest grows).
+const MAX_EVENTS_RESERVED: usize = 20_000;
 
 /// Every tier of `state` (already brought to `now`) as of `now`, with the
 /// times of the hits in its window, charged to `budget`.

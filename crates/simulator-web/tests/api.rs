@@ -359,6 +359,78 @@ async fn the_event_cap_is_enforced() {
 }
 
 #[tokio::test]
+async fn simulator_replay_work_is_bounded() {
+    let tiers = |n: usize| {
+        Value::Array(
+            (0..n)
+                .map(|i| json!({"limit": 10 * (i + 1), "window": "1s"}))
+                .collect(),
+        )
+    };
+    let max = charon_simulator_web::MAX_EVENT_TIERS;
+    // At the bound: answered.
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": tiers(10), "events": events(0..(max / 10) as u64), "detail": "replies" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    // One tier more: refused before anything is replayed, naming the bound.
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": tiers(11), "events": events(0..(max / 10) as u64), "detail": "replies" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
+    assert_eq!(out["error"], "too_much_work");
+    assert_eq!(out["max_event_tiers"], max);
+    assert!(
+        out["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("20000 events × 11 tiers")),
+        "{out}"
+    );
+    // detail "full" lists at most MAX_LISTED_TIER_STATES tier states.
+    let states = charon_simulator_web::MAX_LISTED_TIER_STATES;
+    let n = (states / 32 + 1) as u64;
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "tiers": tiers(32).as_array().expect("tiers").iter().map(|t| {
+            json!({"limit": t["limit"], "window": "1ms"})
+        }).collect::<Vec<_>>(), "events": events(0..n) }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
+    assert_eq!(out["error"], "too_many_tier_states");
+    assert_eq!(out["max_listed_tier_states"], states);
+    // A body over the limit is refused as such.
+    let padding = " ".repeat(charon_simulator_web::BODY_LIMIT);
+    let (status, _, bytes) =
+        call_raw("/simulator/api/run", format!("{{\"events\": []{padding}}}")).await;
+    let out: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
+    assert_eq!(out["error"], "body_too_large");
+}
+
+async fn call_raw(uri: &str, body: String) -> (StatusCode, String, Vec<u8>) {
+    let request = Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("request");
+    let response = charon_simulator_web::router()
+        .oneshot(request)
+        .await
+        .expect("the router answers");
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (status, String::new(), bytes.to_vec())
+}
+
+#[tokio::test]
 async fn snapshots_too_large_are_refused_with_a_way_out() {
     let body = |detail: &str| {
         json!({

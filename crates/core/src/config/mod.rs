@@ -19,6 +19,42 @@ use crate::{ClientError, UNBOUNDED};
 pub use normalize::{Adjustment, normalize_tiers};
 pub use parse::{parse_namespace, parse_resource};
 
+/// Bounds on the size of a configuration, checked by [`Config::from_yaml`],
+/// [`Config::from_value`] and [`parse_resource`] alike, so a file, the
+/// config API and the embedded API refuse the same documents. Each is far
+/// above what a real deployment writes and far below what makes one
+/// document cost a server hundreds of megabytes: a write of a resource with
+/// 100 000 tiers used to add about 200 MB of RSS to every process that
+/// loaded it. A list over its bound is refused before its items are read,
+/// with the path and the bound: `resources[0].tiers: 100000 tiers, at most
+/// 64`. Names are bounded separately (1024 bytes, SPEC §1).
+///
+/// The most resources one configuration may hold: a thousand services
+/// with a hundred limits each.
+pub const MAX_RESOURCES: usize = 100_000;
+/// The most tiers one tier list may hold (a resource's, or an override's).
+/// The paper's examples use two or three; each tier is a sliding window
+/// every decision walks.
+pub const MAX_TIERS: usize = 64;
+/// The most per-domain overrides one resource may hold. Domains without an
+/// override share the resource's limits; a per-domain table larger than
+/// this belongs in several resources or namespaces.
+pub const MAX_DOMAIN_OVERRIDES: usize = 10_000;
+/// The most tiers one rate resource may hold in all, its own and its
+/// overrides' together (10 000 overrides of 64 tiers would be 640 000).
+pub const MAX_TIERS_PER_RESOURCE: usize = 100_000;
+/// The most groups (bulkheads) one copy resource may hold.
+pub const MAX_GROUPS: usize = 1_000;
+/// The most group memberships one copy resource may hold, over all its
+/// groups (a domain in three groups counts three times).
+pub const MAX_GROUP_MEMBERS: usize = 10_000;
+/// The most namespaces with settings one configuration may hold.
+pub const MAX_NAMESPACES: usize = 10_000;
+
+/// What an empty document (no bytes, only whitespace or comments) is told.
+pub const EMPTY_CONFIGURATION: &str =
+    "the configuration is empty; write `resources: []` to mean no resources";
+
 /// One burst tier `(L, Tw, Ta, Tc, S)` of SPEC §2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tier {

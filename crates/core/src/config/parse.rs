@@ -9,8 +9,10 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::{
-    ConfigErrors, ConfigIssue, CopyResource, Group, NamespaceSettings, RateOverride, RateResource,
-    Resource, ResourceKind, Tier,
+    ConfigErrors, ConfigIssue, CopyResource, EMPTY_CONFIGURATION, Group, MAX_DOMAIN_OVERRIDES,
+    MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_NAMESPACES, MAX_RESOURCES, MAX_TIERS,
+    MAX_TIERS_PER_RESOURCE, NamespaceSettings, RateOverride, RateResource, Resource, ResourceKind,
+    Tier,
 };
 use crate::MAX_COUNT;
 use crate::request::check_name;
@@ -136,6 +138,16 @@ fn list<'v>(v: &'v Value, path: &Path, issues: &mut Issues) -> Option<&'v [Value
     }
 }
 
+/// Whether `n` items of `what` exceed `max`; if so, says so at `path`
+/// (`resources[0].tiers: 100000 tiers, at most 64`).
+fn too_many(n: usize, max: usize, what: &str, path: &Path, issues: &mut Issues) -> bool {
+    if n <= max {
+        return false;
+    }
+    issues.push(path, format!("{n} {what}, at most {max}"));
+    true
+}
+
 fn count(v: &Value, path: &Path, issues: &mut Issues) -> Option<u64> {
     let problem = match v {
         Value::Number(n) => match (n.as_u64(), n.as_i64()) {
@@ -245,7 +257,10 @@ pub(super) fn parse_config(
     let mut namespaces = BTreeMap::new();
     let mut resources = Vec::new();
     if v.is_null() {
-        return Ok((namespaces, resources));
+        // No bytes, only whitespace or only comments: a truncated file or
+        // an export that failed, never a wish for no limits.
+        issues.push(&root, EMPTY_CONFIGURATION);
+        return Err(ConfigErrors(issues.0));
     }
     if let Some(map) = object(
         v,
@@ -256,6 +271,14 @@ pub(super) fn parse_config(
     ) {
         match map.get("namespaces") {
             None | Some(Value::Null) => {}
+            Some(Value::Object(nss))
+                if too_many(
+                    nss.len(),
+                    MAX_NAMESPACES,
+                    "namespaces",
+                    &root.key("namespaces"),
+                    &mut issues,
+                ) => {}
             Some(Value::Object(nss)) => {
                 let path = root.key("namespaces");
                 for (ns, settings) in nss {
@@ -278,7 +301,9 @@ pub(super) fn parse_config(
         }
         if let Some(rs) = map.get("resources").filter(|v| !v.is_null()) {
             let path = root.key("resources");
-            if let Some(items) = list(rs, &path, &mut issues) {
+            if let Some(items) = list(rs, &path, &mut issues)
+                && !too_many(items.len(), MAX_RESOURCES, "resources", &path, &mut issues)
+            {
                 for (i, item) in items.iter().enumerate() {
                     if let Some(r) = resource_at(item, &path.index(i), &mut issues) {
                         resources.push(r);
@@ -397,7 +422,25 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     let mut domains = BTreeMap::new();
     if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
         let dpath = path.key("domains");
+        let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
         match v {
+            Value::Object(ds)
+                if too_many(
+                    ds.len(),
+                    MAX_DOMAIN_OVERRIDES,
+                    "domain overrides",
+                    &dpath,
+                    issues,
+                ) => {}
+            Value::Object(ds)
+                if too_many(
+                    listed(map.get("tiers"))
+                        + ds.values().map(|o| listed(o.get("tiers"))).sum::<usize>(),
+                    MAX_TIERS_PER_RESOURCE,
+                    "tiers in the resource and its overrides",
+                    &dpath,
+                    issues,
+                ) => {}
             Value::Object(ds) => {
                 for (domain, o) in ds {
                     let p = dpath.key(domain);
@@ -438,6 +481,9 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
 
 fn tiers_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Vec<Tier>> {
     let items = list(v, path, issues)?;
+    if too_many(items.len(), MAX_TIERS, "tiers", path, issues) {
+        return None;
+    }
     let before = issues.0.len();
     let tiers: Vec<Tier> = items
         .iter()
@@ -487,6 +533,14 @@ fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
         let dpath = path.key("domains");
         match v {
+            Value::Object(ds)
+                if too_many(
+                    ds.len(),
+                    MAX_DOMAIN_OVERRIDES,
+                    "domain overrides",
+                    &dpath,
+                    issues,
+                ) => {}
             Value::Object(ds) => {
                 for (domain, o) in ds {
                     let p = dpath.key(domain);
@@ -516,7 +570,21 @@ fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     let mut groups = Vec::new();
     if let Some(v) = map.get("groups").filter(|v| !v.is_null()) {
         let gpath = path.key("groups");
-        if let Some(items) = list(v, &gpath, issues) {
+        let members = |g: &Value| {
+            g.get("domains")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
+        };
+        if let Some(items) = list(v, &gpath, issues)
+            && !too_many(items.len(), MAX_GROUPS, "groups", &gpath, issues)
+            && !too_many(
+                items.iter().map(members).sum(),
+                MAX_GROUP_MEMBERS,
+                "domains in groups",
+                &gpath,
+                issues,
+            )
+        {
             let mut seen = BTreeMap::new();
             for (i, g) in items.iter().enumerate() {
                 let p = gpath.index(i);

@@ -160,12 +160,149 @@ fn malformed_yaml_is_an_error_not_a_panic() {
     ] {
         assert!(Config::from_yaml(text).is_err(), "{text:?}");
     }
-    assert!(
-        Config::from_yaml("")
-            .expect("empty is valid")
-            .0
-            .resources()
-            .is_empty()
+}
+
+#[test]
+fn empty_config_file_is_refused() {
+    for text in ["", "  \n\t\n", "# only a comment\n", "---\n", "~", "null"] {
+        assert_eq!(
+            errors(text),
+            vec![EMPTY_CONFIGURATION.to_owned()],
+            "{text:?}"
+        );
+    }
+    assert_eq!(
+        Config::from_value(&serde_json::Value::Null)
+            .expect_err("refused")
+            .to_string(),
+        EMPTY_CONFIGURATION
+    );
+    // Meaning no resources is said so.
+    let (c, _) = Config::from_yaml("resources: []\n").expect("valid");
+    assert!(c.resources().is_empty());
+}
+
+fn tiers_json(n: usize) -> serde_json::Value {
+    serde_json::Value::Array(
+        (0..n)
+            .map(|i| serde_json::json!({"limit": i + 1, "window": "1s"}))
+            .collect(),
+    )
+}
+
+fn value_errors(v: &serde_json::Value) -> Vec<String> {
+    match Config::from_value(v) {
+        Ok(_) => panic!("expected errors"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn config_size_bounds_name_the_path_and_the_bound() {
+    use serde_json::json;
+    let rate = |extra: serde_json::Value| {
+        let mut r = json!({"name": "a", "kind": "rate", "tiers": tiers_json(1)});
+        for (k, v) in extra.as_object().expect("object") {
+            r[k] = v.clone();
+        }
+        json!({ "resources": [r] })
+    };
+    // At the bound: accepted.
+    assert!(Config::from_value(&rate(json!({"tiers": tiers_json(MAX_TIERS)}))).is_ok());
+    assert_eq!(
+        value_errors(&rate(json!({"tiers": tiers_json(100_000)}))),
+        vec![format!(
+            "resources[0].tiers: 100000 tiers, at most {MAX_TIERS}"
+        )]
+    );
+    let overrides = |n: usize, tiers: usize| {
+        let ds: serde_json::Map<String, serde_json::Value> = (0..n)
+            .map(|i| (format!("d{i}"), json!({"tiers": tiers_json(tiers)})))
+            .collect();
+        rate(json!({ "domains": ds }))
+    };
+    assert!(Config::from_value(&overrides(MAX_DOMAIN_OVERRIDES, 1)).is_ok());
+    assert_eq!(
+        value_errors(&overrides(100_000, 1)),
+        vec![format!(
+            "resources[0].domains: 100000 domain overrides, at most {MAX_DOMAIN_OVERRIDES}"
+        )]
+    );
+    assert_eq!(
+        value_errors(&overrides(2_000, 60)),
+        vec![format!(
+            "resources[0].domains: 120001 tiers in the resource and its overrides, at most \
+             {MAX_TIERS_PER_RESOURCE}"
+        )]
+    );
+    let e = value_errors(&rate(json!({"domains": {"x": {"tiers": tiers_json(65)}}})));
+    assert_eq!(
+        e,
+        vec!["resources[0].domains.x.tiers: 65 tiers, at most 64"]
+    );
+
+    let copy = |groups: serde_json::Value, domains: serde_json::Value| {
+        json!({"resources": [{"name": "c", "kind": "copy", "domain_limit": 1,
+                              "groups": groups, "domains": domains}]})
+    };
+    let members: Vec<String> = (0..MAX_GROUP_MEMBERS + 1)
+        .map(|i| format!("m{i}"))
+        .collect();
+    assert_eq!(
+        value_errors(&copy(
+            json!([{"name": "g", "limit": 1, "domains": members}]),
+            json!({})
+        )),
+        vec![format!(
+            "resources[0].groups: {} domains in groups, at most {MAX_GROUP_MEMBERS}",
+            MAX_GROUP_MEMBERS + 1
+        )]
+    );
+    let groups: Vec<serde_json::Value> = (0..MAX_GROUPS + 1)
+        .map(|i| json!({"name": format!("g{i}"), "limit": 1}))
+        .collect();
+    assert_eq!(
+        value_errors(&copy(json!(groups), json!({}))),
+        vec![format!(
+            "resources[0].groups: {} groups, at most {MAX_GROUPS}",
+            MAX_GROUPS + 1
+        )]
+    );
+    let ds: serde_json::Map<String, serde_json::Value> = (0..MAX_DOMAIN_OVERRIDES + 1)
+        .map(|i| (format!("d{i}"), json!({"domain_limit": 1})))
+        .collect();
+    assert_eq!(
+        value_errors(&copy(json!([]), json!(ds))),
+        vec![format!(
+            "resources[0].domains: {} domain overrides, at most {MAX_DOMAIN_OVERRIDES}",
+            MAX_DOMAIN_OVERRIDES + 1
+        )]
+    );
+    let many: Vec<serde_json::Value> = (0..MAX_RESOURCES + 1)
+        .map(|i| json!({"name": format!("r{i}"), "kind": "copy", "domain_limit": 1}))
+        .collect();
+    assert_eq!(
+        value_errors(&json!({ "resources": many })),
+        vec![format!(
+            "resources: {} resources, at most {MAX_RESOURCES}",
+            MAX_RESOURCES + 1
+        )]
+    );
+    let nss: serde_json::Map<String, serde_json::Value> = (0..MAX_NAMESPACES + 1)
+        .map(|i| (format!("n{i}"), json!({})))
+        .collect();
+    assert_eq!(
+        value_errors(&json!({ "namespaces": nss, "resources": [] })),
+        vec![format!(
+            "namespaces: {} namespaces, at most {MAX_NAMESPACES}",
+            MAX_NAMESPACES + 1
+        )]
+    );
+    // The same bounds for one resource alone (the config API's body).
+    let one = json!({"name": "a", "kind": "rate", "tiers": tiers_json(65)});
+    assert_eq!(
+        parse_resource(&one).expect_err("refused").to_string(),
+        "tiers: 65 tiers, at most 64"
     );
 }
 

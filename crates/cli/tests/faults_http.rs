@@ -34,14 +34,14 @@ fn rss_kib(pid: u32) -> u64 {
 /// server (docs/operations-notes/bounded-input.md).
 const REPLAY_RSS_BOUND_MIB: u64 = 100;
 
-/// The largest replay of `detail: "replies"` the bounds allow: 20 000
-/// events (MAX_EVENTS) of two copies each, over 10 tiers (events × tiers =
-/// 200 000, MAX_EVENT_TIERS).
+/// The largest replay of `detail: "replies"` the bounds allow: 10 000
+/// events of two copies each, over 10 tiers (events × tiers = 100 000,
+/// MAX_EVENT_TIERS).
 fn replies_worst_case() -> Value {
     let tiers: Vec<Value> = (0..10)
         .map(|i| json!({"limit": 1_000 * (i + 1), "window": "60s", "active": "1s", "cooldown": "1s"}))
         .collect();
-    let events: Vec<Value> = (0..20_000u64)
+    let events: Vec<Value> = (0..10_000u64)
         .map(|t| json!({"t": 1_000_000 + t * 3, "copies": 2, "min_copies": 1}))
         .collect();
     json!({"name": "worst/replies", "tiers": tiers, "events": events, "detail": "replies"})
@@ -103,7 +103,7 @@ async fn simulator_replay_memory_is_bounded() {
         not_ok.extend(answers.iter().copied().filter(|a| {
             a.1 != 200
                 || (a.2 != 200 && a.2 != 429)
-                || a.3 != Some(if a.0 == 0 { 20_000 } else { 600 })
+                || a.3 != Some(if a.0 == 0 { 10_000 } else { 600 })
         }));
         peaks.push(peak.saturating_sub(idle) / 1024);
         afters.push(rss_kib(pid).saturating_sub(idle) / 1024);
@@ -112,7 +112,7 @@ async fn simulator_replay_memory_is_bounded() {
     let added_mib = peaks.iter().copied().max().unwrap_or(0);
     println!(
         "FAULT simulator_replay_memory: injected 2 storms of 32 concurrent POST \
-         /simulator/api/run, each 16 of 20000 events x 10 tiers (detail replies, {} B) and 16 of \
+         /simulator/api/run, each 16 of 10000 events x 10 tiers (detail replies, {} B) and 16 of \
          600 events x 32 tiers (detail full, {} B), from clients that retry after Retry-After; \
          expected 429 + Retry-After or 200 (every replay done in the end), /healthz answered, \
          peak RSS under idle + {REPLAY_RSS_BOUND_MIB} MiB; observed first attempts [{}]; not \

@@ -23,10 +23,11 @@ pub const MAX_TIERS: usize = 32;
 
 /// The most work one replay may ask for, in events × tiers: each decision
 /// walks every tier, and the answer grows with both. 20 000 events (the
-/// most) with 10 tiers, or 6 250 events with 32; past it the page is told to
+/// most) with 5 tiers, 10 000 with 10, or 3 125 with 32 (one replay costs
+/// about 20 MiB at most, debug build); past it the page is told to
 /// reset or to use fewer tiers. With [`crate::MAX_CONCURRENT_REPLAYS`] this
 /// bounds what the simulator can cost a server.
-pub const MAX_EVENT_TIERS: usize = 200_000;
+pub const MAX_EVENT_TIERS: usize = 100_000;
 
 /// Every issue is reported, up to this many; a list of 20 000 broken events
 /// needs only the first few to be understood.

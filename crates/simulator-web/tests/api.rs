@@ -387,7 +387,7 @@ async fn simulator_replay_work_is_bounded() {
     assert!(
         out["message"]
             .as_str()
-            .is_some_and(|m| m.contains("20000 events × 11 tiers")),
+            .is_some_and(|m| m.contains("10000 events × 11 tiers")),
         "{out}"
     );
     // detail "full" lists at most MAX_LISTED_TIER_STATES tier states.

@@ -248,7 +248,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             reason
         })
     };
-    server.await??;
+    // A gRPC or HTTP side that stopped by itself is an error: after the
+    // same clean shutdown, the process exits 1 with the reason.
+    let served = server.await?;
     if let Source::Embedded(app) = &source {
         app.close().await;
     }
@@ -260,6 +262,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "could not leave the store cleanly ({e}); the others will clean up after this server"
         );
     }
+    served?;
     info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use charon_limiter::Limiter;
 use tokio::net::TcpListener;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 pub use grpc::LimiterService;
 pub use shutdown::Shutdown;
@@ -171,6 +171,11 @@ fn incoming(listener: TcpListener, keepalive: Duration) -> tonic::transport::ser
 /// triggered, then shuts down gracefully: stops accepting, ends every
 /// session (releasing its holds) and waits for in-flight work, at most
 /// `shutdown_grace`.
+///
+/// Fails, after the same graceful shutdown, if the gRPC or the HTTP server
+/// stops while it should be serving (its listener ended, its task failed):
+/// a server that no longer answers on one of its ports must not look
+/// alive, so the process exits non-zero and says which port and why.
 pub async fn serve(
     state: Arc<ServerState>,
     grpc: TcpListener,
@@ -178,6 +183,28 @@ pub async fn serve(
     extra_routes: axum::Router,
 ) -> std::io::Result<()> {
     let grpc_addr: SocketAddr = grpc.local_addr()?;
+    let keepalive = state.options.keepalive / 2;
+    serve_incoming(
+        state,
+        (grpc_addr, incoming(grpc, keepalive)),
+        http,
+        extra_routes,
+    )
+    .await
+}
+
+/// [`serve`] with the gRPC connections from any stream of accepted
+/// connections (`addr` is only reported): tests use it to end the stream
+/// and see the server notice.
+pub async fn serve_incoming<I>(
+    state: Arc<ServerState>,
+    (grpc_addr, grpc): (SocketAddr, I),
+    http: TcpListener,
+    extra_routes: axum::Router,
+) -> std::io::Result<()>
+where
+    I: tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static,
+{
     let http_addr: SocketAddr = http.local_addr()?;
     let options = state.options.clone();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -203,7 +230,7 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(limiter_service)
-        .serve_with_incoming_shutdown(incoming(grpc, half), async move { shutdown.wait().await });
+        .serve_with_incoming_shutdown(grpc, async move { shutdown.wait().await });
 
     let app = http::router(state.clone()).merge(extra_routes);
     let shutdown = state.shutdown.clone();
@@ -211,21 +238,53 @@ pub async fn serve(
         axum::serve(http, app).with_graceful_shutdown(async move { shutdown.wait().await });
 
     tracing::debug!(%grpc_addr, %http_addr, "serving");
-    let grpc_task = tokio::spawn(grpc_server);
-    let http_task = tokio::spawn(async move { http_server.await });
-    state.shutdown.wait().await;
+    let mut grpc_task = tokio::spawn(grpc_server);
+    let mut http_task = tokio::spawn(async move { http_server.await });
+    let (mut grpc_ended, mut http_ended) = (false, false);
+    let failure = tokio::select! {
+        () = state.shutdown.wait() => None,
+        ended = &mut grpc_task => {
+            grpc_ended = true;
+            Some(format!("the gRPC server on {grpc_addr} stopped: {}", why_stopped(ended)))
+        }
+        ended = &mut http_task => {
+            http_ended = true;
+            Some(format!("the HTTP server on {http_addr} stopped: {}", why_stopped(ended)))
+        }
+    };
+    if let Some(reason) = &failure {
+        error!("{reason}; shutting down");
+        state.set_ready(false);
+        state.shutdown.trigger();
+    }
     health_reporter
         .set_not_serving::<charon_proto::v1::limiter_server::LimiterServer<LimiterService>>()
         .await;
     info!("shutting down: no new connections, ending sessions");
     let drained = tokio::time::timeout(options.shutdown_grace, async {
-        let _ = grpc_task.await;
-        let _ = http_task.await;
+        if !grpc_ended {
+            let _ = grpc_task.await;
+        }
+        if !http_ended {
+            let _ = http_task.await;
+        }
         state.shutdown.sessions_ended().await;
     })
     .await;
     if drained.is_err() {
         warn!(grace = ?options.shutdown_grace, "shutdown grace period passed; stopping anyway");
     }
-    Ok(())
+    failure.map_or(Ok(()), |reason| Err(std::io::Error::other(reason)))
+}
+
+/// Why a server task ended although nobody asked it to.
+fn why_stopped<E: std::fmt::Display>(
+    ended: Result<Result<(), E>, tokio::task::JoinError>,
+) -> String {
+    match ended {
+        Ok(Ok(())) => "its listener stopped accepting connections".to_owned(),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) if e.is_panic() => "its task panicked".to_owned(),
+        Err(e) => e.to_string(),
+    }
 }

@@ -13,7 +13,7 @@ pub fn load(path: &Path) -> anyhow::Result<Option<Config>> {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     // The same rules as `charon serve`: the limits, and an optional
     // `server:` section.
-    match charon_server::reload::parse_text(&text) {
+    match charon_server::config_file::parse_text(&text) {
         Ok((config, adjustments, _)) => {
             for a in adjustments {
                 eprintln!("{}: normalized: {a}", path.display());

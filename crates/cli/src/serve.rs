@@ -24,7 +24,8 @@ use charon_config_service::feed::{ConfigFeed, FeedHandle, FeedOptions};
 use charon_config_service::{AppState, Tokens};
 use charon_core::config::Config;
 use charon_limiter::Limiter;
-use charon_server::reload::{self, FileServerSettings};
+use charon_server::config_file::{self, FileServerSettings};
+use charon_server::file_reload;
 use charon_server::{ConfigReport, ServerOptions, ServerState};
 use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, SystemClock};
 use clap::Args;
@@ -145,7 +146,7 @@ enum Source {
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (source, initial, file_settings) = match (&args.config, &args.config_url) {
         (Some(path), _) => {
-            let (config, settings) = reload::load_file(path)
+            let (config, settings) = config_file::load_file(path)
                 .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
             (Source::File(path.clone()), Some(config), settings)
         }
@@ -202,8 +203,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut routes = charon_simulator_web::router();
     let described = match &source {
         Source::File(path) => {
-            state.report_config(reload::file_report(path, None));
-            reload::spawn_file_reloader(state.clone(), path.clone());
+            state.report_config(config_file::file_report(path, None));
+            file_reload::spawn_file_reloader(state.clone(), path.clone());
             format!("configuration from {}", path.display())
         }
         Source::Service(url) => format!("configuration from the service at {url}"),

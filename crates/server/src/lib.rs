@@ -11,10 +11,11 @@
 //! - Configuration reload without restart ([`reload`]) and graceful
 //!   shutdown ([`Shutdown`]).
 
+pub mod config_file;
+pub mod file_reload;
 mod grpc;
 pub mod http;
 pub mod metrics;
-pub mod reload;
 mod shutdown;
 
 use std::net::SocketAddr;

@@ -7,106 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_core::config::{Adjustment, Config};
+use charon_core::config::Config;
 use notify::Watcher;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
+use crate::ServerState;
+use crate::config_file::{FileServerSettings, file_report, load_bytes};
 use crate::metrics;
-use crate::{ConfigReport, ServerState};
-
-/// Server settings a configuration file may carry beside the limits, in a
-/// top-level `server:` mapping (`store`, `listen`, `http_listen`). Flags and
-/// environment variables take precedence; they are read at start-up only.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FileServerSettings {
-    pub store: Option<String>,
-    pub listen: Option<String>,
-    pub http_listen: Option<String>,
-}
-
-const SERVER_FIELDS: &[&str] = &["store", "listen", "http_listen"];
-
-/// Validates configuration text: the limits of SPEC §6 plus an optional
-/// `server:` section. Every problem is reported, one per line.
-pub fn parse_text(
-    text: &str,
-) -> Result<(Config, Vec<Adjustment>, FileServerSettings), Vec<String>> {
-    let mut value: serde_json::Value =
-        serde_saphyr::from_str(text).map_err(|e| vec![format!("not valid YAML: {e}")])?;
-    let mut problems = Vec::new();
-    let mut settings = FileServerSettings::default();
-    if let Some(server) = value.as_object_mut().and_then(|m| m.remove("server")) {
-        match server {
-            serde_json::Value::Object(m) => {
-                for (key, v) in m {
-                    let slot = match key.as_str() {
-                        "store" => &mut settings.store,
-                        "listen" => &mut settings.listen,
-                        "http_listen" => &mut settings.http_listen,
-                        _ => {
-                            problems.push(format!(
-                                "server.{key}: unknown field (expected one of: {})",
-                                SERVER_FIELDS.join(", ")
-                            ));
-                            continue;
-                        }
-                    };
-                    match v {
-                        serde_json::Value::String(s) => *slot = Some(s),
-                        other => {
-                            problems.push(format!("server.{key}: expected a string, found {other}"))
-                        }
-                    }
-                }
-            }
-            serde_json::Value::Null => {}
-            other => problems.push(format!("server: expected a mapping, found {other}")),
-        }
-    }
-    match Config::from_value(&value) {
-        Ok((config, adjustments)) if problems.is_empty() => Ok((config, adjustments, settings)),
-        Ok(_) => Err(problems),
-        Err(errors) => {
-            problems.extend(errors.0.iter().map(ToString::to_string));
-            Err(problems)
-        }
-    }
-}
-
-/// Reads and validates a configuration file; the error lists every
-/// problem, one per line, prefixed with the file name.
-pub fn load_file(path: &Path) -> Result<(Config, FileServerSettings), String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    load_bytes(path, &text)
-}
-
-/// Validates the content of configuration file `path` as read.
-fn load_bytes(path: &Path, bytes: &[u8]) -> Result<(Config, FileServerSettings), String> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| format!("{}: not UTF-8 text: {e}", path.display()))?;
-    let (config, adjustments, settings) = parse_text(text).map_err(|problems| {
-        problems
-            .iter()
-            .map(|e| format!("{}: {e}", path.display()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
-    for a in adjustments {
-        info!(file = %path.display(), "normalized: {a}");
-    }
-    Ok((config, settings))
-}
-
-/// What `/readyz` says about a configuration file in force.
-pub fn file_report(path: &Path, problem: Option<String>) -> ConfigReport {
-    ConfigReport {
-        source: format!("file {}", path.display()),
-        version: 0,
-        loaded: true,
-        problem,
-    }
-}
 
 /// How long a watched file must stay the same before it is applied: a
 /// writer that truncates and then writes, or writes in several pieces,

@@ -1,6 +1,6 @@
 -- request(resource, domain, copies, min_copies): a line-by-line port of
 -- charon_core::rate::decide (SPEC §2 rules 1-6) and RateState::forget_at.
--- The differential test (tests/differential.rs) holds the two together.
+-- The differential test (crates/limiter/tests/differential.rs) holds the two together.
 --
 -- KEYS[1]  the pair's state: entry times and hit totals
 -- KEYS[2]  the pair's hits in the last second (list)

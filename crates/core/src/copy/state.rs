@@ -8,6 +8,7 @@
 //! only other copy of these rules; the differential test keeps them equal.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
 use super::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged, check_bound, reserve_grant};
 use crate::config::{CopyLimits, Enforcement};
@@ -16,15 +17,27 @@ use crate::{ClientError, Millis};
 
 /// Copies held of one resource: by domain, by group, in all, and staged.
 /// Every count includes the staged copies (they are held until seized or
-/// expired); entries at zero are absent.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CopyState {
+/// expired); entries at zero are absent. `S` hashes the names (a store
+/// picks a fast one; the std default otherwise).
+#[derive(Debug, Clone, Default)]
+pub struct CopyState<S = RandomState> {
     pub global: u64,
-    pub domains: HashMap<Box<str>, u64>,
-    pub groups: HashMap<Box<str>, u64>,
+    pub domains: HashMap<Box<str>, u64, S>,
+    pub groups: HashMap<Box<str>, u64, S>,
     /// transfer id → (staged copies, expiry).
-    pub staged: HashMap<String, (Staged, Millis)>,
+    pub staged: HashMap<String, (Staged, Millis), S>,
 }
+
+impl<S: BuildHasher> PartialEq for CopyState<S> {
+    fn eq(&self, other: &Self) -> bool {
+        self.global == other.global
+            && self.domains == other.domains
+            && self.groups == other.groups
+            && self.staged == other.staged
+    }
+}
+
+impl<S: BuildHasher> Eq for CopyState<S> {}
 
 /// A release that would take a count below zero: the counts do not hold
 /// what the hold names. Nothing changed.
@@ -36,7 +49,7 @@ pub struct ShortCounts {
     pub copies: u64,
 }
 
-impl CopyState {
+impl<S: BuildHasher> CopyState<S> {
     /// Copies held by `domain`.
     pub fn count(&self, domain: &str) -> u64 {
         self.domains.get(domain).copied().unwrap_or(0)
@@ -96,8 +109,8 @@ impl CopyState {
 /// A reserve of `amount` copies for `domain` (SPEC §3): the grant of
 /// [`reserve_grant`], checked against the bound ([`check_bound`]) and
 /// counted. On an error nothing changes.
-pub fn reserve(
-    state: &mut CopyState,
+pub fn reserve<S: BuildHasher>(
+    state: &mut CopyState<S>,
     domain: &str,
     limits: &CopyLimits,
     amount: Amount,
@@ -124,14 +137,24 @@ pub fn reserve(
 /// Gives back `copies` copies of `hold`: the domain's, the resource's and
 /// each group's count go down by `copies`. If any of them holds fewer,
 /// nothing changes and the caller hears about it. Returns the counts after.
-pub fn release(state: &mut CopyState, hold: &Hold, copies: u64) -> Result<CopyStatus, ShortCounts> {
+pub fn release<S: BuildHasher>(
+    state: &mut CopyState<S>,
+    hold: &Hold,
+    copies: u64,
+) -> Result<CopyStatus, ShortCounts> {
     take(state, hold, copies)?;
     Ok(state.status(hold))
 }
 
 /// Stages `copies` copies of `hold` under transfer `id` until `expires`:
 /// they stay counted, owned by nobody, until seized or expired.
-pub fn stage(state: &mut CopyState, id: String, hold: &Hold, copies: u64, expires: Millis) {
+pub fn stage<S: BuildHasher>(
+    state: &mut CopyState<S>,
+    id: String,
+    hold: &Hold,
+    copies: u64,
+    expires: Millis,
+) {
     let staged = Staged {
         hold: hold.clone(),
         copies,
@@ -142,13 +165,13 @@ pub fn stage(state: &mut CopyState, id: String, hold: &Hold, copies: u64, expire
 /// Takes the copies staged under transfer `id` out of the staging area
 /// (they stay counted: the seizer holds them now); `None` if there are
 /// none (never staged, seized or expired).
-pub fn seize(state: &mut CopyState, id: &str) -> Option<Staged> {
+pub fn seize<S: BuildHasher>(state: &mut CopyState<S>, id: &str) -> Option<Staged> {
     state.staged.remove(id).map(|(s, _)| s)
 }
 
 /// Releases every staged transfer whose ttl has passed (expired at
 /// `now >= expiry`); returns their ids.
-pub fn expire(state: &mut CopyState, now: Millis) -> Vec<String> {
+pub fn expire<S: BuildHasher>(state: &mut CopyState<S>, now: Millis) -> Vec<String> {
     let expired: Vec<String> = state
         .staged
         .iter()
@@ -168,7 +191,7 @@ pub fn expire(state: &mut CopyState, now: Millis) -> Vec<String> {
 
 /// Takes `n` copies of `hold` out of the counts, or nothing if any count
 /// is short.
-fn take(state: &mut CopyState, hold: &Hold, n: u64) -> Result<(), ShortCounts> {
+fn take<S: BuildHasher>(state: &mut CopyState<S>, hold: &Hold, n: u64) -> Result<(), ShortCounts> {
     let short = state.global < n
         || state.count(&hold.domain) < n
         || hold.groups.iter().any(|g| state.group(g) < n);
@@ -188,7 +211,7 @@ fn take(state: &mut CopyState, hold: &Hold, n: u64) -> Result<(), ShortCounts> {
 }
 
 /// Removes `n` from a count, dropping the entry at zero.
-fn decrement(map: &mut HashMap<Box<str>, u64>, key: &str, n: u64) {
+fn decrement<S: BuildHasher>(map: &mut HashMap<Box<str>, u64, S>, key: &str, n: u64) {
     if let Some(c) = map.get_mut(key) {
         *c -= n;
         if *c == 0 {

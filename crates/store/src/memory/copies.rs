@@ -16,10 +16,14 @@ use hashbrown::HashMap;
 use super::shards::{Hashed, Shards};
 use crate::StoreError;
 
+/// A resource's counts, with names hashed by foldhash (as the rest of the
+/// store's tables).
+type Copies = CopyState<foldhash::fast::RandomState>;
+
 struct CopyEntry {
     resource: Box<str>,
     hash: u64,
-    copies: CopyState,
+    copies: Copies,
 }
 
 impl Hashed for CopyEntry {
@@ -100,7 +104,7 @@ impl CopyTable {
         resource: &str,
         now: Millis,
         ids: &TransferIds,
-        f: impl FnOnce(&mut CopyState) -> R,
+        f: impl FnOnce(&mut Copies) -> R,
     ) -> R {
         self.shards.with(
             hash,
@@ -108,7 +112,7 @@ impl CopyTable {
             || CopyEntry {
                 resource: resource.into(),
                 hash,
-                copies: CopyState::default(),
+                copies: Copies::default(),
             },
             |e| {
                 ids.forget(&copy::expire(&mut e.copies, now));

@@ -26,7 +26,7 @@ fn hold(domain: &str, groups: &[&str]) -> Hold {
 
 /// A state where d1 (groups a, b) holds 3 and d2 (group b) holds 2.
 fn held() -> CopyState {
-    let mut s = CopyState::default();
+    let mut s: CopyState = CopyState::default();
     let l = limits(10, Some(20), &[("a", 10), ("b", 10)]);
     reserve(&mut s, "d1", &l, amount(3, 3), Enforcement::Enforce).expect("within");
     let l = limits(10, Some(20), &[("b", 10)]);
@@ -60,7 +60,7 @@ fn a_rejected_reserve_changes_nothing() {
 
 #[test]
 fn a_reserve_past_the_bound_is_refused_and_changes_nothing() {
-    let mut s = CopyState::default();
+    let mut s: CopyState = CopyState::default();
     let l = limits(u64::MAX, None, &[]);
     reserve(&mut s, "d1", &l, amount(MAX_COUNT, 1), Enforcement::Enforce).expect("at the bound");
     let before = s.clone();
@@ -144,7 +144,7 @@ fn expiry_releases_staged_copies_at_their_ttl_and_not_before() {
 
 #[test]
 fn staging_alone_keeps_the_state() {
-    let mut s = CopyState::default();
+    let mut s: CopyState = CopyState::default();
     stage(&mut s, "t1".into(), &hold("d1", &[]), 1, 10);
     assert!(!s.is_empty());
 }

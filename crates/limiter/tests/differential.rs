@@ -111,10 +111,11 @@ fn optional(rng: &mut StdRng, key: &str, v: Option<u64>, indent: &str) -> String
 /// generator of the naive-model property test (`charon_core::testing`);
 /// random domain and global limits, per-domain limits and groups for the
 /// copy resources. Limits are small, and now and then near the bound.
-fn config(rng: &mut StdRng) -> String {
+fn config(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
     let mut y = FIXED.to_owned();
     for name in RANDOM_RATE {
         let (tiers, hard, global) = testing::rate_limits(&mut Seeded(rng), UNIT);
+        shapes.push(format!("config: rate resource with {} tiers", tiers.len()));
         y += &format!("  - name: {name}\n    kind: rate\n");
         y += &optional(rng, "hard_limit", hard, "    ");
         y += &optional(rng, "global_limit", global, "    ");
@@ -130,6 +131,14 @@ fn config(rng: &mut StdRng) -> String {
             let tiers = (hard.is_none() || rng.random_range(0..2) == 0)
                 .then(|| testing::tiers(&mut Seeded(rng), UNIT));
             overrides += &optional(rng, "hard_limit", hard, "        ");
+            shapes.push(
+                if tiers.is_some() {
+                    "config: domain override with tiers"
+                } else {
+                    "config: domain override with H only"
+                }
+                .to_owned(),
+            );
             if let Some(tiers) = tiers {
                 overrides += "        tiers:";
                 overrides += &tiers_yaml(rng, &tiers, "          ");
@@ -160,6 +169,7 @@ fn config(rng: &mut StdRng) -> String {
             y += &overrides;
         }
         let groups = rng.random_range(0..=3);
+        shapes.push(format!("config: copy resource with {groups} groups"));
         if groups > 0 {
             y += "    groups:\n";
         }
@@ -373,6 +383,13 @@ impl Scenario {
                     Ok(_) => self.saw("reserve granted"),
                     Err(e) => self.saw(format!("reserve {}", client_error_kind(e))),
                 }
+                if let Ok(r) = &m
+                    && r.granted < copies
+                    && !r.ignored
+                    && r.groups.iter().any(|g| g.holds >= g.limit)
+                {
+                    self.saw("reserve limited by a group");
+                }
                 let what = format!("t={t} s{s}.reserve({resource}, {domain}, {copies}, {min})");
                 self.check(what, outcome(&m), outcome(&r));
             }
@@ -482,7 +499,11 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         1_700_000_000_000
     };
     let clock = Arc::new(ManualClock::new(start));
-    let yaml = config(&mut rng);
+    let mut shapes = Vec::new();
+    let yaml = config(&mut rng, &mut shapes);
+    for shape in shapes {
+        *seen.entry(shape).or_default() += 1;
+    }
     let config = match Config::from_yaml(&yaml) {
         Ok((config, _)) => config,
         Err(e) => panic!("seed {seed}: the generated configuration is refused: {e}\n{yaml}"),
@@ -553,6 +574,13 @@ async fn memory_and_redis_give_identical_replies() {
         "request refused at the bound",
         "reserve granted, huge",
         "reserve refused at the bound",
+        "reserve limited by a group",
+        "config: rate resource with 0 tiers",
+        "config: rate resource with 4 tiers",
+        "config: domain override with tiers",
+        "config: domain override with H only",
+        "config: copy resource with 0 groups",
+        "config: copy resource with 3 groups",
     ] {
         assert!(
             seen.get(must).copied().unwrap_or(0) > 0,

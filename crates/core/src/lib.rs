@@ -13,6 +13,8 @@ pub mod copy;
 pub mod error;
 pub mod rate;
 pub mod request;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod time;
 
 pub use error::ClientError;

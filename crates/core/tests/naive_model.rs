@@ -6,6 +6,7 @@
 use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::rate::{HitLog, RateReply, RateState, decide};
 use charon_core::request::Amount;
+use charon_core::testing;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -185,23 +186,6 @@ impl Naive {
     }
 }
 
-fn tier_strategy() -> impl Strategy<Value = Tier> {
-    (
-        0u64..=4,
-        1u64..=40,
-        prop::option::of(1u64..=120),
-        0u64..=80,
-        any::<bool>(),
-    )
-        .prop_map(|(limit, window, active, cooldown, skippable)| Tier {
-            limit,
-            window,
-            active,
-            cooldown,
-            skippable,
-        })
-}
-
 #[derive(Debug, Clone)]
 struct Event {
     gap: u64,
@@ -221,13 +205,17 @@ fn event_strategy() -> impl Strategy<Value = Event> {
         })
 }
 
+/// Random tiers, H and G from the generator the stores' differential test
+/// shares (`charon_core::testing`, in 1 ms units), and a random timeline.
 fn scenario() -> impl Strategy<Value = (Vec<Tier>, Option<u64>, Option<u64>, Vec<Event>)> {
     (
-        prop::collection::vec(tier_strategy(), 0..=4),
-        prop::option::of(0u64..=12),
-        prop::option::of(0u64..=20),
+        prop::collection::vec(any::<u64>(), testing::RATE_LIMITS_DRAWS),
         prop::collection::vec(event_strategy(), 1..80),
     )
+        .prop_map(|(raw, events)| {
+            let (tiers, hard, global) = testing::rate_limits(&mut testing::Raw::new(&raw), 1);
+            (tiers, hard, global, events)
+        })
 }
 
 /// Runs a timeline through the engine; `forget` applies the stores' rule

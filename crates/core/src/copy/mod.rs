@@ -9,6 +9,10 @@ use crate::config::{CopyLimits, Enforcement};
 use crate::request::Amount;
 use crate::{ClientError, UNBOUNDED};
 
+mod state;
+
+pub use state::{CopyState, ShortCounts, expire, release, reserve, seize, stage};
+
 /// Copies held now, as a store reports them for one reserve: by the domain,
 /// by all domains, and by each group of the domain (aligned with
 /// [`CopyLimits::groups`]).

@@ -1,14 +1,14 @@
 //! Copy counts per resource, with the resource's staging area for
 //! transfers. One lock per resource shard makes every reserve exact against
-//! the domain, group and global limits at once.
+//! the domain, group and global limits at once. The rules are core's
+//! (`charon_core::copy`): this table only finds a resource's state, runs
+//! the rule on it under the lock and keeps the result.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use charon_core::config::{CopyLimits, Enforcement};
-use charon_core::copy::{
-    CopyCounts, CopyStatus, Hold, ReserveReply, Staged, check_bound, reserve_grant,
-};
+use charon_core::copy::{self, CopyState, CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::request::Amount;
 use charon_core::{ClientError, Millis};
 use hashbrown::HashMap;
@@ -16,106 +16,14 @@ use hashbrown::HashMap;
 use super::shards::{Hashed, Shards};
 use crate::StoreError;
 
-/// Copies held of one resource: by domain, by group, in all, and staged.
-#[derive(Default)]
-struct ResourceCopies {
-    global: u64,
-    domains: HashMap<Box<str>, u64>,
-    groups: HashMap<Box<str>, u64>,
-    /// transfer id → (staged copies, expiry).
-    staged: HashMap<String, (Staged, Millis)>,
-}
-
-impl ResourceCopies {
-    fn count(&self, domain: &str) -> u64 {
-        self.domains.get(domain).copied().unwrap_or(0)
-    }
-
-    fn group(&self, name: &str) -> u64 {
-        self.groups.get(name).copied().unwrap_or(0)
-    }
-
-    /// Counts `n` more copies. The caller has checked the bound (see
-    /// `charon_core::bound`), so no count passes `MAX_COUNT`; saturating
-    /// all the same, so that no input can make a count wrap.
-    fn add(&mut self, domain: &str, groups: &[String], n: u64) {
-        self.global = self.global.saturating_add(n);
-        let d = self.domains.entry(domain.into()).or_default();
-        *d = d.saturating_add(n);
-        for g in groups {
-            let c = self.groups.entry(g.as_str().into()).or_default();
-            *c = c.saturating_add(n);
-        }
-    }
-
-    /// Takes `n` copies of `hold` out of the counts. The counts must hold
-    /// them; if they do not, nothing changes and the caller hears about it.
-    fn remove(&mut self, hold: &Hold, n: u64) -> Result<(), StoreError> {
-        let short = self.global < n
-            || self.count(&hold.domain) < n
-            || hold.groups.iter().any(|g| self.group(g) < n);
-        if short {
-            return Err(StoreError::BadData(format!(
-                "counts of {:?} for domain {:?} are below {n}: refusing to go negative",
-                hold.resource, hold.domain
-            )));
-        }
-        self.global -= n;
-        decrement(&mut self.domains, &hold.domain, n);
-        for g in &hold.groups {
-            decrement(&mut self.groups, g, n);
-        }
-        Ok(())
-    }
-
-    fn status(&self, hold: &Hold) -> CopyStatus {
-        CopyStatus {
-            domain_holds: self.count(&hold.domain),
-            global_holds: self.global,
-            groups: hold
-                .groups
-                .iter()
-                .map(|g| (g.clone(), self.group(g)))
-                .collect(),
-        }
-    }
-
-    /// Releases every staged transfer whose ttl has passed; returns the ids.
-    fn expire(&mut self, now: Millis) -> Vec<String> {
-        let expired: Vec<String> = self
-            .staged
-            .iter()
-            .filter(|(_, (_, expires))| now >= *expires)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &expired {
-            if let Some((staged, _)) = self.staged.remove(id) {
-                // Staged copies were counted when staged; they are there.
-                let _ = self.remove(&staged.hold, staged.copies);
-            }
-        }
-        expired
-    }
-
-    fn is_empty(&self) -> bool {
-        self.global == 0 && self.staged.is_empty()
-    }
-}
-
-/// Removes `n` from a count, dropping the entry at zero.
-fn decrement(map: &mut HashMap<Box<str>, u64>, key: &str, n: u64) {
-    if let Some(c) = map.get_mut(key) {
-        *c -= n;
-        if *c == 0 {
-            map.remove(key);
-        }
-    }
-}
+/// A resource's counts, with names hashed by foldhash (as the rest of the
+/// store's tables).
+type Copies = CopyState<foldhash::fast::RandomState>;
 
 struct CopyEntry {
     resource: Box<str>,
     hash: u64,
-    copies: ResourceCopies,
+    copies: Copies,
 }
 
 impl Hashed for CopyEntry {
@@ -196,7 +104,7 @@ impl CopyTable {
         resource: &str,
         now: Millis,
         ids: &TransferIds,
-        f: impl FnOnce(&mut ResourceCopies) -> R,
+        f: impl FnOnce(&mut Copies) -> R,
     ) -> R {
         self.shards.with(
             hash,
@@ -204,10 +112,10 @@ impl CopyTable {
             || CopyEntry {
                 resource: resource.into(),
                 hash,
-                copies: ResourceCopies::default(),
+                copies: Copies::default(),
             },
             |e| {
-                ids.forget(&e.copies.expire(now));
+                ids.forget(&copy::expire(&mut e.copies, now));
                 f(&mut e.copies)
             },
         )
@@ -226,23 +134,7 @@ impl CopyTable {
         ids: &TransferIds,
     ) -> Result<ReserveReply, ClientError> {
         self.with(hash, resource, now, ids, |c| {
-            let names: Vec<String> = limits.groups.iter().map(|g| g.name.clone()).collect();
-            let mut counts = CopyCounts {
-                domain: c.count(domain),
-                global: c.global,
-                groups: names.iter().map(|g| c.group(g)).collect(),
-            };
-            let granted = reserve_grant(limits, &counts, amount, enforcement).unwrap_or(0);
-            if granted > 0 {
-                check_bound(domain, limits, &counts, granted)?;
-                c.add(domain, &names, granted);
-                counts.domain = counts.domain.saturating_add(granted);
-                counts.global = counts.global.saturating_add(granted);
-                for g in &mut counts.groups {
-                    *g = g.saturating_add(granted);
-                }
-            }
-            Ok(ReserveReply::new(granted, limits, &counts, enforcement))
+            copy::reserve(c, domain, limits, amount, enforcement)
         })
     }
 
@@ -255,8 +147,7 @@ impl CopyTable {
         ids: &TransferIds,
     ) -> Result<CopyStatus, StoreError> {
         self.with(hash, &hold.resource, now, ids, |c| {
-            c.remove(hold, copies)?;
-            Ok(c.status(hold))
+            copy::release(c, hold, copies).map_err(|e| StoreError::BadData(e.to_string()))
         })
     }
 
@@ -271,11 +162,7 @@ impl CopyTable {
     ) -> String {
         self.with(hash, &hold.resource, now, ids, |c| {
             let id = ids.issue(&hold.resource);
-            let staged = Staged {
-                hold: hold.clone(),
-                copies,
-            };
-            c.staged.insert(id.clone(), (staged, expires));
+            copy::stage(c, id.clone(), hold, copies, expires);
             id
         })
     }
@@ -288,9 +175,7 @@ impl CopyTable {
         now: Millis,
         ids: &TransferIds,
     ) -> Option<Staged> {
-        let staged = self.with(hash, resource, now, ids, |c| {
-            c.staged.remove(id).map(|(s, _)| s)
-        });
+        let staged = self.with(hash, resource, now, ids, |c| copy::seize(c, id));
         if staged.is_some() {
             ids.forget(&[id.to_owned()]);
         }
@@ -302,7 +187,7 @@ impl CopyTable {
     pub(super) fn sweep(&self, now: Millis, ids: &TransferIds) -> (usize, usize) {
         let mut expired = 0;
         let dropped = self.shards.retain(|e| {
-            let gone = e.copies.expire(now);
+            let gone = copy::expire(&mut e.copies, now);
             expired += gone.len();
             ids.forget(&gone);
             !e.copies.is_empty()
@@ -312,8 +197,7 @@ impl CopyTable {
 
     pub(super) fn staged_copies(&self) -> u64 {
         let mut total = 0;
-        self.shards
-            .for_each(|e| total += e.copies.staged.values().map(|(s, _)| s.copies).sum::<u64>());
+        self.shards.for_each(|e| total += e.copies.staged_copies());
         total
     }
 }

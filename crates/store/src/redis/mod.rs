@@ -5,7 +5,8 @@
 //! it is atomic and changes state only when the reply is a grant. The
 //! decision clock is Redis `TIME`, read inside the script, so servers with
 //! skewed clocks agree. The rate script is a port of
-//! `charon_core::rate::decide`; `tests/differential.rs` keeps the two equal.
+//! `charon_core::rate::decide` (and the copy scripts of `charon_core::copy`);
+//! `crates/limiter/tests/differential.rs` keeps them equal.
 //!
 //! Copy counts carry the paper's crash bookkeeping: beside every count,
 //! each server's contribution to it, and per server the set of resources it
@@ -16,6 +17,7 @@
 //! before anyone reserves again. See `docs/redis.md`.
 
 mod conn;
+mod decision_clock;
 mod keys;
 mod membership;
 mod reply;
@@ -27,22 +29,21 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+#[cfg(feature = "test-clock")]
+use charon_core::Clock;
 use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::rate::{DORMANT_GRACE, RateReply};
 use charon_core::request::Amount;
-use charon_core::{Clock, MAX_COUNT, Millis};
+use charon_core::{MAX_COUNT, Millis};
 
 use self::conn::Conn;
+use self::decision_clock::DecisionClock;
 use self::keys::Keys;
 use self::reply::{Reply, bad};
 use self::scripts::Scripts;
 use crate::{HoldSource, Store, StoreError};
-
-/// How long expiry is pushed back under a test clock, whose time does not
-/// move with Redis' own: long enough that no key vanishes during a test.
-const TEST_CLOCK_EXPIRY_SLACK: Millis = 86_400_000;
 
 /// How to connect a [`RedisStore`].
 #[derive(Debug, Clone)]
@@ -60,8 +61,9 @@ pub struct RedisOptions {
     pub op_timeout: Duration,
     /// The first part of every key name.
     pub key_prefix: String,
-    /// Tests only: decide with this clock instead of Redis `TIME` (the
-    /// scripts are the same; the time is passed in).
+    /// Tests only (feature `test-clock`): decide with this clock instead of
+    /// Redis `TIME` (the scripts are the same; the time is passed in).
+    #[cfg(feature = "test-clock")]
     pub clock: Option<Arc<dyn Clock>>,
     /// How long reserves wait after a new generation of the copy log
     /// starts (Redis lost its data, or is used for the first time), so
@@ -78,6 +80,7 @@ impl Default for RedisOptions {
             liveness_ttl: Duration::from_secs(10),
             op_timeout: Duration::from_secs(1),
             key_prefix: "charon".to_owned(),
+            #[cfg(feature = "test-clock")]
             clock: None,
             rebuild_grace: None,
         }
@@ -103,7 +106,7 @@ pub struct RedisStore {
     ttl: Duration,
     /// See [`RedisOptions::rebuild_grace`].
     rebuild_grace: Duration,
-    clock: Option<Arc<dyn Clock>>,
+    clock: DecisionClock,
     /// Where this server's hold sets are (see [`HoldSource`]).
     holds: Mutex<Option<Weak<dyn HoldSource>>>,
     /// Wakes the renewal loop at once (a copy operation saw that Redis
@@ -189,7 +192,10 @@ impl RedisStore {
             server_id: options.server_id,
             ttl: options.liveness_ttl,
             rebuild_grace: options.rebuild_grace.unwrap_or(options.liveness_ttl / 2),
-            clock: options.clock,
+            #[cfg(feature = "test-clock")]
+            clock: DecisionClock::manual(options.clock),
+            #[cfg(not(feature = "test-clock"))]
+            clock: DecisionClock::default(),
             holds: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
@@ -246,9 +252,7 @@ impl RedisStore {
 
     /// The test clock's time, or '' for Redis TIME.
     fn clock_arg(&self) -> String {
-        self.clock
-            .as_ref()
-            .map_or_else(String::new, |c| c.now().to_string())
+        self.clock.arg()
     }
 
     /// Checks that this member may change copy counts now (`reserves`:
@@ -618,14 +622,7 @@ impl Store for RedisStore {
         let k = self.keys.rate(resource, domain);
         let mut args = Vec::with_capacity(11 + 5 * tiers.len());
         args.push(self.clock_arg());
-        args.push(
-            if self.clock.is_some() {
-                TEST_CLOCK_EXPIRY_SLACK
-            } else {
-                0
-            }
-            .to_string(),
-        );
+        args.push(self.clock.expiry_slack().to_string());
         args.push(DORMANT_GRACE.to_string());
         args.push(amount.copies().to_string());
         args.push(amount.min_copies().to_string());

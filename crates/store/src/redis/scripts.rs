@@ -1,6 +1,7 @@
 //! The Lua scripts, each one atomic step on Redis (see `lua/`). Shared
 //! helpers are prepended at compile time, so every script is one
-//! self-contained text that `EVALSHA` runs by its SHA-1.
+//! self-contained text that `EVALSHA` runs by its SHA-1. The rate script is
+//! four files: the hit log, the state, the decision and the script body.
 
 /// One script: its text and SHA-1.
 #[derive(Debug)]
@@ -68,7 +69,13 @@ impl Scripts {
         Self {
             rate: Script::new(
                 "rate",
-                concat!(include_str!("lua/common.lua"), include_str!("lua/rate.lua")),
+                concat!(
+                    include_str!("lua/common.lua"),
+                    include_str!("lua/rate_log.lua"),
+                    include_str!("lua/rate_state.lua"),
+                    include_str!("lua/rate_decide.lua"),
+                    include_str!("lua/rate.lua"),
+                ),
             ),
             reserve: Script::new("reserve", copy_script!("reserve.lua")),
             release: Script::new("release", copy_script!("release.lua")),

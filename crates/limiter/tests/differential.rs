@@ -5,6 +5,10 @@
 //! store and the Redis store on one manual clock must give identical
 //! replies. This is what keeps the Lua port of `decide` equal to the Rust.
 //!
+//! Each seed has its own random configuration: tier lists, per-domain
+//! overrides, H and G from the generator of the naive-model property test,
+//! and random copy limits and groups, so the scripts see every shape.
+//!
 //! `CHARON_DIFF_SEEDS=n` runs more seeds; a failure prints its seed, and
 //! `CHARON_DIFF_SEED=s` replays that one.
 
@@ -17,10 +21,11 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_core::config::Config;
+use charon_core::config::{Config, Tier};
 use charon_core::copy::Hold;
 use charon_core::rate::DORMANT_GRACE;
 use charon_core::request::Amount;
+use charon_core::testing::{self, Draw};
 use charon_core::{MAX_COUNT, ManualClock};
 use charon_limiter::{LimitError, Limiter, Session};
 use charon_store::{MemoryStore, RedisOptions, RedisStore};
@@ -28,57 +33,162 @@ use charon_testkit::RedisServer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-const CONFIG: &str = r#"
+/// What every seed has: namespaces that allow unconfigured resources and
+/// ignore configured limits, and a resource in each. The rest of the
+/// configuration is random per seed (see [`config`]).
+const FIXED: &str = r#"
 namespaces:
   free: { allow_unconfigured: true }
   loose: { ignore_configured: true, allow_unconfigured: true }
 resources:
-  - name: api/a
-    kind: rate
-    hard_limit: 6
-    global_limit: 10
-    tiers:
-      - { limit: 2, window: 100ms, cooldown: 0s }
-      - { limit: 3, window: 100ms, active: 400ms, cooldown: 300ms, skippable: true }
-      - { limit: 4, window: 50ms, active: 200ms, cooldown: 100ms }
-    domains:
-      d1:
-        hard_limit: 3
-        tiers:
-          - { limit: 1, window: 50ms }
-          - { limit: 2, window: 50ms, active: 100ms, cooldown: 50ms }
-  - name: api/b
-    kind: rate
-    tiers:
-      - { limit: 3, window: 1s, active: 2s, cooldown: 1s }
-      - { limit: 0, window: 1s, active: 1s, skippable: true }
-      - { limit: 5, window: 500ms, active: 1s, cooldown: 2s, skippable: true }
-      - { limit: 2, window: 250ms, active: 500ms, cooldown: 250ms }
-  - name: api/c
-    kind: rate
-    global_limit: 5
-    tiers:
-      - { limit: 2, window: 200ms }
-      - { limit: 3, window: 200ms }
   - name: loose/r
     kind: rate
     tiers:
       - { limit: 1, window: 100ms }
-  - name: vm/x
-    kind: copy
-    domain_limit: 4
-    global_limit: 8
-    domains: { d1: { domain_limit: 6 } }
-    groups:
-      - { name: g1, limit: 5, domains: [d1, d2] }
-      - { name: g2, limit: 3, domains: [d2, d3] }
-  - name: vm/y
-    kind: copy
-    domain_limit: 3
   - name: loose/vm
     kind: copy
     domain_limit: 1
 "#;
+
+/// Random rate resources (`api/*`) and copy resources (`vm/*`).
+const RANDOM_RATE: &[&str] = &["api/a", "api/b", "api/c"];
+const RANDOM_COPY: &[&str] = &["vm/x", "vm/y"];
+
+/// Every span of a random tier is a multiple of this, and so are most time
+/// jumps: boundaries (t + window, entry + active, + cooldown, + 1000 for H
+/// and G) are hit exactly, and the 1 ms steps land just after them.
+const UNIT: u64 = 50;
+
+/// `charon_core::testing`'s source of numbers, from the seed's rng.
+struct Seeded<'a>(&'a mut StdRng);
+
+impl Draw for Seeded<'_> {
+    fn draw(&mut self, range: std::ops::RangeInclusive<u64>) -> u64 {
+        self.0.random_range(range)
+    }
+}
+
+/// A limit as drawn, or one time in `huge_one_in` a count at or near the
+/// bound (so that huge requests can be granted, and sums cross it).
+fn limit(rng: &mut StdRng, drawn: u64, huge_one_in: u32) -> u64 {
+    if rng.random_range(0..huge_one_in) == 0 {
+        HUGE[rng.random_range(0..HUGE.len())]
+    } else {
+        drawn
+    }
+}
+
+fn span(ms: u64) -> String {
+    format!("{ms}ms")
+}
+
+fn tiers_yaml(rng: &mut StdRng, tiers: &[Tier], indent: &str) -> String {
+    if tiers.is_empty() {
+        return " []\n".to_owned();
+    }
+    let mut y = "\n".to_owned();
+    for t in tiers {
+        let active = t.active.map_or_else(|| "infinite".to_owned(), span);
+        y += &format!(
+            "{indent}- {{ limit: {}, window: {}, active: {active}, cooldown: {}, skippable: {} }}\n",
+            limit(rng, t.limit, 16),
+            span(t.window),
+            span(t.cooldown),
+            t.skippable
+        );
+    }
+    y
+}
+
+fn optional(rng: &mut StdRng, key: &str, v: Option<u64>, indent: &str) -> String {
+    v.map_or_else(String::new, |v| {
+        format!("{indent}{key}: {}\n", limit(rng, v, 12))
+    })
+}
+
+/// The configuration of one seed: [`FIXED`] and random tier lists, H, G
+/// and per-domain overrides (tiers, H) for the rate resources, the
+/// generator of the naive-model property test (`charon_core::testing`);
+/// random domain and global limits, per-domain limits and groups for the
+/// copy resources. Limits are small, and now and then near the bound.
+fn config(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
+    let mut y = FIXED.to_owned();
+    for name in RANDOM_RATE {
+        let (tiers, hard, global) = testing::rate_limits(&mut Seeded(rng), UNIT);
+        shapes.push(format!("config: rate resource with {} tiers", tiers.len()));
+        y += &format!("  - name: {name}\n    kind: rate\n");
+        y += &optional(rng, "hard_limit", hard, "    ");
+        y += &optional(rng, "global_limit", global, "    ");
+        y += "    tiers:";
+        y += &tiers_yaml(rng, &tiers, "      ");
+        let mut overrides = String::new();
+        for d in DOMAINS {
+            if rng.random_range(0..3) != 0 {
+                continue;
+            }
+            overrides += &format!("      {d}:\n");
+            let hard = Seeded(rng).maybe(0..=12);
+            let tiers = (hard.is_none() || rng.random_range(0..2) == 0)
+                .then(|| testing::tiers(&mut Seeded(rng), UNIT));
+            overrides += &optional(rng, "hard_limit", hard, "        ");
+            shapes.push(
+                if tiers.is_some() {
+                    "config: domain override with tiers"
+                } else {
+                    "config: domain override with H only"
+                }
+                .to_owned(),
+            );
+            if let Some(tiers) = tiers {
+                overrides += "        tiers:";
+                overrides += &tiers_yaml(rng, &tiers, "          ");
+            }
+        }
+        if !overrides.is_empty() {
+            y += "    domains:\n";
+            y += &overrides;
+        }
+    }
+    for name in RANDOM_COPY {
+        let domain_limit = rng.random_range(0..=6);
+        y += &format!(
+            "  - name: {name}\n    kind: copy\n    domain_limit: {}\n",
+            limit(rng, domain_limit, 12)
+        );
+        let global = Seeded(rng).maybe(0..=10);
+        y += &optional(rng, "global_limit", global, "    ");
+        let mut overrides = String::new();
+        for d in DOMAINS {
+            if rng.random_range(0..3) == 0 {
+                let l = rng.random_range(0..=8);
+                overrides += &format!("      {d}: {{ domain_limit: {} }}\n", limit(rng, l, 12));
+            }
+        }
+        if !overrides.is_empty() {
+            y += "    domains:\n";
+            y += &overrides;
+        }
+        let groups = rng.random_range(0..=3);
+        shapes.push(format!("config: copy resource with {groups} groups"));
+        if groups > 0 {
+            y += "    groups:\n";
+        }
+        for g in 1..=groups {
+            let members: Vec<&str> = DOMAINS
+                .iter()
+                .copied()
+                .filter(|_| rng.random_range(0..2) == 0)
+                .collect();
+            let l = rng.random_range(0..=6);
+            y += &format!(
+                "      - {{ name: g{g}, limit: {}, domains: [{}] }}\n",
+                limit(rng, l, 12),
+                members.join(", ")
+            );
+        }
+    }
+    y
+}
 
 const RATE_RESOURCES: &[&str] = &[
     "api/a", "api/a", "api/b", "api/b", "api/c", "loose/r", "free/z", "nope/r", "vm/x",
@@ -182,6 +292,8 @@ struct Scenario {
     /// (memory id, redis id) of every transfer so far, and some bogus ones.
     transfers: Vec<(String, String)>,
     log: Vec<String>,
+    /// The seed's configuration, shown when the stores disagree.
+    config: String,
     /// How often each kind of outcome happened, to show the scenarios
     /// reach what they should.
     seen: BTreeMap<String, usize>,
@@ -197,12 +309,13 @@ impl Scenario {
         if memory != redis {
             let tail: Vec<&String> = self.log.iter().rev().take(25).rev().collect();
             panic!(
-                "the stores disagree at t={} on {what}\n  memory: {memory}\n  redis:  {redis}\nlast steps:\n{}",
+                "the stores disagree at t={} on {what}\n  memory: {memory}\n  redis:  {redis}\nlast steps:\n{}\nconfiguration:{}",
                 charon_core::Clock::now(&*self.clock),
                 tail.iter()
                     .map(|s| format!("  {s}"))
                     .collect::<Vec<_>>()
-                    .join("\n")
+                    .join("\n"),
+                self.config
             );
         }
     }
@@ -211,14 +324,11 @@ impl Scenario {
         let t = charon_core::Clock::now(&*self.clock);
         match rng.random_range(0..100) {
             0..=24 => {
-                // Every span in CONFIG is a multiple of 50 ms, and so are
-                // most jumps: boundaries (t + window, entry + active,
-                // + cooldown, + 1000 for H and G) are hit exactly, and the
-                // 1 ms steps land just after them.
+                // Most jumps are multiples of UNIT, like every span.
                 let jump = match rng.random_range(0..100) {
                     0..=34 => 0,
                     35..=49 => 1,
-                    50..=84 => 50 * rng.random_range(1..=8),
+                    50..=84 => UNIT * rng.random_range(1..=8),
                     85..=94 => 250 * rng.random_range(1..=12),
                     95..=97 => 1_000 * rng.random_range(1..=4) + rng.random_range(0..=1),
                     // Past every cooldown, forget time and transfer.
@@ -272,6 +382,13 @@ impl Scenario {
                     Ok(r) if r.granted > 5 => self.saw("reserve granted, huge"),
                     Ok(_) => self.saw("reserve granted"),
                     Err(e) => self.saw(format!("reserve {}", client_error_kind(e))),
+                }
+                if let Ok(r) = &m
+                    && r.granted < copies
+                    && !r.ignored
+                    && r.groups.iter().any(|g| g.holds >= g.limit)
+                {
+                    self.saw("reserve limited by a group");
                 }
                 let what = format!("t={t} s{s}.reserve({resource}, {domain}, {copies}, {min})");
                 self.check(what, outcome(&m), outcome(&r));
@@ -382,7 +499,15 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         1_700_000_000_000
     };
     let clock = Arc::new(ManualClock::new(start));
-    let (config, _) = Config::from_yaml(CONFIG).unwrap();
+    let mut shapes = Vec::new();
+    let yaml = config(&mut rng, &mut shapes);
+    for shape in shapes {
+        *seen.entry(shape).or_default() += 1;
+    }
+    let config = match Config::from_yaml(&yaml) {
+        Ok((config, _)) => config,
+        Err(e) => panic!("seed {seed}: the generated configuration is refused: {e}\n{yaml}"),
+    };
     let memory = Limiter::new(
         config.clone(),
         Arc::new(MemoryStore::with_sequential_ids(clock.clone())),
@@ -402,6 +527,7 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         redis: Side::new(redis),
         transfers: vec![("t0".into(), format!("{}.vm/x", "0".repeat(32)))],
         log: Vec::new(),
+        config: yaml,
         seen: BTreeMap::new(),
     };
     for i in 0..steps {
@@ -448,6 +574,13 @@ async fn memory_and_redis_give_identical_replies() {
         "request refused at the bound",
         "reserve granted, huge",
         "reserve refused at the bound",
+        "reserve limited by a group",
+        "config: rate resource with 0 tiers",
+        "config: rate resource with 4 tiers",
+        "config: domain override with tiers",
+        "config: domain override with H only",
+        "config: copy resource with 0 groups",
+        "config: copy resource with 3 groups",
     ] {
         assert!(
             seen.get(must).copied().unwrap_or(0) > 0,

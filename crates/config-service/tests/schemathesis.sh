@@ -25,7 +25,7 @@ flock 9
 if [ ! -x "$venv/bin/schemathesis" ]; then
     echo "installing schemathesis into $venv" >&2
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check 'schemathesis>=4,<5'
+    "$venv/bin/pip" install --quiet --disable-pip-version-check 'schemathesis==4.32.5' 'hypothesis==6.170.15'
 fi
 flock -u 9
 

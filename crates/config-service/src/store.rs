@@ -14,7 +14,7 @@
 //! A write is acknowledged only once its `COMMIT` returned (SQLite in WAL
 //! mode with `synchronous = FULL`: on disk). A connection on which
 //! anything failed is closed rather than reused ([`tx`]), and a full disk,
-//! a lock held too long or a lost database is a [`StoreError::Unavailable`]
+//! a lock held too long or a lost database is a [`ConfigDbError::Unavailable`]
 //! (503), see [`classify`].
 
 mod classify;
@@ -39,7 +39,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// Why the configuration database could not be used.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum ConfigDbError {
     /// The database URL or path is not usable.
     #[error("cannot use configuration database {target:?}: {message}")]
     Config { target: String, message: String },
@@ -59,20 +59,20 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-impl From<sqlx::Error> for StoreError {
+impl From<sqlx::Error> for ConfigDbError {
     fn from(e: sqlx::Error) -> Self {
         match classify::classify(&e) {
-            Some(_) => StoreError::Unavailable(e),
-            None => StoreError::Database(e),
+            Some(_) => ConfigDbError::Unavailable(e),
+            None => ConfigDbError::Database(e),
         }
     }
 }
 
-impl StoreError {
-    /// Why the database is unavailable, for an [`StoreError::Unavailable`].
+impl ConfigDbError {
+    /// Why the database is unavailable, for an [`ConfigDbError::Unavailable`].
     pub fn unavailability(&self) -> Option<Unavailability> {
         match self {
-            StoreError::Unavailable(e) => {
+            ConfigDbError::Unavailable(e) => {
                 Some(classify::classify(e).unwrap_or(Unavailability::Unreachable))
             }
             _ => None,
@@ -80,7 +80,7 @@ impl StoreError {
     }
 }
 
-type Result<T, E = StoreError> = std::result::Result<T, E>;
+type Result<T, E = ConfigDbError> = std::result::Result<T, E>;
 
 /// Which kind of entity a change touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,7 +168,7 @@ pub(crate) struct Db {
 /// `sqlite:…` URLs as they are, anything else as the path of a SQLite file
 /// (created if missing).
 fn database_url(spec: &str) -> Result<(String, Backend)> {
-    let bad = |message: String| StoreError::Config {
+    let bad = |message: String| ConfigDbError::Config {
         target: spec.to_owned(),
         message,
     };
@@ -282,7 +282,7 @@ impl Db {
 
 fn u64_at(row: &sqlx::any::AnyRow, column: &str) -> Result<u64> {
     let v: i64 = row.try_get(column)?;
-    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {v}")))
+    u64::try_from(v).map_err(|_| ConfigDbError::Corrupt(format!("{column} is negative: {v}")))
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -291,8 +291,9 @@ fn to_i64(v: u64) -> i64 {
 }
 
 fn parse_document(name: &str, text: &str) -> Result<Value> {
-    serde_json::from_str(text)
-        .map_err(|e| StoreError::Corrupt(format!("resource {name:?}: document is not JSON: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        ConfigDbError::Corrupt(format!("resource {name:?}: document is not JSON: {e}"))
+    })
 }
 
 fn flag(row: &sqlx::any::AnyRow, column: &str) -> Result<bool> {

@@ -1,14 +1,14 @@
 //! `GET /v1/changes?since=V`: what limiting servers poll.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::QueryParams;
 use super::versioned;
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::Reader;
 use crate::error::ApiError;
 use crate::wire::{Changes, NamespaceBody};
 
@@ -25,11 +25,10 @@ pub(super) struct ChangesQuery {
 /// version older than the history, newer than the service, or another
 /// epoch) the whole configuration as a snapshot.
 pub(super) async fn changes(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     QueryParams(q): QueryParams<ChangesQuery>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let mut tx = state.db().read().await?;
     let meta = tx.meta().await?;
     let other_epoch = q.epoch.as_deref().is_some_and(|e| e != meta.epoch);

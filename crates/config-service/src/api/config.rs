@@ -14,9 +14,9 @@ use serde_json::{Map, Value, json};
 use super::extract::{IfMatch, QueryParams, RawBody};
 use super::{Target, etag, precondition, versioned};
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
-use crate::store::{StoreError, StoredNamespace, StoredResource};
+use crate::store::{ConfigDbError, StoredNamespace, StoredResource};
 use crate::wire::{Adjustment, DiffEntry, ImportOutcome, NamespaceBody};
 
 #[derive(Debug, Deserialize)]
@@ -82,16 +82,16 @@ fn assemble(
     let docs: Vec<Value> = resources.into_values().map(|r| r.document).collect();
     Config::from_value(&json!({ "namespaces": nss, "resources": docs }))
         .map(|(config, _)| config)
-        .map_err(|e| ApiError::from(StoreError::Corrupt(e.to_string())))
+        .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
 }
 
 /// `GET /v1/config`.
 pub(super) async fn export(
+    _: Reader,
     State(state): State<AppState>,
     headers: HeaderMap,
     QueryParams(q): QueryParams<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let yaml = wants_yaml(&q, &headers)?;
     let mut tx = state.db().read().await?;
     let version = tx.meta().await?.version;
@@ -235,13 +235,14 @@ fn diff(
 
 /// `PUT /v1/config[?dry_run=true]`: replaces the whole configuration.
 pub(super) async fn import(
+    access: Access,
     State(state): State<AppState>,
     headers: HeaderMap,
     QueryParams(q): QueryParams<ImportQuery>,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let need = if q.dry_run { Role::Read } else { Role::Write };
-    state.tokens().check(&headers, need)?;
+    // A dry run changes nothing: reading is enough.
+    access.require(if q.dry_run { Role::Read } else { Role::Write })?;
     let if_match = IfMatch::from_headers(&headers)?;
     let (config, adjustments) = parse_import(&headers, &body)?;
     let adjustments: Vec<Adjustment> = adjustments.into_iter().map(Into::into).collect();

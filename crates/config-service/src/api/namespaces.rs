@@ -1,7 +1,7 @@
 //! `/v1/namespaces…`: the switches of SPEC §4 per namespace.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use charon_core::config::{Config, parse_namespace};
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use serde_json::json;
 use super::extract::{IfMatch, JsonBody, UrlParams};
 use super::{Target, precondition, versioned};
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::{Reader, Writer};
 use crate::error::ApiError;
 use crate::store::Entity;
 use crate::wire::{DeleteCommit, NamespaceBody, NamespaceCommit, NamespaceList, Problem};
@@ -24,11 +24,7 @@ fn missing(ns: &str) -> ApiError {
     ApiError::not_found(format!("no settings for namespace {ns:?}"))
 }
 
-pub(super) async fn list(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
+pub(super) async fn list(_: Reader, State(state): State<AppState>) -> Result<Response, ApiError> {
     let mut tx = state.db().read().await?;
     let version = tx.meta().await?.version;
     let namespaces = tx
@@ -48,11 +44,10 @@ pub(super) async fn list(
 }
 
 pub(super) async fn get(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NamespaceParam>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let mut tx = state.db().read().await?;
     let version = tx.meta().await?.version;
     let ns = tx
@@ -69,13 +64,12 @@ pub(super) async fn get(
 /// `PUT /v1/namespaces/{namespace}`: body `{allow_unconfigured,
 /// ignore_configured}` (each defaults to false).
 pub(super) async fn put(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NamespaceParam>,
+    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Write)?;
-    let if_match = IfMatch::from_headers(&headers)?;
     // The name is checked by core as a configuration file's namespace key
     // would be; its problems are the URL parameter's.
     let mut problems: Vec<Problem> =
@@ -144,12 +138,11 @@ pub(super) async fn put(
 }
 
 pub(super) async fn delete(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NamespaceParam>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Write)?;
-    let if_match = IfMatch::from_headers(&headers)?;
     let mut tx = state.db().write().await?;
     let current = tx
         .namespace(&p.namespace)

@@ -4,7 +4,7 @@
 //! anything is stored.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use charon_core::config::namespace_of;
 use charon_core::request::check_name;
@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::extract::{IfMatch, JsonBody, QueryParams, UrlParams};
 use super::{Target, precondition, versioned};
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::{Reader, Writer};
 use crate::edit::{self, Normalized, normalize_resource, remap, with_name};
 use crate::error::ApiError;
 use crate::store::Entity;
@@ -74,13 +74,6 @@ enum Edit {
     },
     /// Delete the resource.
     Delete,
-}
-
-/// Checks the token for a write and reads `If-Match`; done before the body
-/// is looked at, so an anonymous client learns nothing about it.
-fn write_access(state: &AppState, headers: &HeaderMap) -> Result<Option<IfMatch>, ApiError> {
-    state.tokens().check(headers, Role::Write)?;
-    IfMatch::from_headers(headers)
 }
 
 fn missing(name: &str) -> ApiError {
@@ -195,11 +188,10 @@ fn check_domain(domain: &str) -> Result<(), ApiError> {
 // ---- resources ----
 
 pub(super) async fn list(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let mut tx = state.db().read().await?;
     let version = tx.meta().await?.version;
     let resources = tx
@@ -221,11 +213,10 @@ pub(super) async fn list(
 }
 
 pub(super) async fn get(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NameParam>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let (version, doc) = read_resource(&state, &p.name).await?;
     Ok(versioned(StatusCode::OK, version, &doc))
 }
@@ -233,11 +224,11 @@ pub(super) async fn get(
 /// `POST /v1/resources`: creates a resource named by its body; 409 if it
 /// exists.
 pub(super) async fn create(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
+    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
     let name = normalized.document["name"]
         .as_str()
@@ -259,12 +250,12 @@ pub(super) async fn create(
 
 /// `PUT /v1/resources/{name}`: creates or replaces a resource.
 pub(super) async fn put(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NameParam>,
+    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     let body = with_name(body, &p.name, "resource").map_err(|e| ApiError::invalid(vec![e]))?;
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
     edit(&state, &p.name, if_match, |current| {
@@ -277,11 +268,11 @@ pub(super) async fn put(
 }
 
 pub(super) async fn delete(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NameParam>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     edit(&state, &p.name, if_match, |current| {
         current.ok_or_else(|| missing(&p.name))?;
         Ok(Edit::Delete)
@@ -292,11 +283,10 @@ pub(super) async fn delete(
 // ---- per-domain overrides ----
 
 pub(super) async fn list_overrides(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NameParam>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let (version, doc) = read_resource(&state, &p.name).await?;
     let domains = doc
         .get("domains")
@@ -311,11 +301,10 @@ pub(super) async fn list_overrides(
 }
 
 pub(super) async fn get_override(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<DomainParams>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let (version, doc) = read_resource(&state, &p.name).await?;
     let o = edit::get_override(&doc, &p.domain).ok_or_else(|| {
         ApiError::not_found(format!(
@@ -329,12 +318,12 @@ pub(super) async fn get_override(
 /// `PUT …/domains/{domain}`: the body is the override (rate: `hard_limit`
 /// and/or `tiers`; copy: `domain_limit`), problems relative to it.
 pub(super) async fn put_override(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<DomainParams>,
+    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     check_domain(&p.domain)?;
     edit(&state, &p.name, if_match, |current| {
         let doc = current.ok_or_else(|| missing(&p.name))?;
@@ -349,11 +338,11 @@ pub(super) async fn put_override(
 }
 
 pub(super) async fn delete_override(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<DomainParams>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     edit(&state, &p.name, if_match, |current| {
         let doc = current.ok_or_else(|| missing(&p.name))?;
         let doc = edit::remove_override(doc, &p.domain).ok_or_else(|| {
@@ -377,11 +366,10 @@ fn no_group(name: &str, group: &str) -> ApiError {
 }
 
 pub(super) async fn list_groups(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NameParam>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let (version, doc) = read_resource(&state, &p.name).await?;
     require_copy(&doc, &p.name)?;
     Ok(versioned(
@@ -395,11 +383,10 @@ pub(super) async fn list_groups(
 }
 
 pub(super) async fn get_group(
+    _: Reader,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<GroupParams>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let (version, doc) = read_resource(&state, &p.name).await?;
     require_copy(&doc, &p.name)?;
     let i = edit::group_index(&doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
@@ -409,12 +396,12 @@ pub(super) async fn get_group(
 /// `PUT …/groups/{group}`: body `{limit, domains}` (a `name`, if sent,
 /// must be the group's); replaces the group in place or appends it.
 pub(super) async fn put_group(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<GroupParams>,
+    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     let body = with_name(body, &p.group, "group").map_err(|e| ApiError::invalid(vec![e]))?;
     edit(&state, &p.name, if_match, |current| {
         let doc = current.ok_or_else(|| missing(&p.name))?;
@@ -430,11 +417,11 @@ pub(super) async fn put_group(
 }
 
 pub(super) async fn delete_group(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<GroupParams>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     edit(&state, &p.name, if_match, |current| {
         let doc = current.ok_or_else(|| missing(&p.name))?;
         require_copy(doc, &p.name)?;
@@ -449,11 +436,11 @@ pub(super) async fn delete_group(
 
 /// `PUT …/groups/{group}/domains/{domain}`: adds a member (no body).
 pub(super) async fn add_member(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<MemberParams>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     check_domain(&p.domain)?;
     edit(&state, &p.name, if_match, |current| {
         let doc = current.ok_or_else(|| missing(&p.name))?;
@@ -475,11 +462,11 @@ pub(super) async fn add_member(
 }
 
 pub(super) async fn remove_member(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<MemberParams>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     edit(&state, &p.name, if_match, |current| {
         let doc = current.ok_or_else(|| missing(&p.name))?;
         require_copy(doc, &p.name)?;

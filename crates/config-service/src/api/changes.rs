@@ -1,13 +1,10 @@
 //! `GET /v1/changes?since=V`: what limiting servers poll.
 
-use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::QueryParams;
-use super::versioned;
-use crate::AppState;
+use super::{Snapshot, versioned};
 use crate::auth::Reader;
 use crate::error::ApiError;
 use crate::wire::{Changes, NamespaceBody};
@@ -26,11 +23,9 @@ pub(super) struct ChangesQuery {
 /// epoch) the whole configuration as a snapshot.
 pub(super) async fn changes(
     _: Reader,
-    State(state): State<AppState>,
     QueryParams(q): QueryParams<ChangesQuery>,
+    Snapshot(mut tx, meta): Snapshot,
 ) -> Result<Response, ApiError> {
-    let mut tx = state.db().read().await?;
-    let meta = tx.meta().await?;
     let other_epoch = q.epoch.as_deref().is_some_and(|e| e != meta.epoch);
     let snapshot =
         q.since == 0 || q.since < meta.history_floor || q.since > meta.version || other_epoch;
@@ -73,5 +68,5 @@ pub(super) async fn changes(
             }
         }
     }
-    Ok(versioned(StatusCode::OK, meta.version, &changes))
+    Ok(versioned(meta.version, &changes))
 }

@@ -12,11 +12,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::extract::{IfMatch, QueryParams, RawBody};
-use super::{Target, etag, precondition, versioned};
+use super::{Target, etag, precondition, snapshot, versioned};
 use crate::AppState;
 use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
-use crate::store::{ConfigDbError, StoredNamespace, StoredResource};
+use crate::store::{ConfigDbError, Meta, StoredNamespace, StoredResource};
 use crate::wire::{Adjustment, DiffEntry, ImportOutcome, NamespaceBody};
 
 #[derive(Debug, Deserialize)]
@@ -93,8 +93,7 @@ pub(super) async fn export(
     QueryParams(q): QueryParams<ExportQuery>,
 ) -> Result<Response, ApiError> {
     let yaml = wants_yaml(&q, &headers)?;
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
+    let (mut tx, Meta { version, .. }) = snapshot(&state).await?;
     let resources = tx.resources().await?;
     let namespaces = tx.namespaces().await?;
     let config = assemble(resources, &namespaces)?;
@@ -108,7 +107,7 @@ pub(super) async fn export(
         response.headers_mut().insert(header::ETAG, etag(version));
         Ok(response)
     } else {
-        Ok(versioned(StatusCode::OK, version, &config.to_value()))
+        Ok(versioned(version, &config.to_value()))
     }
 }
 
@@ -249,8 +248,7 @@ pub(super) async fn import(
     let wanted = Wanted::of(&config);
 
     if q.dry_run {
-        let mut tx = state.db().read().await?;
-        let version = tx.meta().await?.version;
+        let (mut tx, Meta { version, .. }) = snapshot(&state).await?;
         if let Some(IfMatch::Versions(vs)) = &if_match
             && !vs.contains(&version)
         {
@@ -270,7 +268,7 @@ pub(super) async fn import(
             diff,
             adjustments,
         };
-        return Ok(versioned(StatusCode::OK, version, &outcome));
+        return Ok(versioned(version, &outcome));
     }
 
     let mut tx = state.db().write().await?;
@@ -314,5 +312,5 @@ pub(super) async fn import(
         diff,
         adjustments,
     };
-    Ok(versioned(StatusCode::OK, committed.version, &outcome))
+    Ok(versioned(committed.version, &outcome))
 }

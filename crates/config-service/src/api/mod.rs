@@ -12,7 +12,8 @@ mod namespaces;
 mod resources;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, put};
@@ -20,7 +21,7 @@ use serde::Serialize;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::store::{Entity, WriteTx};
+use crate::store::{Entity, Meta, ReadTx, WriteTx};
 use extract::IfMatch;
 
 /// The largest request body accepted (a whole configuration on import).
@@ -105,15 +106,47 @@ async fn method_not_allowed() -> ApiError {
     ApiError::method_not_allowed()
 }
 
+/// Starts a read: the transaction and the version (and epoch) it reads.
+async fn snapshot(state: &AppState) -> Result<(ReadTx, Meta), ApiError> {
+    let mut tx = state.db().read().await?;
+    let meta = tx.meta().await?;
+    Ok((tx, meta))
+}
+
+/// A read as an extractor: the transaction and the version it reads.
+/// Handlers take it after [`crate::auth::Reader`] and the URL's
+/// extractors, so the database is opened for well-formed, allowed
+/// requests only.
+struct Snapshot(ReadTx, Meta);
+
+impl FromRequestParts<AppState> for Snapshot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (tx, meta) = snapshot(state).await?;
+        Ok(Snapshot(tx, meta))
+    }
+}
+
 /// The `ETag` of everything read at (or written as) `version`.
 fn etag(version: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
 }
 
-/// A JSON answer carrying the version in `ETag`.
-fn versioned<T: Serialize>(status: StatusCode, version: u64, body: &T) -> Response {
-    let mut response = (status, axum::Json(body)).into_response();
+/// A JSON answer (200) carrying the version in `ETag`.
+fn versioned<T: Serialize>(version: u64, body: &T) -> Response {
+    let mut response = axum::Json(body).into_response();
     response.headers_mut().insert(header::ETAG, etag(version));
+    response
+}
+
+/// The answer to a write: 201 when it created its target, 200 otherwise,
+/// with the version in `ETag`.
+fn written<T: Serialize>(created: bool, version: u64, body: &T) -> Response {
+    let mut response = versioned(version, body);
+    if created {
+        *response.status_mut() = StatusCode::CREATED;
+    }
     response
 }
 

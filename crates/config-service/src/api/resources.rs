@@ -3,8 +3,8 @@
 //! and has charon-core validate and normalize the whole resource before
 //! anything is stored.
 
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::response::Response;
 use charon_core::config::namespace_of;
 use charon_core::request::check_name;
@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::extract::{IfMatch, JsonBody, QueryParams, UrlParams};
-use super::{Target, precondition, versioned};
+use super::{Snapshot, Target, precondition, versioned, written};
 use crate::AppState;
 use crate::auth::{Reader, Writer};
 use crate::edit::{self, Normalized, normalize_resource, remap, with_name};
 use crate::error::ApiError;
-use crate::store::Entity;
+use crate::store::{Entity, Meta};
 use crate::wire::{DeleteCommit, ResourceCommit, ResourceList};
 
 #[derive(Debug, Deserialize)]
@@ -80,6 +80,106 @@ fn missing(name: &str) -> ApiError {
     ApiError::not_found(format!("no resource {name:?}"))
 }
 
+fn no_override(name: &str, domain: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "resource {name:?} has no override for domain {domain:?}"
+    ))
+}
+
+fn no_group(name: &str, group: &str) -> ApiError {
+    ApiError::not_found(format!("resource {name:?} has no group {group:?}"))
+}
+
+impl Edit {
+    /// Stores `doc` once it validates, core's problems re-pathed under
+    /// `prefix` (where the request's body went in the document).
+    fn put(doc: &Value, prefix: &str, created: bool) -> Result<Self, ApiError> {
+        Ok(Edit::Put {
+            normalized: validate(doc, prefix, "")?,
+            created,
+        })
+    }
+
+    /// Stores `doc` once it validates; nothing was created.
+    fn replace(doc: &Value) -> Result<Self, ApiError> {
+        Self::put(doc, "", false)
+    }
+}
+
+/// A write to one resource, as an extractor: the request may write
+/// (checked before anything else is looked at, so an anonymous client
+/// learns nothing about the request) and the version it is based on.
+pub(super) struct Editor {
+    state: AppState,
+    if_match: Option<IfMatch>,
+}
+
+impl FromRequestParts<AppState> for Editor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Writer = Writer::from_request_parts(parts, state).await?;
+        Ok(Editor {
+            state: state.clone(),
+            if_match: IfMatch::from_headers(&parts.headers)?,
+        })
+    }
+}
+
+impl Editor {
+    /// One commit to one resource: takes the write lock, applies `change`
+    /// to the resource's current document (validating it), checks
+    /// `If-Match` against the resource, and stores the result if it
+    /// differs.
+    async fn commit(
+        self,
+        name: &str,
+        change: impl FnOnce(Option<&Value>) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        edit(&self.state, name, self.if_match, change).await
+    }
+
+    /// [`Editor::commit`] to a resource that must exist.
+    async fn existing(
+        self,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        self.commit(name, |current| {
+            change(current.ok_or_else(|| missing(name))?)
+        })
+        .await
+    }
+
+    /// [`Editor::existing`] to a copy-limited resource.
+    async fn copy(
+        self,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        self.existing(name, |doc| {
+            require_copy(doc, name)?;
+            change(doc)
+        })
+        .await
+    }
+
+    /// [`Editor::copy`] of a group that must exist (`change` gets its
+    /// index).
+    async fn group(
+        self,
+        name: &str,
+        group: &str,
+        change: impl FnOnce(&Value, usize) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        self.copy(name, |doc| {
+            let i = edit::group_index(doc, group).ok_or_else(|| no_group(name, group))?;
+            change(doc, i)
+        })
+        .await
+    }
+}
+
 /// One commit to one resource: takes the write lock, applies `change` to
 /// the resource's current document (validating it), checks `If-Match`
 /// against the resource, and stores the result if it differs.
@@ -120,13 +220,8 @@ async fn edit(
                     "resource stored"
                 );
             }
-            let status = if created && committed.changed {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(versioned(
-                status,
+            Ok(written(
+                created && committed.changed,
                 committed.version,
                 &ResourceCommit {
                     version: committed.version,
@@ -147,7 +242,6 @@ async fn edit(
                 "resource deleted"
             );
             Ok(versioned(
-                StatusCode::OK,
                 committed.version,
                 &DeleteCommit {
                     version: committed.version,
@@ -158,12 +252,13 @@ async fn edit(
     }
 }
 
-/// Reads one resource's document and the version it was read at.
-async fn read_resource(state: &AppState, name: &str) -> Result<(u64, Value), ApiError> {
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
-    let resource = tx.resource(name).await?.ok_or_else(|| missing(name))?;
-    Ok((version, resource.document))
+impl Snapshot {
+    /// One resource's document and the version it was read at.
+    async fn resource(self, name: &str) -> Result<(u64, Value), ApiError> {
+        let Snapshot(mut tx, meta) = self;
+        let resource = tx.resource(name).await?.ok_or_else(|| missing(name))?;
+        Ok((meta.version, resource.document))
+    }
 }
 
 fn require_copy(doc: &Value, name: &str) -> Result<(), ApiError> {
@@ -189,11 +284,9 @@ fn check_domain(domain: &str) -> Result<(), ApiError> {
 
 pub(super) async fn list(
     _: Reader,
-    State(state): State<AppState>,
     QueryParams(q): QueryParams<ListQuery>,
+    Snapshot(mut tx, Meta { version, .. }): Snapshot,
 ) -> Result<Response, ApiError> {
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
     let resources = tx
         .resources()
         .await?
@@ -205,175 +298,132 @@ pub(super) async fn list(
         })
         .map(|(_, r)| r.document)
         .collect();
-    Ok(versioned(
-        StatusCode::OK,
-        version,
-        &ResourceList { version, resources },
-    ))
+    Ok(versioned(version, &ResourceList { version, resources }))
 }
 
 pub(super) async fn get(
     _: Reader,
-    State(state): State<AppState>,
     UrlParams(p): UrlParams<NameParam>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    Ok(versioned(StatusCode::OK, version, &doc))
+    let (version, doc) = snapshot.resource(&p.name).await?;
+    Ok(versioned(version, &doc))
 }
 
 /// `POST /v1/resources`: creates a resource named by its body; 409 if it
 /// exists.
-pub(super) async fn create(
-    _: Writer,
-    State(state): State<AppState>,
-    if_match: Option<IfMatch>,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub(super) async fn create(editor: Editor, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
     let name = normalized.document["name"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    edit(&state, &name, if_match, |current| {
-        if current.is_some() {
-            return Err(ApiError::already_exists(format!(
-                "resource {name:?} exists; PUT /v1/resources/{{name}} replaces it"
-            )));
-        }
-        Ok(Edit::Put {
-            normalized,
-            created: true,
+    editor
+        .commit(&name, |current| {
+            if current.is_some() {
+                return Err(ApiError::already_exists(format!(
+                    "resource {name:?} exists; PUT /v1/resources/{{name}} replaces it"
+                )));
+            }
+            Ok(Edit::Put {
+                normalized,
+                created: true,
+            })
         })
-    })
-    .await
+        .await
 }
 
 /// `PUT /v1/resources/{name}`: creates or replaces a resource.
 pub(super) async fn put(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<NameParam>,
-    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let body = with_name(body, &p.name, "resource").map_err(|e| ApiError::invalid(vec![e]))?;
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
-    edit(&state, &p.name, if_match, |current| {
-        Ok(Edit::Put {
-            normalized,
-            created: current.is_none(),
+    editor
+        .commit(&p.name, |current| {
+            Ok(Edit::Put {
+                normalized,
+                created: current.is_none(),
+            })
         })
-    })
-    .await
+        .await
 }
 
 pub(super) async fn delete(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<NameParam>,
-    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    edit(&state, &p.name, if_match, |current| {
-        current.ok_or_else(|| missing(&p.name))?;
-        Ok(Edit::Delete)
-    })
-    .await
+    editor.existing(&p.name, |_| Ok(Edit::Delete)).await
 }
 
 // ---- per-domain overrides ----
 
 pub(super) async fn list_overrides(
     _: Reader,
-    State(state): State<AppState>,
     UrlParams(p): UrlParams<NameParam>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    let (version, doc) = read_resource(&state, &p.name).await?;
+    let (version, doc) = snapshot.resource(&p.name).await?;
     let domains = doc
         .get("domains")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    Ok(versioned(
-        StatusCode::OK,
-        version,
-        &OverrideList { version, domains },
-    ))
+    Ok(versioned(version, &OverrideList { version, domains }))
 }
 
 pub(super) async fn get_override(
     _: Reader,
-    State(state): State<AppState>,
     UrlParams(p): UrlParams<DomainParams>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    let o = edit::get_override(&doc, &p.domain).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "resource {:?} has no override for domain {:?}",
-            p.name, p.domain
-        ))
-    })?;
-    Ok(versioned(StatusCode::OK, version, o))
+    let (version, doc) = snapshot.resource(&p.name).await?;
+    let o = edit::get_override(&doc, &p.domain).ok_or_else(|| no_override(&p.name, &p.domain))?;
+    Ok(versioned(version, o))
 }
 
 /// `PUT …/domains/{domain}`: the body is the override (rate: `hard_limit`
 /// and/or `tiers`; copy: `domain_limit`), problems relative to it.
 pub(super) async fn put_override(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<DomainParams>,
-    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     check_domain(&p.domain)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        let created = edit::get_override(doc, &p.domain).is_none();
-        let (doc, prefix) = edit::set_override(doc, &p.domain, body);
-        Ok(Edit::Put {
-            normalized: validate(&doc, &prefix, "")?,
-            created,
+    editor
+        .existing(&p.name, |doc| {
+            let created = edit::get_override(doc, &p.domain).is_none();
+            let (doc, prefix) = edit::set_override(doc, &p.domain, body);
+            Edit::put(&doc, &prefix, created)
         })
-    })
-    .await
+        .await
 }
 
 pub(super) async fn delete_override(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<DomainParams>,
-    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        let doc = edit::remove_override(doc, &p.domain).ok_or_else(|| {
-            ApiError::not_found(format!(
-                "resource {:?} has no override for domain {:?}",
-                p.name, p.domain
-            ))
-        })?;
-        Ok(Edit::Put {
-            normalized: validate(&doc, "", "")?,
-            created: false,
+    editor
+        .existing(&p.name, |doc| {
+            let doc = edit::remove_override(doc, &p.domain)
+                .ok_or_else(|| no_override(&p.name, &p.domain))?;
+            Edit::replace(&doc)
         })
-    })
-    .await
+        .await
 }
 
 // ---- groups and membership (copy-limited resources) ----
 
-fn no_group(name: &str, group: &str) -> ApiError {
-    ApiError::not_found(format!("resource {name:?} has no group {group:?}"))
-}
-
 pub(super) async fn list_groups(
     _: Reader,
-    State(state): State<AppState>,
     UrlParams(p): UrlParams<NameParam>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    let (version, doc) = read_resource(&state, &p.name).await?;
+    let (version, doc) = snapshot.resource(&p.name).await?;
     require_copy(&doc, &p.name)?;
     Ok(versioned(
-        StatusCode::OK,
         version,
         &GroupList {
             version,
@@ -384,103 +434,78 @@ pub(super) async fn list_groups(
 
 pub(super) async fn get_group(
     _: Reader,
-    State(state): State<AppState>,
     UrlParams(p): UrlParams<GroupParams>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    let (version, doc) = read_resource(&state, &p.name).await?;
+    let (version, doc) = snapshot.resource(&p.name).await?;
     require_copy(&doc, &p.name)?;
     let i = edit::group_index(&doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-    Ok(versioned(StatusCode::OK, version, &edit::groups(&doc)[i]))
+    Ok(versioned(version, &edit::groups(&doc)[i]))
 }
 
 /// `PUT …/groups/{group}`: body `{limit, domains}` (a `name`, if sent,
 /// must be the group's); replaces the group in place or appends it.
 pub(super) async fn put_group(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<GroupParams>,
-    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let body = with_name(body, &p.group, "group").map_err(|e| ApiError::invalid(vec![e]))?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let created = edit::group_index(doc, &p.group).is_none();
-        let (doc, prefix) = edit::set_group(doc, &p.group, body);
-        Ok(Edit::Put {
-            normalized: validate(&doc, &prefix, "")?,
-            created,
+    editor
+        .copy(&p.name, |doc| {
+            let created = edit::group_index(doc, &p.group).is_none();
+            let (doc, prefix) = edit::set_group(doc, &p.group, body);
+            Edit::put(&doc, &prefix, created)
         })
-    })
-    .await
+        .await
 }
 
 pub(super) async fn delete_group(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<GroupParams>,
-    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let doc = edit::remove_group(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-        Ok(Edit::Put {
-            normalized: validate(&doc, "", "")?,
-            created: false,
+    editor
+        .copy(&p.name, |doc| {
+            let doc =
+                edit::remove_group(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
+            Edit::replace(&doc)
         })
-    })
-    .await
+        .await
 }
 
 /// `PUT …/groups/{group}/domains/{domain}`: adds a member (no body).
 pub(super) async fn add_member(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<MemberParams>,
-    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
     check_domain(&p.domain)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let i = edit::group_index(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-        Ok(match edit::add_member(doc, i, &p.domain) {
-            Some((doc, path)) => Edit::Put {
-                normalized: validate(&doc, &path, "domain")?,
-                created: true,
-            },
-            // Already a member: nothing to commit.
-            None => Edit::Put {
-                normalized: validate(doc, "", "")?,
-                created: false,
-            },
+    editor
+        .group(&p.name, &p.group, |doc, i| {
+            match edit::add_member(doc, i, &p.domain) {
+                Some((doc, path)) => Ok(Edit::Put {
+                    normalized: validate(&doc, &path, "domain")?,
+                    created: true,
+                }),
+                // Already a member: nothing to commit.
+                None => Edit::replace(doc),
+            }
         })
-    })
-    .await
+        .await
 }
 
 pub(super) async fn remove_member(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<MemberParams>,
-    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let i = edit::group_index(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-        let doc = edit::remove_member(doc, i, &p.domain).ok_or_else(|| {
-            ApiError::not_found(format!(
-                "domain {:?} is not a member of group {:?} of resource {:?}",
-                p.domain, p.group, p.name
-            ))
-        })?;
-        Ok(Edit::Put {
-            normalized: validate(&doc, "", "")?,
-            created: false,
+    editor
+        .group(&p.name, &p.group, |doc, i| {
+            let doc = edit::remove_member(doc, i, &p.domain).ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "domain {:?} is not a member of group {:?} of resource {:?}",
+                    p.domain, p.group, p.name
+                ))
+            })?;
+            Edit::replace(&doc)
         })
-    })
-    .await
+        .await
 }

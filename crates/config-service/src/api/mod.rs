@@ -23,6 +23,7 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::store::{Entity, Meta, ReadTx, WriteTx};
 use extract::IfMatch;
+use resources::{Group, Override};
 
 /// The largest request body accepted (a whole configuration on import).
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -54,16 +55,16 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v1/resources/{name}/domains/{domain}",
-            get(resources::get_override)
-                .put(resources::put_override)
-                .delete(resources::delete_override),
+            get(resources::get_part::<Override>)
+                .put(resources::put_part::<Override>)
+                .delete(resources::delete_part::<Override>),
         )
         .route("/v1/resources/{name}/groups", get(resources::list_groups))
         .route(
             "/v1/resources/{name}/groups/{group}",
-            get(resources::get_group)
-                .put(resources::put_group)
-                .delete(resources::delete_group),
+            get(resources::get_part::<Group>)
+                .put(resources::put_part::<Group>)
+                .delete(resources::delete_part::<Group>),
         )
         .route(
             "/v1/resources/{name}/groups/{group}/domains/{domain}",

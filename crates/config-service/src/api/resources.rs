@@ -26,18 +26,6 @@ pub(super) struct NameParam {
 }
 
 #[derive(Debug, Deserialize)]
-pub(super) struct DomainParams {
-    name: String,
-    domain: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct GroupParams {
-    name: String,
-    group: String,
-}
-
-#[derive(Debug, Deserialize)]
 pub(super) struct MemberParams {
     name: String,
     group: String,
@@ -149,6 +137,19 @@ impl Editor {
             change(current.ok_or_else(|| missing(name))?)
         })
         .await
+    }
+
+    /// [`Editor::existing`] to a resource that may have parts `P`.
+    async fn part<P: Part>(
+        self,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        if P::COPY_ONLY {
+            self.copy(name, change).await
+        } else {
+            self.existing(name, change).await
+        }
     }
 
     /// [`Editor::existing`] to a copy-limited resource.
@@ -374,46 +375,6 @@ pub(super) async fn list_overrides(
     Ok(versioned(version, &OverrideList { version, domains }))
 }
 
-pub(super) async fn get_override(
-    _: Reader,
-    UrlParams(p): UrlParams<DomainParams>,
-    snapshot: Snapshot,
-) -> Result<Response, ApiError> {
-    let (version, doc) = snapshot.resource(&p.name).await?;
-    let o = edit::get_override(&doc, &p.domain).ok_or_else(|| no_override(&p.name, &p.domain))?;
-    Ok(versioned(version, o))
-}
-
-/// `PUT …/domains/{domain}`: the body is the override (rate: `hard_limit`
-/// and/or `tiers`; copy: `domain_limit`), problems relative to it.
-pub(super) async fn put_override(
-    editor: Editor,
-    UrlParams(p): UrlParams<DomainParams>,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    check_domain(&p.domain)?;
-    editor
-        .existing(&p.name, |doc| {
-            let created = edit::get_override(doc, &p.domain).is_none();
-            let (doc, prefix) = edit::set_override(doc, &p.domain, body);
-            Edit::put(&doc, &prefix, created)
-        })
-        .await
-}
-
-pub(super) async fn delete_override(
-    editor: Editor,
-    UrlParams(p): UrlParams<DomainParams>,
-) -> Result<Response, ApiError> {
-    editor
-        .existing(&p.name, |doc| {
-            let doc = edit::remove_override(doc, &p.domain)
-                .ok_or_else(|| no_override(&p.name, &p.domain))?;
-            Edit::replace(&doc)
-        })
-        .await
-}
-
 // ---- groups and membership (copy-limited resources) ----
 
 pub(super) async fn list_groups(
@@ -432,42 +393,122 @@ pub(super) async fn list_groups(
     ))
 }
 
-pub(super) async fn get_group(
-    _: Reader,
-    UrlParams(p): UrlParams<GroupParams>,
-    snapshot: Snapshot,
-) -> Result<Response, ApiError> {
-    let (version, doc) = snapshot.resource(&p.name).await?;
-    require_copy(&doc, &p.name)?;
-    let i = edit::group_index(&doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-    Ok(versioned(version, &edit::groups(&doc)[i]))
+// ---- one override or one group: a part of a resource ----
+
+/// A named part of a resource that the API reads and writes on its own:
+/// the override of one domain (`…/domains/{domain}`) or one group of a
+/// copy-limited resource (`…/groups/{group}`).
+pub(super) trait Part {
+    /// Only copy-limited resources have it (422 for a rate-limited one).
+    const COPY_ONLY: bool;
+    /// The part named `key` in `doc`.
+    fn get(doc: &Value, key: &str) -> Option<Value>;
+    /// What a PUT body becomes once checked against the URL.
+    fn accept(key: &str, body: Value) -> Result<Value, ApiError>;
+    /// `doc` with the part set to `body`, and where the body went in it.
+    fn set(doc: &Value, key: &str, body: Value) -> (Value, String);
+    /// `doc` without the part, `None` when there was none.
+    fn remove(doc: &Value, key: &str) -> Option<Value>;
+    /// The 404 for a part that is not there.
+    fn missing(name: &str, key: &str) -> ApiError;
 }
 
-/// `PUT …/groups/{group}`: body `{limit, domains}` (a `name`, if sent,
-/// must be the group's); replaces the group in place or appends it.
-pub(super) async fn put_group(
+/// `…/domains/{domain}`: the body is the override (rate: `hard_limit`
+/// and/or `tiers`; copy: `domain_limit`), problems relative to it.
+pub(super) struct Override;
+
+impl Part for Override {
+    const COPY_ONLY: bool = false;
+
+    fn get(doc: &Value, domain: &str) -> Option<Value> {
+        edit::get_override(doc, domain).cloned()
+    }
+
+    fn accept(domain: &str, body: Value) -> Result<Value, ApiError> {
+        check_domain(domain)?;
+        Ok(body)
+    }
+
+    fn set(doc: &Value, domain: &str, body: Value) -> (Value, String) {
+        edit::set_override(doc, domain, body)
+    }
+
+    fn remove(doc: &Value, domain: &str) -> Option<Value> {
+        edit::remove_override(doc, domain)
+    }
+
+    fn missing(name: &str, domain: &str) -> ApiError {
+        no_override(name, domain)
+    }
+}
+
+/// `…/groups/{group}`: the body is `{limit, domains}` (a `name`, if sent,
+/// must be the group's); a PUT replaces the group in place or appends it.
+pub(super) struct Group;
+
+impl Part for Group {
+    const COPY_ONLY: bool = true;
+
+    fn get(doc: &Value, group: &str) -> Option<Value> {
+        let i = edit::group_index(doc, group)?;
+        edit::groups(doc).into_iter().nth(i)
+    }
+
+    fn accept(group: &str, body: Value) -> Result<Value, ApiError> {
+        with_name(body, group, "group").map_err(|e| ApiError::invalid(vec![e]))
+    }
+
+    fn set(doc: &Value, group: &str, body: Value) -> (Value, String) {
+        edit::set_group(doc, group, body)
+    }
+
+    fn remove(doc: &Value, group: &str) -> Option<Value> {
+        edit::remove_group(doc, group)
+    }
+
+    fn missing(name: &str, group: &str) -> ApiError {
+        no_group(name, group)
+    }
+}
+
+/// `GET` of one part (path: the resource's name, the part's key).
+pub(super) async fn get_part<P: Part>(
+    _: Reader,
+    UrlParams((name, key)): UrlParams<(String, String)>,
+    snapshot: Snapshot,
+) -> Result<Response, ApiError> {
+    let (version, doc) = snapshot.resource(&name).await?;
+    if P::COPY_ONLY {
+        require_copy(&doc, &name)?;
+    }
+    let part = P::get(&doc, &key).ok_or_else(|| P::missing(&name, &key))?;
+    Ok(versioned(version, &part))
+}
+
+/// `PUT` of one part: created or replaced.
+pub(super) async fn put_part<P: Part>(
     editor: Editor,
-    UrlParams(p): UrlParams<GroupParams>,
+    UrlParams((name, key)): UrlParams<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let body = with_name(body, &p.group, "group").map_err(|e| ApiError::invalid(vec![e]))?;
+    let body = P::accept(&key, body)?;
     editor
-        .copy(&p.name, |doc| {
-            let created = edit::group_index(doc, &p.group).is_none();
-            let (doc, prefix) = edit::set_group(doc, &p.group, body);
+        .part::<P>(&name, |doc| {
+            let created = P::get(doc, &key).is_none();
+            let (doc, prefix) = P::set(doc, &key, body);
             Edit::put(&doc, &prefix, created)
         })
         .await
 }
 
-pub(super) async fn delete_group(
+/// `DELETE` of one part.
+pub(super) async fn delete_part<P: Part>(
     editor: Editor,
-    UrlParams(p): UrlParams<GroupParams>,
+    UrlParams((name, key)): UrlParams<(String, String)>,
 ) -> Result<Response, ApiError> {
     editor
-        .copy(&p.name, |doc| {
-            let doc =
-                edit::remove_group(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
+        .part::<P>(&name, |doc| {
+            let doc = P::remove(doc, &key).ok_or_else(|| P::missing(&name, &key))?;
             Edit::replace(&doc)
         })
         .await

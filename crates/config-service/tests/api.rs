@@ -1429,6 +1429,13 @@ async fn unknown_paths_and_methods_answer_json(db: TestDb) {
         .expect(405);
     assert_eq!(wrong.json["error"], "method_not_allowed");
     assert!(wrong.headers.contains_key(header::ALLOW));
+    // The same on the routes of a resource's parts.
+    for path in ["domains", "domains/d", "groups", "groups/g"] {
+        let path = format!("{}/{path}", resource_path("api/search"));
+        let wrong = app.method(Method::PATCH, &path).send().await.expect(405);
+        assert_eq!(wrong.json["error"], "method_not_allowed", "{path}");
+        assert!(wrong.headers.contains_key(header::ALLOW), "{path}");
+    }
 }
 
 /// Every operation the OpenAPI document lists exists (a request to it is

@@ -23,7 +23,7 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::store::{Entity, Meta, ReadTx, WriteTx};
 use extract::IfMatch;
-use resources::{Group, Override};
+use resources::{Group, Override, Part};
 
 /// The largest request body accepted (a whole configuration on import).
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -49,23 +49,8 @@ pub fn router(state: AppState) -> Router {
                 .put(resources::put)
                 .delete(resources::delete),
         )
-        .route(
-            "/v1/resources/{name}/domains",
-            get(resources::list_overrides),
-        )
-        .route(
-            "/v1/resources/{name}/domains/{domain}",
-            get(resources::get_part::<Override>)
-                .put(resources::put_part::<Override>)
-                .delete(resources::delete_part::<Override>),
-        )
-        .route("/v1/resources/{name}/groups", get(resources::list_groups))
-        .route(
-            "/v1/resources/{name}/groups/{group}",
-            get(resources::get_part::<Group>)
-                .put(resources::put_part::<Group>)
-                .delete(resources::delete_part::<Group>),
-        )
+        .merge(part_routes::<Override>())
+        .merge(part_routes::<Group>())
         .route(
             "/v1/resources/{name}/groups/{group}/domains/{domain}",
             put(resources::add_member).delete(resources::remove_member),
@@ -83,6 +68,19 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// The routes of the parts `P` of a resource: all of them (`GET`), one
+/// (`GET`, `PUT`, `DELETE`).
+fn part_routes<P: Part + 'static>() -> Router<AppState> {
+    Router::new()
+        .route(P::ALL_PATH, get(resources::list_parts::<P>))
+        .route(
+            P::ONE_PATH,
+            get(resources::get_part::<P>)
+                .put(resources::put_part::<P>)
+                .delete(resources::delete_part::<P>),
+        )
 }
 
 async fn openapi() -> Response {

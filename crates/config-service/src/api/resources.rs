@@ -39,14 +39,14 @@ pub(super) struct ListQuery {
 
 /// `GET /v1/resources/{name}/domains`.
 #[derive(Debug, Serialize)]
-struct OverrideList {
+pub(super) struct OverrideList {
     version: u64,
     domains: Map<String, Value>,
 }
 
 /// `GET /v1/resources/{name}/groups`.
 #[derive(Debug, Serialize)]
-struct GroupList {
+pub(super) struct GroupList {
     version: u64,
     groups: Vec<Value>,
 }
@@ -361,37 +361,7 @@ pub(super) async fn delete(
 
 // ---- per-domain overrides ----
 
-pub(super) async fn list_overrides(
-    _: Reader,
-    UrlParams(p): UrlParams<NameParam>,
-    snapshot: Snapshot,
-) -> Result<Response, ApiError> {
-    let (version, doc) = snapshot.resource(&p.name).await?;
-    let domains = doc
-        .get("domains")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    Ok(versioned(version, &OverrideList { version, domains }))
-}
-
 // ---- groups and membership (copy-limited resources) ----
-
-pub(super) async fn list_groups(
-    _: Reader,
-    UrlParams(p): UrlParams<NameParam>,
-    snapshot: Snapshot,
-) -> Result<Response, ApiError> {
-    let (version, doc) = snapshot.resource(&p.name).await?;
-    require_copy(&doc, &p.name)?;
-    Ok(versioned(
-        version,
-        &GroupList {
-            version,
-            groups: edit::groups(&doc),
-        },
-    ))
-}
 
 // ---- one override or one group: a part of a resource ----
 
@@ -399,8 +369,16 @@ pub(super) async fn list_groups(
 /// the override of one domain (`…/domains/{domain}`) or one group of a
 /// copy-limited resource (`…/groups/{group}`).
 pub(super) trait Part {
+    /// Where all of them are (`{name}`: the resource).
+    const ALL_PATH: &str;
+    /// Where one is (`{name}`, then the part's key).
+    const ONE_PATH: &str;
     /// Only copy-limited resources have it (422 for a rate-limited one).
     const COPY_ONLY: bool;
+    /// What a `GET` of all of them answers.
+    type List: Serialize;
+    /// All of them in `doc`, read at `version`.
+    fn list(version: u64, doc: &Value) -> Self::List;
     /// The part named `key` in `doc`.
     fn get(doc: &Value, key: &str) -> Option<Value>;
     /// What a PUT body becomes once checked against the URL.
@@ -418,7 +396,19 @@ pub(super) trait Part {
 pub(super) struct Override;
 
 impl Part for Override {
+    const ALL_PATH: &str = "/v1/resources/{name}/domains";
+    const ONE_PATH: &str = "/v1/resources/{name}/domains/{domain}";
     const COPY_ONLY: bool = false;
+    type List = OverrideList;
+
+    fn list(version: u64, doc: &Value) -> OverrideList {
+        let domains = doc
+            .get("domains")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        OverrideList { version, domains }
+    }
 
     fn get(doc: &Value, domain: &str) -> Option<Value> {
         edit::get_override(doc, domain).cloned()
@@ -447,7 +437,17 @@ impl Part for Override {
 pub(super) struct Group;
 
 impl Part for Group {
+    const ALL_PATH: &str = "/v1/resources/{name}/groups";
+    const ONE_PATH: &str = "/v1/resources/{name}/groups/{group}";
     const COPY_ONLY: bool = true;
+    type List = GroupList;
+
+    fn list(version: u64, doc: &Value) -> GroupList {
+        GroupList {
+            version,
+            groups: edit::groups(doc),
+        }
+    }
 
     fn get(doc: &Value, group: &str) -> Option<Value> {
         let i = edit::group_index(doc, group)?;
@@ -471,16 +471,34 @@ impl Part for Group {
     }
 }
 
+impl Snapshot {
+    /// [`Snapshot::resource`] that may have parts `P`.
+    async fn resource_with<P: Part>(self, name: &str) -> Result<(u64, Value), ApiError> {
+        let (version, doc) = self.resource(name).await?;
+        if P::COPY_ONLY {
+            require_copy(&doc, name)?;
+        }
+        Ok((version, doc))
+    }
+}
+
+/// `GET` of every part of a resource.
+pub(super) async fn list_parts<P: Part>(
+    _: Reader,
+    UrlParams(p): UrlParams<NameParam>,
+    snapshot: Snapshot,
+) -> Result<Response, ApiError> {
+    let (version, doc) = snapshot.resource_with::<P>(&p.name).await?;
+    Ok(versioned(version, &P::list(version, &doc)))
+}
+
 /// `GET` of one part (path: the resource's name, the part's key).
 pub(super) async fn get_part<P: Part>(
     _: Reader,
     UrlParams((name, key)): UrlParams<(String, String)>,
     snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    let (version, doc) = snapshot.resource(&name).await?;
-    if P::COPY_ONLY {
-        require_copy(&doc, &name)?;
-    }
+    let (version, doc) = snapshot.resource_with::<P>(&name).await?;
     let part = P::get(&doc, &key).ok_or_else(|| P::missing(&name, &key))?;
     Ok(versioned(version, &part))
 }

@@ -4,8 +4,12 @@
 
 use std::fmt;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+use subtle::ConstantTimeEq;
 
+use crate::AppState;
 use crate::error::ApiError;
 
 /// What a token may do.
@@ -91,58 +95,134 @@ impl Tokens {
     }
 
     fn role_of(&self, presented: &str) -> Option<Role> {
-        // Compare against every entry in constant time per byte so the
-        // answer time does not tell how much of a secret was right.
+        // Compare against every entry (no early exit) in constant time
+        // (`subtle`), so the answer time does not tell how much of a
+        // secret was right.
         let mut found = None;
         for (secret, role) in &self.entries {
-            if constant_time_eq(secret.as_bytes(), presented.as_bytes()) {
+            if bool::from(secret.as_bytes().ct_eq(presented.as_bytes())) {
                 found = found.max(Some(*role));
             }
         }
         found
     }
 
-    /// Checks the `Authorization` header for an operation that needs `need`.
-    pub(crate) fn check(&self, headers: &HeaderMap, need: Role) -> Result<(), ApiError> {
-        if need == Role::Read && !self.reads_need_token {
-            return Ok(());
-        }
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            let why = if need == Role::Write && !self.has_writer() {
-                "this service has no write token configured; changes are refused"
-            } else {
-                "a bearer token is required (Authorization: Bearer TOKEN)"
-            };
-            return Err(ApiError::unauthorized(why, false));
+    /// What the `Authorization` header of a request is allowed.
+    fn access(&self, headers: &HeaderMap) -> Access {
+        let presented = match headers.get(header::AUTHORIZATION) {
+            None => Presented::Nothing,
+            Some(value) => value
+                .to_str()
+                .ok()
+                .and_then(|v| {
+                    let (scheme, token) = v.trim().split_once(' ')?;
+                    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+                })
+                .map_or(Presented::Malformed, |token| {
+                    Presented::Token(self.role_of(token))
+                }),
         };
-        let presented = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                let (scheme, token) = v.trim().split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .ok_or_else(|| {
-                ApiError::unauthorized("the Authorization header must be `Bearer TOKEN`", true)
-            })?;
-        match self.role_of(presented) {
-            None => Err(ApiError::unauthorized(
-                "the bearer token is not valid",
-                true,
-            )),
-            Some(role) if role < need => Err(ApiError::forbidden(
-                "this token may read the configuration but not change it",
-            )),
-            Some(_) => Ok(()),
+        Access {
+            presented,
+            reads_need_token: self.reads_need_token,
+            has_writer: self.has_writer(),
         }
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// What a request's `Authorization` header held.
+#[derive(Debug, Clone, Copy)]
+enum Presented {
+    /// No header.
+    Nothing,
+    /// A header that is not `Bearer TOKEN`.
+    Malformed,
+    /// A bearer token, with its role if it is one of ours.
+    Token(Option<Role>),
+}
+
+/// The request's credentials, checked against the tokens: an extractor for
+/// the one operation whose need depends on the request (`PUT /v1/config`
+/// reads for a dry run, writes otherwise). The others take [`Reader`] or
+/// [`Writer`], which run before every other extractor, so that a client
+/// without the right token learns nothing about its URL, headers or body.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Access {
+    presented: Presented,
+    reads_need_token: bool,
+    has_writer: bool,
+}
+
+impl Access {
+    /// Allows an operation that needs `need`, or answers 401 or 403.
+    pub(crate) fn require(&self, need: Role) -> Result<(), ApiError> {
+        if need == Role::Read && !self.reads_need_token {
+            return Ok(());
+        }
+        match self.presented {
+            Presented::Nothing => {
+                let why = if need == Role::Write && !self.has_writer {
+                    "this service has no write token configured; changes are refused"
+                } else {
+                    "a bearer token is required (Authorization: Bearer TOKEN)"
+                };
+                Err(ApiError::unauthorized(why, false))
+            }
+            Presented::Malformed => Err(ApiError::unauthorized(
+                "the Authorization header must be `Bearer TOKEN`",
+                true,
+            )),
+            Presented::Token(None) => Err(ApiError::unauthorized(
+                "the bearer token is not valid",
+                true,
+            )),
+            Presented::Token(Some(role)) if role < need => Err(ApiError::forbidden(
+                "this token may read the configuration but not change it",
+            )),
+            Presented::Token(Some(_)) => Ok(()),
+        }
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl FromRequestParts<AppState> for Access {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Ok(state.tokens().access(&parts.headers))
+    }
+}
+
+/// An extractor that lets a request through when it may read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reader;
+
+impl FromRequestParts<AppState> for Reader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state
+            .tokens()
+            .access(&parts.headers)
+            .require(Role::Read)
+            .map(|()| Reader)
+    }
+}
+
+/// An extractor that lets a request through when it may change the
+/// configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Writer;
+
+impl FromRequestParts<AppState> for Writer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state
+            .tokens()
+            .access(&parts.headers)
+            .require(Role::Write)
+            .map(|()| Writer)
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use charon_core::config::ConfigErrors;
 
-use crate::store::StoreError;
+use crate::store::ConfigDbError;
 use crate::wire::{ErrorBody, Problem};
 
 /// An error answer: status, stable code, message, problems.
@@ -126,8 +126,8 @@ impl ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
+impl From<ConfigDbError> for ApiError {
+    fn from(e: ConfigDbError) -> Self {
         match e.unavailability() {
             Some(why) => {
                 tracing::warn!(

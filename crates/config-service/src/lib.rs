@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 pub use api::router;
 pub use auth::{Role, Tokens};
-pub use store::{StoreError, StoreOptions};
+pub use store::{ConfigDbError, StoreOptions};
 
 /// The OpenAPI 3 document served at `/openapi.json`.
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
@@ -55,7 +55,7 @@ impl AppState {
     /// Opens (creating if needed) the database and brings its schema up to
     /// date. `database` is a `postgres://…` URL, a `sqlite:…` URL, or the
     /// path of a SQLite file.
-    pub async fn open(database: &str, tokens: Tokens) -> Result<Self, StoreError> {
+    pub async fn open(database: &str, tokens: Tokens) -> Result<Self, ConfigDbError> {
         Self::open_with(database, tokens, StoreOptions::default()).await
     }
 
@@ -64,7 +64,7 @@ impl AppState {
         database: &str,
         tokens: Tokens,
         options: StoreOptions,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, ConfigDbError> {
         let db = store::Db::open(database, &options).await?;
         Ok(Self {
             inner: Arc::new(Inner { db, tokens }),

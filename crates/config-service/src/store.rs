@@ -14,7 +14,7 @@
 //! A write is acknowledged only once its `COMMIT` returned (SQLite in WAL
 //! mode with `synchronous = FULL`: on disk). A connection on which
 //! anything failed is closed rather than reused ([`tx`]), and a full disk,
-//! a lock held too long or a lost database is a [`StoreError::Unavailable`]
+//! a lock held too long or a lost database is a [`ConfigDbError::Unavailable`]
 //! (503), see [`classify`].
 
 mod classify;
@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use charon_core::config::NamespaceSettings;
 use serde_json::Value;
+use sqlx::AnyConnection;
 use sqlx::migrate::Migrator;
-use sqlx::{AnyConnection, Row};
 
 pub use classify::Unavailability;
 use pools::Pools;
@@ -39,7 +39,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// Why the configuration database could not be used.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum ConfigDbError {
     /// The database URL or path is not usable.
     #[error("cannot use configuration database {target:?}: {message}")]
     Config { target: String, message: String },
@@ -59,20 +59,20 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-impl From<sqlx::Error> for StoreError {
+impl From<sqlx::Error> for ConfigDbError {
     fn from(e: sqlx::Error) -> Self {
         match classify::classify(&e) {
-            Some(_) => StoreError::Unavailable(e),
-            None => StoreError::Database(e),
+            Some(_) => ConfigDbError::Unavailable(e),
+            None => ConfigDbError::Database(e),
         }
     }
 }
 
-impl StoreError {
-    /// Why the database is unavailable, for an [`StoreError::Unavailable`].
+impl ConfigDbError {
+    /// Why the database is unavailable, for an [`ConfigDbError::Unavailable`].
     pub fn unavailability(&self) -> Option<Unavailability> {
         match self {
-            StoreError::Unavailable(e) => {
+            ConfigDbError::Unavailable(e) => {
                 Some(classify::classify(e).unwrap_or(Unavailability::Unreachable))
             }
             _ => None,
@@ -80,7 +80,7 @@ impl StoreError {
     }
 }
 
-type Result<T, E = StoreError> = std::result::Result<T, E>;
+type Result<T, E = ConfigDbError> = std::result::Result<T, E>;
 
 /// Which kind of entity a change touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,7 +168,7 @@ pub(crate) struct Db {
 /// `sqlite:…` URLs as they are, anything else as the path of a SQLite file
 /// (created if missing).
 fn database_url(spec: &str) -> Result<(String, Backend)> {
-    let bad = |message: String| StoreError::Config {
+    let bad = |message: String| ConfigDbError::Config {
         target: spec.to_owned(),
         message,
     };
@@ -252,9 +252,9 @@ impl Db {
             Backend::Sqlite => "BEGIN IMMEDIATE",
         };
         let mut tx = Tx::begin(&self.pools.writes, begin, !self.in_memory).await?;
-        let row = tx
+        let (version, history_floor): (i64, i64) = tx
             .run(async |conn| {
-                Ok(sqlx::query(
+                Ok(sqlx::query_as(
                     "UPDATE charon_meta SET version = version + 1 WHERE id = 1 \
                      RETURNING version, history_floor",
                 )
@@ -262,8 +262,8 @@ impl Db {
                 .await?)
             })
             .await?;
-        let next = u64_at(&row, "version")?;
-        let history_floor = u64_at(&row, "history_floor")?;
+        let next = to_u64("version", version)?;
+        let history_floor = to_u64("history_floor", history_floor)?;
         Ok(WriteTx {
             tx,
             base: next - 1,
@@ -280,9 +280,8 @@ impl Db {
     }
 }
 
-fn u64_at(row: &sqlx::any::AnyRow, column: &str) -> Result<u64> {
-    let v: i64 = row.try_get(column)?;
-    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {v}")))
+fn to_u64(column: &str, v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| ConfigDbError::Corrupt(format!("{column} is negative: {v}")))
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -291,36 +290,106 @@ fn to_i64(v: u64) -> i64 {
 }
 
 fn parse_document(name: &str, text: &str) -> Result<Value> {
-    serde_json::from_str(text)
-        .map_err(|e| StoreError::Corrupt(format!("resource {name:?}: document is not JSON: {e}")))
-}
-
-fn flag(row: &sqlx::any::AnyRow, column: &str) -> Result<bool> {
-    Ok(row.try_get::<i64, _>(column)? != 0)
-}
-
-fn namespace_row(row: &sqlx::any::AnyRow) -> Result<StoredNamespace> {
-    Ok(StoredNamespace {
-        settings: NamespaceSettings {
-            allow_unconfigured: flag(row, "allow_unconfigured")?,
-            ignore_configured: flag(row, "ignore_configured")?,
-        },
-        updated_version: u64_at(row, "updated_version")?,
+    serde_json::from_str(text).map_err(|e| {
+        ConfigDbError::Corrupt(format!("resource {name:?}: document is not JSON: {e}"))
     })
+}
+
+// Rows as the database holds them (integers for versions and flags, JSON
+// text for documents), read by `sqlx::FromRow`; the `TryFrom`s check
+// what the database cannot (no negative version, a document that parses).
+
+/// A row of `charon_meta`.
+#[derive(Debug, sqlx::FromRow)]
+struct MetaRow {
+    version: i64,
+    history_floor: i64,
+    epoch: String,
+}
+
+impl TryFrom<MetaRow> for Meta {
+    type Error = ConfigDbError;
+
+    fn try_from(row: MetaRow) -> Result<Self> {
+        Ok(Meta {
+            version: to_u64("version", row.version)?,
+            history_floor: to_u64("history_floor", row.history_floor)?,
+            epoch: row.epoch,
+        })
+    }
+}
+
+/// A row of `charon_resources`.
+#[derive(Debug, sqlx::FromRow)]
+struct ResourceRow {
+    name: String,
+    document: String,
+    updated_version: i64,
+}
+
+impl TryFrom<ResourceRow> for (String, StoredResource) {
+    type Error = ConfigDbError;
+
+    fn try_from(row: ResourceRow) -> Result<Self> {
+        let resource = StoredResource {
+            document: parse_document(&row.name, &row.document)?,
+            updated_version: to_u64("updated_version", row.updated_version)?,
+        };
+        Ok((row.name, resource))
+    }
+}
+
+/// A row of `charon_namespaces`.
+#[derive(Debug, sqlx::FromRow)]
+struct NamespaceRow {
+    name: String,
+    allow_unconfigured: i64,
+    ignore_configured: i64,
+    updated_version: i64,
+}
+
+impl TryFrom<NamespaceRow> for (String, StoredNamespace) {
+    type Error = ConfigDbError;
+
+    fn try_from(row: NamespaceRow) -> Result<Self> {
+        let namespace = StoredNamespace {
+            settings: NamespaceSettings {
+                allow_unconfigured: row.allow_unconfigured != 0,
+                ignore_configured: row.ignore_configured != 0,
+            },
+            updated_version: to_u64("updated_version", row.updated_version)?,
+        };
+        Ok((row.name, namespace))
+    }
+}
+
+/// A resource changed after some version, with its document now (`None`:
+/// deleted).
+#[derive(Debug, sqlx::FromRow)]
+struct ChangedResourceRow {
+    name: String,
+    document: Option<String>,
+}
+
+/// A namespace changed after some version, with its switches now (`None`:
+/// deleted).
+#[derive(Debug, sqlx::FromRow)]
+struct ChangedNamespaceRow {
+    name: String,
+    allow_unconfigured: Option<i64>,
+    ignore_configured: Option<i64>,
 }
 
 // Queries shared by reads and writes: they take the transaction's
 // connection.
 
 async fn meta(conn: &mut AnyConnection) -> Result<Meta> {
-    let row = sqlx::query("SELECT version, history_floor, epoch FROM charon_meta WHERE id = 1")
-        .fetch_one(conn)
-        .await?;
-    Ok(Meta {
-        version: u64_at(&row, "version")?,
-        history_floor: u64_at(&row, "history_floor")?,
-        epoch: row.try_get("epoch")?,
-    })
+    sqlx::query_as::<_, MetaRow>(
+        "SELECT version, history_floor, epoch FROM charon_meta WHERE id = 1",
+    )
+    .fetch_one(conn)
+    .await?
+    .try_into()
 }
 
 /// Whether a name can be stored at all. Names with control characters are
@@ -334,65 +403,50 @@ async fn resource(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredR
     if !storable(name) {
         return Ok(None);
     }
-    let row = sqlx::query("SELECT document, updated_version FROM charon_resources WHERE name = $1")
-        .bind(name)
-        .fetch_optional(conn)
-        .await?;
-    row.map(|row| {
-        Ok(StoredResource {
-            document: parse_document(name, &row.try_get::<String, _>("document")?)?,
-            updated_version: u64_at(&row, "updated_version")?,
-        })
-    })
+    sqlx::query_as::<_, ResourceRow>(
+        "SELECT name, document, updated_version FROM charon_resources WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await?
+    .map(|row| <(String, StoredResource)>::try_from(row).map(|(_, r)| r))
     .transpose()
 }
 
 async fn resources(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredResource>> {
-    let rows = sqlx::query("SELECT name, document, updated_version FROM charon_resources")
+    sqlx::query_as::<_, ResourceRow>("SELECT name, document, updated_version FROM charon_resources")
         .fetch_all(conn)
-        .await?;
-    let mut out = BTreeMap::new();
-    for row in rows {
-        let name: String = row.try_get("name")?;
-        let document = parse_document(&name, &row.try_get::<String, _>("document")?)?;
-        let updated_version = u64_at(&row, "updated_version")?;
-        out.insert(
-            name,
-            StoredResource {
-                document,
-                updated_version,
-            },
-        );
-    }
-    Ok(out)
+        .await?
+        .into_iter()
+        .map(TryFrom::try_from)
+        .collect()
 }
 
 async fn namespace(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredNamespace>> {
     if !storable(name) {
         return Ok(None);
     }
-    let row = sqlx::query(
-        "SELECT allow_unconfigured, ignore_configured, updated_version \
+    sqlx::query_as::<_, NamespaceRow>(
+        "SELECT name, allow_unconfigured, ignore_configured, updated_version \
          FROM charon_namespaces WHERE name = $1",
     )
     .bind(name)
     .fetch_optional(conn)
-    .await?;
-    row.as_ref().map(namespace_row).transpose()
+    .await?
+    .map(|row| <(String, StoredNamespace)>::try_from(row).map(|(_, n)| n))
+    .transpose()
 }
 
 async fn namespaces(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredNamespace>> {
-    let rows = sqlx::query(
+    sqlx::query_as::<_, NamespaceRow>(
         "SELECT name, allow_unconfigured, ignore_configured, updated_version \
          FROM charon_namespaces",
     )
     .fetch_all(conn)
-    .await?;
-    let mut out = BTreeMap::new();
-    for row in rows {
-        out.insert(row.try_get("name")?, namespace_row(&row)?);
-    }
-    Ok(out)
+    .await?
+    .into_iter()
+    .map(TryFrom::try_from)
+    .collect()
 }
 
 /// Names of the entities of `entity` changed after `since`, with their
@@ -401,7 +455,7 @@ async fn changed_resources(
     conn: &mut AnyConnection,
     since: u64,
 ) -> Result<Vec<(String, Option<Value>)>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query_as::<_, ChangedResourceRow>(
         "SELECT c.name AS name, r.document AS document \
          FROM (SELECT DISTINCT name FROM charon_changes WHERE entity = 'resource' AND version > $1) c \
          LEFT JOIN charon_resources r ON r.name = c.name",
@@ -409,15 +463,16 @@ async fn changed_resources(
     .bind(to_i64(since))
     .fetch_all(conn)
     .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let name: String = row.try_get("name")?;
-        let document = match row.try_get::<Option<String>, _>("document")? {
-            Some(text) => Some(parse_document(&name, text.as_str())?),
-            None => None,
-        };
-        out.push((name, document));
-    }
+    let mut out = rows
+        .into_iter()
+        .map(|row| {
+            let document = match &row.document {
+                Some(text) => Some(parse_document(&row.name, text)?),
+                None => None,
+            };
+            Ok((row.name, document))
+        })
+        .collect::<Result<Vec<_>>>()?;
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
@@ -426,7 +481,7 @@ async fn changed_namespaces(
     conn: &mut AnyConnection,
     since: u64,
 ) -> Result<Vec<(String, Option<NamespaceSettings>)>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query_as::<_, ChangedNamespaceRow>(
         "SELECT c.name AS name, n.allow_unconfigured AS allow_unconfigured, \
                 n.ignore_configured AS ignore_configured \
          FROM (SELECT DISTINCT name FROM charon_changes WHERE entity = 'namespace' AND version > $1) c \
@@ -435,20 +490,19 @@ async fn changed_namespaces(
     .bind(to_i64(since))
     .fetch_all(conn)
     .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let name: String = row.try_get("name")?;
-        let allow: Option<i64> = row.try_get("allow_unconfigured")?;
-        let ignore: Option<i64> = row.try_get("ignore_configured")?;
-        let settings = match (allow, ignore) {
-            (Some(a), Some(i)) => Some(NamespaceSettings {
-                allow_unconfigured: a != 0,
-                ignore_configured: i != 0,
-            }),
-            _ => None,
-        };
-        out.push((name, settings));
-    }
+    let mut out: Vec<_> = rows
+        .into_iter()
+        .map(|row| {
+            let settings = match (row.allow_unconfigured, row.ignore_configured) {
+                (Some(a), Some(i)) => Some(NamespaceSettings {
+                    allow_unconfigured: a != 0,
+                    ignore_configured: i != 0,
+                }),
+                _ => None,
+            };
+            (row.name, settings)
+        })
+        .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
@@ -462,7 +516,7 @@ async fn changed_after(
     if !storable(name) {
         return Ok(false);
     }
-    let row = sqlx::query(
+    let n: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) AS n FROM charon_changes WHERE entity = $1 AND name = $2 AND version > $3",
     )
     .bind(entity.as_str())
@@ -470,7 +524,7 @@ async fn changed_after(
     .bind(to_i64(version))
     .fetch_one(conn)
     .await?;
-    Ok(row.try_get::<i64, _>("n")? > 0)
+    Ok(n > 0)
 }
 
 /// A read-only view of one version. Dropped, it rolls back.
@@ -762,5 +816,46 @@ mod tests {
             .await
             .expect("busy_timeout");
         assert_eq!((mode.as_str(), synchronous, busy), ("wal", 2, 1234));
+    }
+
+    /// Rows come back through the `FromRow` structs; what the database
+    /// cannot check (a document that parses, no negative version) is
+    /// reported as damage, not as a database error.
+    #[tokio::test]
+    async fn rows_are_read_and_damage_is_reported() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c.db");
+        let db = Db::open(&path.display().to_string(), &StoreOptions::default())
+            .await
+            .expect("open");
+        let mut conn = db.pools.writes.acquire().await.expect("a connection");
+        for sql in [
+            "INSERT INTO charon_resources VALUES ('a/x', 'rate', '{\"name\":\"a/x\"}', 1, 1)",
+            "INSERT INTO charon_namespaces VALUES ('a', 1, 0, 3)",
+        ] {
+            sqlx::query(sql).execute(&mut *conn).await.expect(sql);
+        }
+        let mut tx = db.read().await.expect("read");
+        assert_eq!(tx.meta().await.expect("meta").version, 0);
+        let resources = tx.resources().await.expect("resources");
+        assert_eq!(resources["a/x"].document["name"], "a/x");
+        assert_eq!(resources["a/x"].updated_version, 1);
+        let ns = tx.namespace("a").await.expect("namespace").expect("a");
+        assert!(ns.settings.allow_unconfigured && !ns.settings.ignore_configured);
+        assert_eq!(ns.updated_version, 3);
+        drop(tx);
+
+        for sql in [
+            "UPDATE charon_resources SET updated_version = -1",
+            "UPDATE charon_resources SET updated_version = 1, document = 'not json'",
+        ] {
+            sqlx::query(sql).execute(&mut *conn).await.expect(sql);
+            let mut tx = db.read().await.expect("read");
+            let damaged = tx.resource("a/x").await;
+            assert!(
+                matches!(damaged, Err(ConfigDbError::Corrupt(_))),
+                "{sql}: {damaged:?}"
+            );
+        }
     }
 }

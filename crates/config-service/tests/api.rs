@@ -21,6 +21,7 @@ on_both_databases!(
     stale_if_match_is_refused_with_412,
     writes_need_a_write_token,
     reads_may_need_a_token,
+    credentials_are_checked_before_the_request,
     changes_since_give_deltas_and_snapshots,
     history_older_than_kept_gives_a_snapshot,
     import_and_export_round_trip,
@@ -913,6 +914,55 @@ async fn writes_need_a_write_token(db: TestDb) {
     );
 }
 
+/// A client without the right token learns nothing about its request: the
+/// token is checked before the URL, the query, `If-Match`, the
+/// `Content-Type` and the body are looked at.
+async fn credentials_are_checked_before_the_request(db: TestDb) {
+    let app = db.app().await;
+    let api = resource_path("api/search");
+    for (method, path) in [
+        (Method::PUT, api.clone()),
+        (Method::POST, "/v1/resources".to_owned()),
+        (Method::PUT, format!("{api}/domains/d")),
+        (Method::PUT, format!("{api}/groups/g")),
+        (Method::PUT, "/v1/namespaces/n".to_owned()),
+        (Method::PUT, "/v1/config".to_owned()),
+    ] {
+        for token in [None, Some(READER)] {
+            let mut call = app
+                .method(method.clone(), &path)
+                .anonymous()
+                .if_match("not a version")
+                .body("text/html", "{not json");
+            if let Some(t) = token {
+                call = call.token(t);
+            }
+            let want = if token.is_some() { 403 } else { 401 };
+            call.send().await.expect(want);
+        }
+    }
+    app.delete(&format!("{api}/groups/g/domains/d"))
+        .anonymous()
+        .if_match("not a version")
+        .send()
+        .await
+        .expect(401);
+
+    let closed = db
+        .app_with(
+            Tokens::new()
+                .writer("w")
+                .reader(READER)
+                .reads_need_token(true),
+            StoreOptions::default(),
+        )
+        .await;
+    for path in ["/v1/changes?since=minus-one", "/v1/config?format=xml"] {
+        closed.get(path).anonymous().send().await.expect(401);
+        closed.get(path).token(READER).send().await.expect(400);
+    }
+}
+
 async fn reads_may_need_a_token(db: TestDb) {
     let app = db
         .app_with(
@@ -1379,6 +1429,13 @@ async fn unknown_paths_and_methods_answer_json(db: TestDb) {
         .expect(405);
     assert_eq!(wrong.json["error"], "method_not_allowed");
     assert!(wrong.headers.contains_key(header::ALLOW));
+    // The same on the routes of a resource's parts.
+    for path in ["domains", "domains/d", "groups", "groups/g"] {
+        let path = format!("{}/{path}", resource_path("api/search"));
+        let wrong = app.method(Method::PATCH, &path).send().await.expect(405);
+        assert_eq!(wrong.json["error"], "method_not_allowed", "{path}");
+        assert!(wrong.headers.contains_key(header::ALLOW), "{path}");
+    }
 }
 
 /// Every operation the OpenAPI document lists exists (a request to it is

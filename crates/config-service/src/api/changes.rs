@@ -1,14 +1,11 @@
 //! `GET /v1/changes?since=V`: what limiting servers poll.
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::QueryParams;
-use super::versioned;
-use crate::AppState;
-use crate::auth::Role;
+use super::{Snapshot, versioned};
+use crate::auth::Reader;
 use crate::error::ApiError;
 use crate::wire::{Changes, NamespaceBody};
 
@@ -25,13 +22,10 @@ pub(super) struct ChangesQuery {
 /// version older than the history, newer than the service, or another
 /// epoch) the whole configuration as a snapshot.
 pub(super) async fn changes(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    _: Reader,
     QueryParams(q): QueryParams<ChangesQuery>,
+    Snapshot(mut tx, meta): Snapshot,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let mut tx = state.db().read().await?;
-    let meta = tx.meta().await?;
     let other_epoch = q.epoch.as_deref().is_some_and(|e| e != meta.epoch);
     let snapshot =
         q.since == 0 || q.since < meta.history_floor || q.since > meta.version || other_epoch;
@@ -74,5 +68,5 @@ pub(super) async fn changes(
             }
         }
     }
-    Ok(versioned(StatusCode::OK, meta.version, &changes))
+    Ok(versioned(meta.version, &changes))
 }

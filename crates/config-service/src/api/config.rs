@@ -12,11 +12,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::extract::{IfMatch, QueryParams, RawBody};
-use super::{Target, etag, precondition, versioned};
+use super::{Target, etag, precondition, snapshot, versioned};
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
-use crate::store::{StoreError, StoredNamespace, StoredResource};
+use crate::store::{ConfigDbError, Meta, StoredNamespace, StoredResource};
 use crate::wire::{Adjustment, DiffEntry, ImportOutcome, NamespaceBody};
 
 #[derive(Debug, Deserialize)]
@@ -82,19 +82,18 @@ fn assemble(
     let docs: Vec<Value> = resources.into_values().map(|r| r.document).collect();
     Config::from_value(&json!({ "namespaces": nss, "resources": docs }))
         .map(|(config, _)| config)
-        .map_err(|e| ApiError::from(StoreError::Corrupt(e.to_string())))
+        .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
 }
 
 /// `GET /v1/config`.
 pub(super) async fn export(
+    _: Reader,
     State(state): State<AppState>,
     headers: HeaderMap,
     QueryParams(q): QueryParams<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
     let yaml = wants_yaml(&q, &headers)?;
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
+    let (mut tx, Meta { version, .. }) = snapshot(&state).await?;
     let resources = tx.resources().await?;
     let namespaces = tx.namespaces().await?;
     let config = assemble(resources, &namespaces)?;
@@ -108,7 +107,7 @@ pub(super) async fn export(
         response.headers_mut().insert(header::ETAG, etag(version));
         Ok(response)
     } else {
-        Ok(versioned(StatusCode::OK, version, &config.to_value()))
+        Ok(versioned(version, &config.to_value()))
     }
 }
 
@@ -235,21 +234,21 @@ fn diff(
 
 /// `PUT /v1/config[?dry_run=true]`: replaces the whole configuration.
 pub(super) async fn import(
+    access: Access,
     State(state): State<AppState>,
     headers: HeaderMap,
     QueryParams(q): QueryParams<ImportQuery>,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let need = if q.dry_run { Role::Read } else { Role::Write };
-    state.tokens().check(&headers, need)?;
+    // A dry run changes nothing: reading is enough.
+    access.require(if q.dry_run { Role::Read } else { Role::Write })?;
     let if_match = IfMatch::from_headers(&headers)?;
     let (config, adjustments) = parse_import(&headers, &body)?;
     let adjustments: Vec<Adjustment> = adjustments.into_iter().map(Into::into).collect();
     let wanted = Wanted::of(&config);
 
     if q.dry_run {
-        let mut tx = state.db().read().await?;
-        let version = tx.meta().await?.version;
+        let (mut tx, Meta { version, .. }) = snapshot(&state).await?;
         if let Some(IfMatch::Versions(vs)) = &if_match
             && !vs.contains(&version)
         {
@@ -269,7 +268,7 @@ pub(super) async fn import(
             diff,
             adjustments,
         };
-        return Ok(versioned(StatusCode::OK, version, &outcome));
+        return Ok(versioned(version, &outcome));
     }
 
     let mut tx = state.db().write().await?;
@@ -313,5 +312,5 @@ pub(super) async fn import(
         diff,
         adjustments,
     };
-    Ok(versioned(StatusCode::OK, committed.version, &outcome))
+    Ok(versioned(committed.version, &outcome))
 }

@@ -4,7 +4,9 @@
 //! requests too.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::extract::{
+    FromRequest, FromRequestParts, OptionalFromRequestParts, Path, Query, Request,
+};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
@@ -21,7 +23,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for UrlPara
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Path::<T>::from_request_parts(parts, state)
+        <Path<T> as FromRequestParts<S>>::from_request_parts(parts, state)
             .await
             .map(|Path(v)| UrlParams(v))
             .map_err(|e| ApiError::invalid_at("", format!("bad URL: {}", e.body_text())))
@@ -36,7 +38,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryPa
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Query::<T>::from_request_parts(parts, state)
+        <Query<T> as FromRequestParts<S>>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| QueryParams(v))
             .map_err(|e| ApiError::invalid_at("", format!("bad query string: {}", e.body_text())))
@@ -108,6 +110,15 @@ pub(crate) enum IfMatch {
     Exists,
     /// One or more versions (`"7"`, `7`, `"7", "8"`).
     Versions(Vec<u64>),
+}
+
+/// `Option<IfMatch>` as an extractor: `None` when the header is absent.
+impl<S: Send + Sync> OptionalFromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, ApiError> {
+        IfMatch::from_headers(&parts.headers)
+    }
 }
 
 impl IfMatch {

@@ -12,7 +12,8 @@ mod namespaces;
 mod resources;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, put};
@@ -20,8 +21,9 @@ use serde::Serialize;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::store::{Entity, WriteTx};
+use crate::store::{Entity, Meta, ReadTx, WriteTx};
 use extract::IfMatch;
+use resources::{Group, Override, Part};
 
 /// The largest request body accepted (a whole configuration on import).
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -47,23 +49,8 @@ pub fn router(state: AppState) -> Router {
                 .put(resources::put)
                 .delete(resources::delete),
         )
-        .route(
-            "/v1/resources/{name}/domains",
-            get(resources::list_overrides),
-        )
-        .route(
-            "/v1/resources/{name}/domains/{domain}",
-            get(resources::get_override)
-                .put(resources::put_override)
-                .delete(resources::delete_override),
-        )
-        .route("/v1/resources/{name}/groups", get(resources::list_groups))
-        .route(
-            "/v1/resources/{name}/groups/{group}",
-            get(resources::get_group)
-                .put(resources::put_group)
-                .delete(resources::delete_group),
-        )
+        .merge(part_routes::<Override>())
+        .merge(part_routes::<Group>())
         .route(
             "/v1/resources/{name}/groups/{group}/domains/{domain}",
             put(resources::add_member).delete(resources::remove_member),
@@ -81,6 +68,19 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// The routes of the parts `P` of a resource: all of them (`GET`), one
+/// (`GET`, `PUT`, `DELETE`).
+fn part_routes<P: Part + 'static>() -> Router<AppState> {
+    Router::new()
+        .route(P::ALL_PATH, get(resources::list_parts::<P>))
+        .route(
+            P::ONE_PATH,
+            get(resources::get_part::<P>)
+                .put(resources::put_part::<P>)
+                .delete(resources::delete_part::<P>),
+        )
 }
 
 async fn openapi() -> Response {
@@ -105,15 +105,47 @@ async fn method_not_allowed() -> ApiError {
     ApiError::method_not_allowed()
 }
 
+/// Starts a read: the transaction and the version (and epoch) it reads.
+async fn snapshot(state: &AppState) -> Result<(ReadTx, Meta), ApiError> {
+    let mut tx = state.db().read().await?;
+    let meta = tx.meta().await?;
+    Ok((tx, meta))
+}
+
+/// A read as an extractor: the transaction and the version it reads.
+/// Handlers take it after [`crate::auth::Reader`] and the URL's
+/// extractors, so the database is opened for well-formed, allowed
+/// requests only.
+struct Snapshot(ReadTx, Meta);
+
+impl FromRequestParts<AppState> for Snapshot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (tx, meta) = snapshot(state).await?;
+        Ok(Snapshot(tx, meta))
+    }
+}
+
 /// The `ETag` of everything read at (or written as) `version`.
 fn etag(version: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
 }
 
-/// A JSON answer carrying the version in `ETag`.
-fn versioned<T: Serialize>(status: StatusCode, version: u64, body: &T) -> Response {
-    let mut response = (status, axum::Json(body)).into_response();
+/// A JSON answer (200) carrying the version in `ETag`.
+fn versioned<T: Serialize>(version: u64, body: &T) -> Response {
+    let mut response = axum::Json(body).into_response();
     response.headers_mut().insert(header::ETAG, etag(version));
+    response
+}
+
+/// The answer to a write: 201 when it created its target, 200 otherwise,
+/// with the version in `ETag`.
+fn written<T: Serialize>(created: bool, version: u64, body: &T) -> Response {
+    let mut response = versioned(version, body);
+    if created {
+        *response.status_mut() = StatusCode::CREATED;
+    }
     response
 }
 

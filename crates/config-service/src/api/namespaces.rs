@@ -1,18 +1,17 @@
 //! `/v1/namespaces…`: the switches of SPEC §4 per namespace.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use charon_core::config::{Config, parse_namespace};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::extract::{IfMatch, JsonBody, UrlParams};
-use super::{Target, precondition, versioned};
+use super::{Snapshot, Target, precondition, versioned, written};
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::{Reader, Writer};
 use crate::error::ApiError;
-use crate::store::Entity;
+use crate::store::{Entity, Meta, WriteTx};
 use crate::wire::{DeleteCommit, NamespaceBody, NamespaceCommit, NamespaceList, Problem};
 
 #[derive(Debug, Deserialize)]
@@ -24,13 +23,22 @@ fn missing(ns: &str) -> ApiError {
     ApiError::not_found(format!("no settings for namespace {ns:?}"))
 }
 
+/// Checks `If-Match` against the namespace (`updated`: the version that
+/// last changed it, if it exists).
+async fn unchanged_since(
+    tx: &mut WriteTx,
+    if_match: Option<IfMatch>,
+    namespace: &str,
+    updated: Option<u64>,
+) -> Result<(), ApiError> {
+    let target = Target::Entity(Entity::Namespace, namespace, updated);
+    precondition(tx, if_match.as_ref(), target).await
+}
+
 pub(super) async fn list(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    _: Reader,
+    Snapshot(mut tx, Meta { version, .. }): Snapshot,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
     let namespaces = tx
         .namespaces()
         .await?
@@ -38,7 +46,6 @@ pub(super) async fn list(
         .map(|(n, s)| (n, NamespaceBody::from(s.settings)))
         .collect();
     Ok(versioned(
-        StatusCode::OK,
         version,
         &NamespaceList {
             version,
@@ -48,34 +55,26 @@ pub(super) async fn list(
 }
 
 pub(super) async fn get(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    _: Reader,
     UrlParams(p): UrlParams<NamespaceParam>,
+    Snapshot(mut tx, Meta { version, .. }): Snapshot,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
     let ns = tx
         .namespace(&p.namespace)
         .await?
         .ok_or_else(|| missing(&p.namespace))?;
-    Ok(versioned(
-        StatusCode::OK,
-        version,
-        &NamespaceBody::from(ns.settings),
-    ))
+    Ok(versioned(version, &NamespaceBody::from(ns.settings)))
 }
 
 /// `PUT /v1/namespaces/{namespace}`: body `{allow_unconfigured,
 /// ignore_configured}` (each defaults to false).
 pub(super) async fn put(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NamespaceParam>,
+    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Write)?;
-    let if_match = IfMatch::from_headers(&headers)?;
     // The name is checked by core as a configuration file's namespace key
     // would be; its problems are the URL parameter's.
     let mut problems: Vec<Problem> =
@@ -105,14 +104,11 @@ pub(super) async fn put(
     };
     let mut tx = state.db().write().await?;
     let current = tx.namespace(&p.namespace).await?;
-    precondition(
+    unchanged_since(
         &mut tx,
-        if_match.as_ref(),
-        Target::Entity(
-            Entity::Namespace,
-            &p.namespace,
-            current.map(|c| c.updated_version),
-        ),
+        if_match,
+        &p.namespace,
+        current.map(|c| c.updated_version),
     )
     .await?;
     if current.map(|c| c.settings) != Some(settings) {
@@ -126,13 +122,8 @@ pub(super) async fn put(
             "namespace stored"
         );
     }
-    let status = if current.is_none() {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok(versioned(
-        status,
+    Ok(written(
+        current.is_none(),
         committed.version,
         &NamespaceCommit {
             version: committed.version,
@@ -144,25 +135,21 @@ pub(super) async fn put(
 }
 
 pub(super) async fn delete(
+    _: Writer,
     State(state): State<AppState>,
-    headers: HeaderMap,
     UrlParams(p): UrlParams<NamespaceParam>,
+    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Write)?;
-    let if_match = IfMatch::from_headers(&headers)?;
     let mut tx = state.db().write().await?;
     let current = tx
         .namespace(&p.namespace)
         .await?
         .ok_or_else(|| missing(&p.namespace))?;
-    precondition(
+    unchanged_since(
         &mut tx,
-        if_match.as_ref(),
-        Target::Entity(
-            Entity::Namespace,
-            &p.namespace,
-            Some(current.updated_version),
-        ),
+        if_match,
+        &p.namespace,
+        Some(current.updated_version),
     )
     .await?;
     tx.delete_namespace(&p.namespace).await?;
@@ -173,7 +160,6 @@ pub(super) async fn delete(
         "namespace deleted"
     );
     Ok(versioned(
-        StatusCode::OK,
         committed.version,
         &DeleteCommit {
             version: committed.version,

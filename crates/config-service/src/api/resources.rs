@@ -3,8 +3,8 @@
 //! and has charon-core validate and normalize the whole resource before
 //! anything is stored.
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::response::Response;
 use charon_core::config::namespace_of;
 use charon_core::request::check_name;
@@ -12,29 +12,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::extract::{IfMatch, JsonBody, QueryParams, UrlParams};
-use super::{Target, precondition, versioned};
+use super::{Snapshot, Target, precondition, versioned, written};
 use crate::AppState;
-use crate::auth::Role;
+use crate::auth::{Reader, Writer};
 use crate::edit::{self, Normalized, normalize_resource, remap, with_name};
 use crate::error::ApiError;
-use crate::store::Entity;
+use crate::store::{Entity, Meta};
 use crate::wire::{DeleteCommit, ResourceCommit, ResourceList};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct NameParam {
     name: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct DomainParams {
-    name: String,
-    domain: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct GroupParams {
-    name: String,
-    group: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,14 +39,14 @@ pub(super) struct ListQuery {
 
 /// `GET /v1/resources/{name}/domains`.
 #[derive(Debug, Serialize)]
-struct OverrideList {
+pub(super) struct OverrideList {
     version: u64,
     domains: Map<String, Value>,
 }
 
 /// `GET /v1/resources/{name}/groups`.
 #[derive(Debug, Serialize)]
-struct GroupList {
+pub(super) struct GroupList {
     version: u64,
     groups: Vec<Value>,
 }
@@ -76,15 +64,121 @@ enum Edit {
     Delete,
 }
 
-/// Checks the token for a write and reads `If-Match`; done before the body
-/// is looked at, so an anonymous client learns nothing about it.
-fn write_access(state: &AppState, headers: &HeaderMap) -> Result<Option<IfMatch>, ApiError> {
-    state.tokens().check(headers, Role::Write)?;
-    IfMatch::from_headers(headers)
-}
-
 fn missing(name: &str) -> ApiError {
     ApiError::not_found(format!("no resource {name:?}"))
+}
+
+fn no_override(name: &str, domain: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "resource {name:?} has no override for domain {domain:?}"
+    ))
+}
+
+fn no_group(name: &str, group: &str) -> ApiError {
+    ApiError::not_found(format!("resource {name:?} has no group {group:?}"))
+}
+
+impl Edit {
+    /// Stores `doc` once it validates, core's problems re-pathed under
+    /// `prefix` (where the request's body went in the document).
+    fn put(doc: &Value, prefix: &str, created: bool) -> Result<Self, ApiError> {
+        Ok(Edit::Put {
+            normalized: validate(doc, prefix, "")?,
+            created,
+        })
+    }
+
+    /// Stores `doc` once it validates; nothing was created.
+    fn replace(doc: &Value) -> Result<Self, ApiError> {
+        Self::put(doc, "", false)
+    }
+}
+
+/// A write to one resource, as an extractor: the request may write
+/// (checked before anything else is looked at, so an anonymous client
+/// learns nothing about the request) and the version it is based on.
+pub(super) struct Editor {
+    state: AppState,
+    if_match: Option<IfMatch>,
+}
+
+impl FromRequestParts<AppState> for Editor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Writer = Writer::from_request_parts(parts, state).await?;
+        Ok(Editor {
+            state: state.clone(),
+            if_match: IfMatch::from_headers(&parts.headers)?,
+        })
+    }
+}
+
+impl Editor {
+    /// One commit to one resource: takes the write lock, applies `change`
+    /// to the resource's current document (validating it), checks
+    /// `If-Match` against the resource, and stores the result if it
+    /// differs.
+    async fn commit(
+        self,
+        name: &str,
+        change: impl FnOnce(Option<&Value>) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        edit(&self.state, name, self.if_match, change).await
+    }
+
+    /// [`Editor::commit`] to a resource that must exist.
+    async fn existing(
+        self,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        self.commit(name, |current| {
+            change(current.ok_or_else(|| missing(name))?)
+        })
+        .await
+    }
+
+    /// [`Editor::existing`] to a resource that may have parts `P`.
+    async fn part<P: Part>(
+        self,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        if P::COPY_ONLY {
+            self.copy(name, change).await
+        } else {
+            self.existing(name, change).await
+        }
+    }
+
+    /// [`Editor::existing`] to a copy-limited resource.
+    async fn copy(
+        self,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        self.existing(name, |doc| {
+            require_copy(doc, name)?;
+            change(doc)
+        })
+        .await
+    }
+
+    /// [`Editor::copy`] of a group that must exist (`change` gets its
+    /// index).
+    async fn group(
+        self,
+        name: &str,
+        group: &str,
+        change: impl FnOnce(&Value, usize) -> Result<Edit, ApiError>,
+    ) -> Result<Response, ApiError> {
+        self.copy(name, |doc| {
+            let i = edit::group_index(doc, group).ok_or_else(|| no_group(name, group))?;
+            change(doc, i)
+        })
+        .await
+    }
 }
 
 /// One commit to one resource: takes the write lock, applies `change` to
@@ -127,13 +221,8 @@ async fn edit(
                     "resource stored"
                 );
             }
-            let status = if created && committed.changed {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(versioned(
-                status,
+            Ok(written(
+                created && committed.changed,
                 committed.version,
                 &ResourceCommit {
                     version: committed.version,
@@ -154,7 +243,6 @@ async fn edit(
                 "resource deleted"
             );
             Ok(versioned(
-                StatusCode::OK,
                 committed.version,
                 &DeleteCommit {
                     version: committed.version,
@@ -165,12 +253,13 @@ async fn edit(
     }
 }
 
-/// Reads one resource's document and the version it was read at.
-async fn read_resource(state: &AppState, name: &str) -> Result<(u64, Value), ApiError> {
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
-    let resource = tx.resource(name).await?.ok_or_else(|| missing(name))?;
-    Ok((version, resource.document))
+impl Snapshot {
+    /// One resource's document and the version it was read at.
+    async fn resource(self, name: &str) -> Result<(u64, Value), ApiError> {
+        let Snapshot(mut tx, meta) = self;
+        let resource = tx.resource(name).await?.ok_or_else(|| missing(name))?;
+        Ok((meta.version, resource.document))
+    }
 }
 
 fn require_copy(doc: &Value, name: &str) -> Result<(), ApiError> {
@@ -195,13 +284,10 @@ fn check_domain(domain: &str) -> Result<(), ApiError> {
 // ---- resources ----
 
 pub(super) async fn list(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    _: Reader,
     QueryParams(q): QueryParams<ListQuery>,
+    Snapshot(mut tx, Meta { version, .. }): Snapshot,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let mut tx = state.db().read().await?;
-    let version = tx.meta().await?.version;
     let resources = tx
         .resources()
         .await?
@@ -213,287 +299,272 @@ pub(super) async fn list(
         })
         .map(|(_, r)| r.document)
         .collect();
-    Ok(versioned(
-        StatusCode::OK,
-        version,
-        &ResourceList { version, resources },
-    ))
+    Ok(versioned(version, &ResourceList { version, resources }))
 }
 
 pub(super) async fn get(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    _: Reader,
     UrlParams(p): UrlParams<NameParam>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    Ok(versioned(StatusCode::OK, version, &doc))
+    let (version, doc) = snapshot.resource(&p.name).await?;
+    Ok(versioned(version, &doc))
 }
 
 /// `POST /v1/resources`: creates a resource named by its body; 409 if it
 /// exists.
-pub(super) async fn create(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
+pub(super) async fn create(editor: Editor, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
     let name = normalized.document["name"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    edit(&state, &name, if_match, |current| {
-        if current.is_some() {
-            return Err(ApiError::already_exists(format!(
-                "resource {name:?} exists; PUT /v1/resources/{{name}} replaces it"
-            )));
-        }
-        Ok(Edit::Put {
-            normalized,
-            created: true,
+    editor
+        .commit(&name, |current| {
+            if current.is_some() {
+                return Err(ApiError::already_exists(format!(
+                    "resource {name:?} exists; PUT /v1/resources/{{name}} replaces it"
+                )));
+            }
+            Ok(Edit::Put {
+                normalized,
+                created: true,
+            })
         })
-    })
-    .await
+        .await
 }
 
 /// `PUT /v1/resources/{name}`: creates or replaces a resource.
 pub(super) async fn put(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    editor: Editor,
     UrlParams(p): UrlParams<NameParam>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     let body = with_name(body, &p.name, "resource").map_err(|e| ApiError::invalid(vec![e]))?;
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
-    edit(&state, &p.name, if_match, |current| {
-        Ok(Edit::Put {
-            normalized,
-            created: current.is_none(),
+    editor
+        .commit(&p.name, |current| {
+            Ok(Edit::Put {
+                normalized,
+                created: current.is_none(),
+            })
         })
-    })
-    .await
+        .await
 }
 
 pub(super) async fn delete(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    editor: Editor,
     UrlParams(p): UrlParams<NameParam>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
-    edit(&state, &p.name, if_match, |current| {
-        current.ok_or_else(|| missing(&p.name))?;
-        Ok(Edit::Delete)
-    })
-    .await
+    editor.existing(&p.name, |_| Ok(Edit::Delete)).await
 }
 
 // ---- per-domain overrides ----
 
-pub(super) async fn list_overrides(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<NameParam>,
-) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    let domains = doc
-        .get("domains")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    Ok(versioned(
-        StatusCode::OK,
-        version,
-        &OverrideList { version, domains },
-    ))
-}
-
-pub(super) async fn get_override(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<DomainParams>,
-) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    let o = edit::get_override(&doc, &p.domain).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "resource {:?} has no override for domain {:?}",
-            p.name, p.domain
-        ))
-    })?;
-    Ok(versioned(StatusCode::OK, version, o))
-}
-
-/// `PUT …/domains/{domain}`: the body is the override (rate: `hard_limit`
-/// and/or `tiers`; copy: `domain_limit`), problems relative to it.
-pub(super) async fn put_override(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<DomainParams>,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
-    check_domain(&p.domain)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        let created = edit::get_override(doc, &p.domain).is_none();
-        let (doc, prefix) = edit::set_override(doc, &p.domain, body);
-        Ok(Edit::Put {
-            normalized: validate(&doc, &prefix, "")?,
-            created,
-        })
-    })
-    .await
-}
-
-pub(super) async fn delete_override(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<DomainParams>,
-) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        let doc = edit::remove_override(doc, &p.domain).ok_or_else(|| {
-            ApiError::not_found(format!(
-                "resource {:?} has no override for domain {:?}",
-                p.name, p.domain
-            ))
-        })?;
-        Ok(Edit::Put {
-            normalized: validate(&doc, "", "")?,
-            created: false,
-        })
-    })
-    .await
-}
-
 // ---- groups and membership (copy-limited resources) ----
 
-fn no_group(name: &str, group: &str) -> ApiError {
-    ApiError::not_found(format!("resource {name:?} has no group {group:?}"))
+// ---- one override or one group: a part of a resource ----
+
+/// A named part of a resource that the API reads and writes on its own:
+/// the override of one domain (`…/domains/{domain}`) or one group of a
+/// copy-limited resource (`…/groups/{group}`).
+pub(super) trait Part {
+    /// Where all of them are (`{name}`: the resource).
+    const ALL_PATH: &str;
+    /// Where one is (`{name}`, then the part's key).
+    const ONE_PATH: &str;
+    /// Only copy-limited resources have it (422 for a rate-limited one).
+    const COPY_ONLY: bool;
+    /// What a `GET` of all of them answers.
+    type List: Serialize;
+    /// All of them in `doc`, read at `version`.
+    fn list(version: u64, doc: &Value) -> Self::List;
+    /// The part named `key` in `doc`.
+    fn get(doc: &Value, key: &str) -> Option<Value>;
+    /// What a PUT body becomes once checked against the URL.
+    fn accept(key: &str, body: Value) -> Result<Value, ApiError>;
+    /// `doc` with the part set to `body`, and where the body went in it.
+    fn set(doc: &Value, key: &str, body: Value) -> (Value, String);
+    /// `doc` without the part, `None` when there was none.
+    fn remove(doc: &Value, key: &str) -> Option<Value>;
+    /// The 404 for a part that is not there.
+    fn missing(name: &str, key: &str) -> ApiError;
 }
 
-pub(super) async fn list_groups(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<NameParam>,
-) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    require_copy(&doc, &p.name)?;
-    Ok(versioned(
-        StatusCode::OK,
-        version,
-        &GroupList {
+/// `…/domains/{domain}`: the body is the override (rate: `hard_limit`
+/// and/or `tiers`; copy: `domain_limit`), problems relative to it.
+pub(super) struct Override;
+
+impl Part for Override {
+    const ALL_PATH: &str = "/v1/resources/{name}/domains";
+    const ONE_PATH: &str = "/v1/resources/{name}/domains/{domain}";
+    const COPY_ONLY: bool = false;
+    type List = OverrideList;
+
+    fn list(version: u64, doc: &Value) -> OverrideList {
+        let domains = doc
+            .get("domains")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        OverrideList { version, domains }
+    }
+
+    fn get(doc: &Value, domain: &str) -> Option<Value> {
+        edit::get_override(doc, domain).cloned()
+    }
+
+    fn accept(domain: &str, body: Value) -> Result<Value, ApiError> {
+        check_domain(domain)?;
+        Ok(body)
+    }
+
+    fn set(doc: &Value, domain: &str, body: Value) -> (Value, String) {
+        edit::set_override(doc, domain, body)
+    }
+
+    fn remove(doc: &Value, domain: &str) -> Option<Value> {
+        edit::remove_override(doc, domain)
+    }
+
+    fn missing(name: &str, domain: &str) -> ApiError {
+        no_override(name, domain)
+    }
+}
+
+/// `…/groups/{group}`: the body is `{limit, domains}` (a `name`, if sent,
+/// must be the group's); a PUT replaces the group in place or appends it.
+pub(super) struct Group;
+
+impl Part for Group {
+    const ALL_PATH: &str = "/v1/resources/{name}/groups";
+    const ONE_PATH: &str = "/v1/resources/{name}/groups/{group}";
+    const COPY_ONLY: bool = true;
+    type List = GroupList;
+
+    fn list(version: u64, doc: &Value) -> GroupList {
+        GroupList {
             version,
-            groups: edit::groups(&doc),
-        },
-    ))
+            groups: edit::groups(doc),
+        }
+    }
+
+    fn get(doc: &Value, group: &str) -> Option<Value> {
+        let i = edit::group_index(doc, group)?;
+        edit::groups(doc).into_iter().nth(i)
+    }
+
+    fn accept(group: &str, body: Value) -> Result<Value, ApiError> {
+        with_name(body, group, "group").map_err(|e| ApiError::invalid(vec![e]))
+    }
+
+    fn set(doc: &Value, group: &str, body: Value) -> (Value, String) {
+        edit::set_group(doc, group, body)
+    }
+
+    fn remove(doc: &Value, group: &str) -> Option<Value> {
+        edit::remove_group(doc, group)
+    }
+
+    fn missing(name: &str, group: &str) -> ApiError {
+        no_group(name, group)
+    }
 }
 
-pub(super) async fn get_group(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<GroupParams>,
+impl Snapshot {
+    /// [`Snapshot::resource`] that may have parts `P`.
+    async fn resource_with<P: Part>(self, name: &str) -> Result<(u64, Value), ApiError> {
+        let (version, doc) = self.resource(name).await?;
+        if P::COPY_ONLY {
+            require_copy(&doc, name)?;
+        }
+        Ok((version, doc))
+    }
+}
+
+/// `GET` of every part of a resource.
+pub(super) async fn list_parts<P: Part>(
+    _: Reader,
+    UrlParams(p): UrlParams<NameParam>,
+    snapshot: Snapshot,
 ) -> Result<Response, ApiError> {
-    state.tokens().check(&headers, Role::Read)?;
-    let (version, doc) = read_resource(&state, &p.name).await?;
-    require_copy(&doc, &p.name)?;
-    let i = edit::group_index(&doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-    Ok(versioned(StatusCode::OK, version, &edit::groups(&doc)[i]))
+    let (version, doc) = snapshot.resource_with::<P>(&p.name).await?;
+    Ok(versioned(version, &P::list(version, &doc)))
 }
 
-/// `PUT …/groups/{group}`: body `{limit, domains}` (a `name`, if sent,
-/// must be the group's); replaces the group in place or appends it.
-pub(super) async fn put_group(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<GroupParams>,
+/// `GET` of one part (path: the resource's name, the part's key).
+pub(super) async fn get_part<P: Part>(
+    _: Reader,
+    UrlParams((name, key)): UrlParams<(String, String)>,
+    snapshot: Snapshot,
+) -> Result<Response, ApiError> {
+    let (version, doc) = snapshot.resource_with::<P>(&name).await?;
+    let part = P::get(&doc, &key).ok_or_else(|| P::missing(&name, &key))?;
+    Ok(versioned(version, &part))
+}
+
+/// `PUT` of one part: created or replaced.
+pub(super) async fn put_part<P: Part>(
+    editor: Editor,
+    UrlParams((name, key)): UrlParams<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
-    let body = with_name(body, &p.group, "group").map_err(|e| ApiError::invalid(vec![e]))?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let created = edit::group_index(doc, &p.group).is_none();
-        let (doc, prefix) = edit::set_group(doc, &p.group, body);
-        Ok(Edit::Put {
-            normalized: validate(&doc, &prefix, "")?,
-            created,
+    let body = P::accept(&key, body)?;
+    editor
+        .part::<P>(&name, |doc| {
+            let created = P::get(doc, &key).is_none();
+            let (doc, prefix) = P::set(doc, &key, body);
+            Edit::put(&doc, &prefix, created)
         })
-    })
-    .await
+        .await
 }
 
-pub(super) async fn delete_group(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlParams(p): UrlParams<GroupParams>,
+/// `DELETE` of one part.
+pub(super) async fn delete_part<P: Part>(
+    editor: Editor,
+    UrlParams((name, key)): UrlParams<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let doc = edit::remove_group(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-        Ok(Edit::Put {
-            normalized: validate(&doc, "", "")?,
-            created: false,
+    editor
+        .part::<P>(&name, |doc| {
+            let doc = P::remove(doc, &key).ok_or_else(|| P::missing(&name, &key))?;
+            Edit::replace(&doc)
         })
-    })
-    .await
+        .await
 }
 
 /// `PUT …/groups/{group}/domains/{domain}`: adds a member (no body).
 pub(super) async fn add_member(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    editor: Editor,
     UrlParams(p): UrlParams<MemberParams>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
     check_domain(&p.domain)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let i = edit::group_index(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-        Ok(match edit::add_member(doc, i, &p.domain) {
-            Some((doc, path)) => Edit::Put {
-                normalized: validate(&doc, &path, "domain")?,
-                created: true,
-            },
-            // Already a member: nothing to commit.
-            None => Edit::Put {
-                normalized: validate(doc, "", "")?,
-                created: false,
-            },
+    editor
+        .group(&p.name, &p.group, |doc, i| {
+            match edit::add_member(doc, i, &p.domain) {
+                Some((doc, path)) => Ok(Edit::Put {
+                    normalized: validate(&doc, &path, "domain")?,
+                    created: true,
+                }),
+                // Already a member: nothing to commit.
+                None => Edit::replace(doc),
+            }
         })
-    })
-    .await
+        .await
 }
 
 pub(super) async fn remove_member(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    editor: Editor,
     UrlParams(p): UrlParams<MemberParams>,
 ) -> Result<Response, ApiError> {
-    let if_match = write_access(&state, &headers)?;
-    edit(&state, &p.name, if_match, |current| {
-        let doc = current.ok_or_else(|| missing(&p.name))?;
-        require_copy(doc, &p.name)?;
-        let i = edit::group_index(doc, &p.group).ok_or_else(|| no_group(&p.name, &p.group))?;
-        let doc = edit::remove_member(doc, i, &p.domain).ok_or_else(|| {
-            ApiError::not_found(format!(
-                "domain {:?} is not a member of group {:?} of resource {:?}",
-                p.domain, p.group, p.name
-            ))
-        })?;
-        Ok(Edit::Put {
-            normalized: validate(&doc, "", "")?,
-            created: false,
+    editor
+        .group(&p.name, &p.group, |doc, i| {
+            let doc = edit::remove_member(doc, i, &p.domain).ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "domain {:?} is not a member of group {:?} of resource {:?}",
+                    p.domain, p.group, p.name
+                ))
+            })?;
+            Edit::replace(&doc)
         })
-    })
-    .await
+        .await
 }

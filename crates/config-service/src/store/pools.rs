@@ -10,7 +10,7 @@ use std::time::Duration;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
-use super::{Backend, Result, StoreError, StoreOptions, sqlite_file};
+use super::{Backend, ConfigDbError, Result, StoreOptions, sqlite_file};
 
 #[derive(Debug, Clone)]
 pub(super) struct Pools {
@@ -43,7 +43,7 @@ impl Pools {
             });
         }
         if backend == Backend::Sqlite {
-            sqlite_file::create_owner_only(url).map_err(|e| StoreError::Config {
+            sqlite_file::create_owner_only(url).map_err(|e| ConfigDbError::Config {
                 target: spec.to_owned(),
                 message: format!("cannot create the database file: {e}"),
             })?;

@@ -15,7 +15,7 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Database, TransactionManager};
 
-use super::{Result, StoreError};
+use super::{ConfigDbError, Result};
 
 type Manager = <Any as Database>::TransactionManager;
 
@@ -71,7 +71,7 @@ impl Tx {
         self.sound = false;
         Manager::commit(&mut self.conn)
             .await
-            .map_err(StoreError::from)?;
+            .map_err(ConfigDbError::from)?;
         self.open = false;
         self.sound = true;
         Ok(())
@@ -82,7 +82,7 @@ impl Tx {
         self.sound = false;
         Manager::rollback(&mut self.conn)
             .await
-            .map_err(StoreError::from)?;
+            .map_err(ConfigDbError::from)?;
         self.open = false;
         self.sound = true;
         Ok(())

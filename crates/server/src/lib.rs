@@ -8,14 +8,19 @@
 //!   health service and server reflection are served beside it.
 //! - HTTP: `/metrics` (Prometheus), `/healthz`, `/readyz`, plus whatever
 //!   routes the binary mounts (the simulator page, the config API).
-//! - Configuration reload without restart ([`reload`]) and graceful
-//!   shutdown ([`Shutdown`]).
+//! - Configuration reload without restart ([`file_reload`], the feed of
+//!   a configuration service) and graceful shutdown ([`Shutdown`]).
+//! - The composition root ([`run`] with [`Settings`]): configuration
+//!   source, store, signals and exit status, so that `charon serve` is
+//!   argument parsing plus a call, and tests start whole servers
+//!   in-process.
 
 pub mod config_file;
 pub mod file_reload;
 mod grpc;
 pub mod http;
 pub mod metrics;
+mod root;
 mod shutdown;
 
 use std::net::SocketAddr;
@@ -28,6 +33,10 @@ use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 
 pub use grpc::LimiterService;
+pub use root::{
+    ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error, Exit, Listeners,
+    Settings, StoreSettings, run, terminated, token_file,
+};
 pub use shutdown::Shutdown;
 
 /// How the server behaves on the network.
@@ -242,7 +251,13 @@ where
     let mut grpc_task = tokio::spawn(grpc_server);
     let mut http_task = tokio::spawn(async move { http_server.await });
     let (mut grpc_ended, mut http_ended) = (false, false);
+    // Biased, shutdown first: once shutdown is triggered the servers end by
+    // themselves (their graceful shutdown waits on the same trigger), and a
+    // server that ended *because* it was asked to is no failure. Unbiased,
+    // `select!` could see the HTTP task done before the trigger and report
+    // a stopped listener.
     let failure = tokio::select! {
+        biased;
         () = state.shutdown.wait() => None,
         ended = &mut grpc_task => {
             grpc_ended = true;

@@ -611,3 +611,53 @@ async fn an_invalid_configuration_file_is_an_error() {
 fn exit_codes() {
     assert_eq!((Exit::Stopped.code(), Exit::Resigned.code()), (0, 3));
 }
+
+#[tokio::test]
+async fn shutdown_releases_each_sessions_holds_before_serve_returns() {
+    // The in-memory store outlives the server here, so what is checked is
+    // the sessions' own release, not a store's clean-up on leaving.
+    let (config, _) = charon_core::config::Config::from_yaml(LIMITS).expect("valid");
+    let store = std::sync::Arc::new(charon_store::MemoryStore::new(std::sync::Arc::new(
+        charon_store::SystemClock::new(),
+    )));
+    let limiter = charon_limiter::Limiter::new(config, store);
+    let state =
+        charon_server::ServerState::new(limiter.clone(), charon_server::ServerOptions::default());
+    let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let grpc_addr = grpc.local_addr().expect("addr");
+    let served = tokio::spawn(charon_server::serve(
+        state.clone(),
+        grpc,
+        http,
+        axum::Router::new(),
+    ));
+    let mut c = LimiterClient::connect(format!("http://{grpc_addr}"))
+        .await
+        .expect("connect");
+    let mut sessions = Vec::new();
+    for domain in ["d", "e"] {
+        let mut s = Session::open(&mut c).await;
+        let Reply::Reserve(r) = s.call(reserve(domain, 2)).await else {
+            panic!("a reserve reply")
+        };
+        assert_eq!(r.granted, 2);
+        sessions.push(s);
+    }
+    assert_eq!(state.shutdown.live_sessions(), 2);
+    state.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(15), served)
+        .await
+        .expect("stops within the grace period")
+        .expect("the task")
+        .expect("a clean stop");
+    assert_eq!(state.shutdown.live_sessions(), 0);
+    for s in &mut sessions {
+        let end = s.replies.next().await;
+        assert!(!matches!(end, Some(Ok(_))), "the stream ended: {end:?}");
+    }
+    let amount = charon_core::request::Amount::new(3, 3).expect("amount");
+    let mut probe = limiter.session();
+    let r = probe.reserve("vm", "x", amount).await.expect("reserve");
+    assert_eq!(r.granted, 3, "global limit 4: the 4 held are free again");
+}

@@ -416,12 +416,14 @@ async fn serve(
     if maintenance.is_finished() {
         return Ok(Exit::Resigned);
     }
-    maintenance.abort();
     if let Err(e) = store.leave().await {
         warn!(
             "could not leave the store cleanly ({e}); the others will clean up after this server"
         );
     }
+    // The process used to end here; a server run in-process stops its
+    // store's upkeep instead (after leaving, as the process did).
+    maintenance.abort();
     served?;
     info!("stopped");
     Ok(Exit::Stopped)

@@ -661,3 +661,98 @@ async fn shutdown_releases_each_sessions_holds_before_serve_returns() {
     let r = probe.reserve("vm", "x", amount).await.expect("reserve");
     assert_eq!(r.granted, 3, "global limit 4: the 4 held are free again");
 }
+
+/// A server with `source` on bound loopback listeners, stopped by the
+/// returned sender.
+async fn start_with(
+    source: ConfigSource,
+) -> (
+    SocketAddr,
+    SocketAddr,
+    oneshot::Sender<()>,
+    JoinHandle<Result<Exit, Error>>,
+) {
+    let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addrs = (
+        grpc.local_addr().expect("addr"),
+        http.local_addr().expect("addr"),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(charon_server::run(
+        Settings::new(source),
+        Listeners::Bound { grpc, http },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (addrs.0, addrs.1, stop, task)
+}
+
+async fn wait_for_status(url: &str, want: u16) -> String {
+    for _ in 0..400 {
+        if let Ok(r) = reqwest::get(url).await
+            && r.status().as_u16() == want
+        {
+            return r.text().await.expect("body");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{url} never answered {want}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_configuration_service_feeds_the_limiter() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("charon.db").display().to_string();
+    let mut service = charon_server::EmbeddedService::new(db.clone());
+    service.tokens = Some("s3cret".to_owned());
+    let (grpc, http, stop, task) = start_with(ConfigSource::Embedded(service)).await;
+    let body = wait_for_status(&format!("http://{http}/readyz"), 200).await;
+    assert!(body.contains("config: service http://127.0.0.1:"), "{body}");
+    // An empty configuration: every resource is unknown (a client error).
+    let mut c = LimiterClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect");
+    let e = c
+        .request(rate("api", "d", None))
+        .await
+        .expect_err("unknown");
+    assert_eq!((e.code(), class(&e)), (Code::NotFound, "client"), "{e:?}");
+    stop.send(()).expect("running");
+    let exit = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("stops")
+        .expect("the task");
+    assert_eq!(exit.expect("a clean stop"), Exit::Stopped);
+    assert!(
+        !charon_server::token_file(&db).exists(),
+        "tokens given: none made up"
+    );
+}
+
+#[tokio::test]
+async fn the_configuration_service_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("charon.db").display().to_string();
+    let (grpc, http, stop, task) = start_with(ConfigSource::ApiOnly(
+        charon_server::EmbeddedService::new(db.clone()),
+    ))
+    .await;
+    assert_eq!(
+        wait_for_status(&format!("http://{http}/healthz"), 200).await,
+        "ok\n"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(grpc).await.is_err(),
+        "no gRPC: its listener was dropped"
+    );
+    let token = std::fs::read_to_string(charon_server::token_file(&db)).expect("a token made up");
+    assert_eq!(token.trim().len(), 32, "{token:?}");
+    stop.send(()).expect("running");
+    let exit = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("stops")
+        .expect("the task");
+    assert_eq!(exit.expect("a clean stop"), Exit::Stopped);
+}

@@ -159,7 +159,8 @@ impl Default for StoreSettings {
 #[derive(Debug)]
 pub enum Listeners {
     /// Already bound by the caller (tests: port 0). With
-    /// [`ConfigSource::ApiOnly`] only `http` is used.
+    /// [`ConfigSource::ApiOnly`] only `http` is used (`grpc` is closed at
+    /// once).
     Bound {
         grpc: TcpListener,
         http: TcpListener,
@@ -444,7 +445,11 @@ async fn api_only(
 ) -> anyhow::Result<Exit> {
     let app = embedded::open(service).await?;
     let http = match listeners {
-        Listeners::Bound { http, .. } => http,
+        Listeners::Bound { grpc, http } => {
+            // No gRPC here: closed now, not when `run` returns.
+            drop(grpc);
+            http
+        }
         Listeners::AtSettings => {
             let http_listen = settings
                 .http_listen

@@ -44,7 +44,7 @@ pub struct RemoteArgs {
 impl RemoteArgs {
     fn client(&self) -> anyhow::Result<ConfigClient> {
         let token = self.token.clone().or_else(|| {
-            std::fs::read_to_string(crate::serve::token_file("charon.db"))
+            std::fs::read_to_string(charon_server::token_file("charon.db"))
                 .ok()
                 .map(|t| t.trim().to_owned())
         });

@@ -65,6 +65,18 @@ impl InProcessServer {
         &self.state
     }
 
+    /// From now on, answers every decision with a server error, as a
+    /// server that never loaded a configuration does (its configuration
+    /// service not reached yet): what a client's degraded mode is for.
+    pub fn answer_server_errors(&self) {
+        self.state.report_config(charon_server::ConfigReport {
+            source: "a configuration service, not reached yet".to_owned(),
+            version: 0,
+            loaded: false,
+            problem: None,
+        });
+    }
+
     /// Shuts the server down gracefully and waits until it has stopped.
     pub async fn stop(self) {
         self.state.shutdown.trigger();

@@ -1,0 +1,167 @@
+//! The embedded configuration service: its database and write token, and
+//! its writes answered only once the limiter holds what they committed.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use charon_config_service::feed::FeedHandle;
+use charon_config_service::{AppState, Tokens};
+use tracing::{info, warn};
+
+use super::EmbeddedService;
+
+/// Opens the embedded configuration service's database, with the write
+/// tokens given or one made up and kept beside the database.
+pub(super) async fn open(service: &EmbeddedService) -> anyhow::Result<AppState> {
+    let tokens = match &service.tokens {
+        Some(spec) => Tokens::parse(spec).map_err(|e| anyhow::anyhow!("--config-token: {e}"))?,
+        None => Tokens::new().writer(embedded_token(&service.db)?),
+    };
+    AppState::open(&service.db, tokens)
+        .await
+        .with_context(|| format!("cannot open the configuration database {}", service.db))
+}
+
+/// The embedded service's write token when none is configured: read from
+/// `<db>.token`, or made up and written there (readable by its owner
+/// only). An empty file (a start that could not finish writing it, on a
+/// full disk) held no usable token, so it is replaced.
+fn embedded_token(db: &str) -> anyhow::Result<String> {
+    let path = token_file(db);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Ok(_) => warn!(
+            "{} is empty (a start that could not finish writing it?); making a new token",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let token = format!("{:032x}", rand::random::<u128>());
+    let token = write_token_file(&path, &token)
+        .with_context(|| format!("cannot write the write token to {}", path.display()))?;
+    info!(
+        "the configuration API's write token is in {}",
+        path.display()
+    );
+    Ok(token)
+}
+
+/// Puts `token` in `path` whole or not at all: written to a temporary
+/// file (mode 0600) and synced, then linked into place, so that no reader
+/// and no later start ever sees a half-written token. If another process
+/// put a token there meanwhile, that one is used.
+fn write_token_file(path: &std::path::Path, token: &str) -> std::io::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        writeln!(f, "{token}")?;
+        f.sync_all()?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(token.to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let there = std::fs::read_to_string(path)?;
+                if there.trim().is_empty() {
+                    std::fs::rename(&tmp, path)?;
+                    Ok(token.to_owned())
+                } else {
+                    Ok(there.trim().to_owned())
+                }
+            }
+            Err(e) => Err(e),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written
+}
+
+/// Where the embedded service keeps its made-up write token.
+pub fn token_file(db: &str) -> PathBuf {
+    let file = if db.contains("://") {
+        "charon.db"
+    } else {
+        db.trim_start_matches("sqlite:")
+    };
+    PathBuf::from(format!("{file}.token"))
+}
+
+pub(super) fn loopback_url(addr: SocketAddr) -> String {
+    let ip = if addr.ip().is_unspecified() {
+        "127.0.0.1".parse().unwrap_or(addr.ip())
+    } else {
+        addr.ip()
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// The limiter's feed, for the embedded service's answers (set once the
+/// feed runs, just after the server starts).
+pub(super) type FeedSlot = Arc<OnceLock<Arc<FeedHandle>>>;
+
+/// How long the answer to a write to the embedded service waits for the
+/// limiter to hold the version it committed. The feed's own calls are
+/// bounded by 5 s too; a write whose version is not in force by then is
+/// answered anyway, saying so.
+const IN_FORCE_WAIT: Duration = Duration::from_secs(5);
+
+/// Header on every successful write to the embedded service: `true` when
+/// the limiter decided by the committed version (or a later one) before
+/// the answer left, `false` when it did not within [`IN_FORCE_WAIT`] (the
+/// write is committed and applies at the next successful refresh).
+const IN_FORCE_HEADER: &str = "charon-config-in-force";
+
+/// The embedded service's routes, answering a successful write only once
+/// the limiter's configuration holds the version the write committed (its
+/// `ETag`): a `Request` sent after the answer is decided by it.
+pub(super) fn answer_when_in_force(routes: axum::Router, feed: FeedSlot) -> axum::Router {
+    use axum::http::{HeaderValue, Method, header};
+    routes.layer(axum::middleware::map_response(
+        move |method: Method, mut response: axum::response::Response| {
+            let feed = feed.clone();
+            async move {
+                let reads = [Method::GET, Method::HEAD, Method::OPTIONS];
+                if reads.contains(&method) || !response.status().is_success() {
+                    return response;
+                }
+                let version = response
+                    .headers()
+                    .get(header::ETAG)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim_matches('"').parse::<u64>().ok());
+                let in_force = match (feed.get(), version) {
+                    (Some(feed), Some(version)) => {
+                        let held = feed.wait_for_version(version, IN_FORCE_WAIT).await;
+                        if !held {
+                            warn!(
+                                version,
+                                in_force = feed.version(),
+                                "a write to the configuration API was answered before the \
+                                 limiter held its version (waited {IN_FORCE_WAIT:?}); it \
+                                 applies at the next successful refresh"
+                            );
+                        }
+                        held
+                    }
+                    _ => false,
+                };
+                response.headers_mut().insert(
+                    IN_FORCE_HEADER,
+                    HeaderValue::from_static(if in_force { "true" } else { "false" }),
+                );
+                response
+            }
+        },
+    ))
+}

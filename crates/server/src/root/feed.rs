@@ -1,0 +1,82 @@
+//! Following a configuration service: the limiter's configuration kept in
+//! step with it, reported in /readyz and /metrics, refreshed on SIGHUP.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use charon_config_service::feed::{ConfigFeed, FeedHandle, FeedOptions};
+use charon_core::config::Config;
+use tracing::{error, info};
+
+use crate::{ConfigReport, ServerState};
+
+/// Keeps the limiter's configuration in step with the service at `url`:
+/// a feed polling every `refresh`, refreshed at once on SIGHUP or when a
+/// write to the embedded service waits for it, reported in /readyz and
+/// /metrics.
+pub(super) fn follow(
+    state: &Arc<ServerState>,
+    url: &str,
+    token: Option<String>,
+    refresh: Duration,
+    cache_file: Option<PathBuf>,
+) -> anyhow::Result<Arc<FeedHandle>> {
+    let options = FeedOptions {
+        token,
+        cache_file,
+        ..FeedOptions::default()
+    };
+    let feed = ConfigFeed::new(url, options)
+        .map_err(|e| anyhow::anyhow!("configuration service {url}: {e}"))?;
+    let source = format!("service {url}");
+    state.limiter.replace_config(Config::clone(&feed.config()));
+    state.report_config(ConfigReport {
+        source: source.clone(),
+        version: feed.version(),
+        loaded: feed.is_loaded(),
+        problem: None,
+    });
+    let limiter = state.limiter.clone();
+    let handle = Arc::new(feed.spawn(refresh, move |_, config| {
+        limiter.replace_config(Config::clone(&config))
+    }));
+    let mut status = handle.subscribe();
+    let reporter = state.clone();
+    tokio::spawn(async move {
+        while status.changed().await.is_ok() {
+            let s = status.borrow_and_update().clone();
+            reporter.report_config(ConfigReport {
+                source: source.clone(),
+                version: s.version,
+                loaded: s.loaded,
+                problem: s
+                    .last_error
+                    .map(|e| format!("the configuration service could not be reached: {e}")),
+            });
+        }
+    });
+    refresh_on_sighup(state.clone(), handle.clone());
+    Ok(handle)
+}
+
+/// SIGHUP refreshes the configuration from its service (a file source has
+/// its own SIGHUP handling in the reloader), until shutdown.
+fn refresh_on_sighup(state: Arc<ServerState>, feed: Arc<FeedHandle>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            error!("cannot listen for signals");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    info!("SIGHUP: refreshing the configuration");
+                    feed.refresh_now();
+                }
+                () = state.shutdown.wait() => break,
+            }
+        }
+    });
+}

@@ -1,0 +1,478 @@
+//! The composition root: a resolved [`Settings`] value becomes a
+//! configuration source, a store, a limiter and listeners, served until a
+//! shutdown future resolves, the store resigns or a listener dies
+//! ([`run`], in the shape of mini-redis's `server::run(listener,
+//! shutdown)`). `charon serve` is argument parsing plus a call to it; tests
+//! start a whole server in-process the same way.
+//!
+//! Where the limits come from ([`ConfigSource`]):
+//! - a file, reloaded on change and on SIGHUP;
+//! - a configuration service, polled for deltas every `refresh` and on
+//!   SIGHUP, its last view kept while it is down;
+//! - the embedded default: a configuration service in this process on a
+//!   database (a local SQLite file by default), mounted on the HTTP
+//!   address, which the limiter follows like any other;
+//! - or only that configuration service, no limiter
+//!   ([`ConfigSource::ApiOnly`]; production splits it from the limiting
+//!   servers).
+
+mod embedded;
+mod feed;
+mod store;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use charon_config_service::AppState;
+use charon_limiter::Limiter;
+use tokio::net::TcpListener;
+use tracing::{error, info, warn};
+
+use crate::config_file::{self, FileServerSettings};
+use crate::{ConfigReport, ServerOptions, ServerState, file_reload};
+
+pub use embedded::token_file;
+
+/// The gRPC address when neither the settings nor the file name one.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+/// The HTTP address when neither the settings nor the file name one.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7071";
+
+/// Everything a server needs to know before it starts, resolved from flags,
+/// environment and defaults (plain data: `charon serve` builds it from its
+/// arguments, tests by hand).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the limits come from.
+    pub source: ConfigSource,
+    /// The gRPC address; `None`: the file's `server.listen`, else
+    /// [`DEFAULT_LISTEN`]. Used only with [`Listeners::AtSettings`].
+    pub listen: Option<String>,
+    /// The HTTP address; `None`: the file's `server.http_listen`, else
+    /// [`DEFAULT_HTTP_LISTEN`]. Used only with [`Listeners::AtSettings`].
+    pub http_listen: Option<String>,
+    /// Where state lives.
+    pub store: StoreSettings,
+    /// A client that stops answering is detected, and its holds released,
+    /// within about this long.
+    pub keepalive: Duration,
+    /// The longest a graceful shutdown may take.
+    pub shutdown_grace: Duration,
+}
+
+impl Settings {
+    /// Settings with `source` and every other value at `charon serve`'s
+    /// defaults (the in-memory store).
+    pub fn new(source: ConfigSource) -> Self {
+        let options = ServerOptions::default();
+        Self {
+            source,
+            listen: None,
+            http_listen: None,
+            store: StoreSettings::default(),
+            keepalive: options.keepalive,
+            shutdown_grace: options.shutdown_grace,
+        }
+    }
+}
+
+/// Where the limits come from.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// A configuration file (SPEC §6 YAML, with an optional `server:`
+    /// section that the settings override), reloaded on SIGHUP and when it
+    /// changes.
+    File(PathBuf),
+    /// The configuration service at `url`.
+    Service {
+        url: String,
+        /// The bearer token to read with, if it needs one.
+        token: Option<String>,
+        /// How often to ask for changes.
+        refresh: Duration,
+        /// Where to keep the last view, so a server that starts while the
+        /// service is down still has limits.
+        cache: Option<PathBuf>,
+    },
+    /// A configuration service in this process, on the HTTP address.
+    Embedded(EmbeddedService),
+    /// Only the embedded configuration service (on the HTTP address): no
+    /// limiter, no gRPC, no store.
+    ApiOnly(EmbeddedService),
+}
+
+/// The embedded configuration service.
+#[derive(Debug, Clone)]
+pub struct EmbeddedService {
+    /// Its database: a SQLite file path or a `postgres://` URL.
+    pub db: String,
+    /// The tokens it accepts (`write:S,read:S`; a bare S is a write token);
+    /// `None`: a write token made up and kept in [`token_file`].
+    pub tokens: Option<String>,
+    /// How often the limiter asks it for changes.
+    pub refresh: Duration,
+    /// Where the limiter keeps its last view.
+    pub cache: Option<PathBuf>,
+}
+
+impl EmbeddedService {
+    /// The service on `db` with `charon serve`'s defaults.
+    pub fn new(db: impl Into<String>) -> Self {
+        Self {
+            db: db.into(),
+            tokens: None,
+            refresh: Duration::from_secs(2),
+            cache: None,
+        }
+    }
+}
+
+/// Where state lives, and how the Redis store behaves.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// `memory` or `redis://host:port`; `None`: the file's `server.store`,
+    /// else `memory`.
+    pub url: Option<String>,
+    /// Redis: a server that stops renewing its liveness for this long is
+    /// counted dead (see `charon serve --help`).
+    pub liveness_ttl: Duration,
+    /// Redis: the time limit of each operation.
+    pub op_timeout: Duration,
+    /// Redis: how long to keep trying to reach it at start-up.
+    pub connect_timeout: Duration,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            liveness_ttl: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The listeners [`run`] serves on.
+#[derive(Debug)]
+pub enum Listeners {
+    /// Already bound by the caller (tests: port 0). With
+    /// [`ConfigSource::ApiOnly`] only `http` is used (`grpc` is closed at
+    /// once).
+    Bound {
+        grpc: TcpListener,
+        http: TcpListener,
+    },
+    /// Bound by [`run`] at the settings' (or the file's) addresses, once the
+    /// configuration source and the store are open: nothing listens before
+    /// it can answer (a server waiting for Redis refuses connections rather
+    /// than accepting ones it cannot serve), which is what `charon serve`
+    /// does.
+    AtSettings,
+}
+
+/// How a server that stopped without an error ended: what the process
+/// should exit with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Asked to stop, and stopped cleanly (exit code 0).
+    Stopped,
+    /// The store made it stop: a Redis server whose holds the others
+    /// removed resigned (exit code 3).
+    Resigned,
+}
+
+impl Exit {
+    /// The process exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Stopped => 0,
+            Self::Resigned => 3,
+        }
+    }
+}
+
+/// Why a server could not start, or stopped by itself (a listener that
+/// died): one line, saying what and why.
+#[derive(Debug)]
+pub struct Error(anyhow::Error);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<anyhow::Error> for Error {
+    fn from(e: anyhow::Error) -> Self {
+        Self(e)
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT, saying which: the shutdown future of
+/// `charon serve`. Never resolves if signals cannot be listened for.
+pub async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot listen for signals");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+}
+
+/// Runs a server with `settings` on `listeners` until `shutdown` resolves
+/// (then a graceful shutdown: sessions end, their holds are released,
+/// within `shutdown_grace`), the store resigns ([`Exit::Resigned`]), or the
+/// gRPC or HTTP side stops by itself (an [`Error`] naming it, after the
+/// same graceful shutdown).
+pub async fn run(
+    settings: Settings,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Exit, Error> {
+    match settings.source.clone() {
+        ConfigSource::ApiOnly(service) => api_only(&settings, &service, listeners, shutdown).await,
+        _ => serve(settings, listeners, shutdown).await,
+    }
+    .map_err(Error)
+}
+
+/// The configuration source, opened.
+enum Source {
+    File(PathBuf),
+    Service {
+        url: String,
+        token: Option<String>,
+        refresh: Duration,
+        cache: Option<PathBuf>,
+    },
+    Embedded(AppState, EmbeddedService),
+}
+
+async fn serve(
+    settings: Settings,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Exit> {
+    let (source, initial, file_settings) = match settings.source {
+        ConfigSource::File(path) => {
+            let (config, from_file) = config_file::load_file(&path)
+                .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
+            (Source::File(path), Some(config), from_file)
+        }
+        ConfigSource::Service {
+            url,
+            token,
+            refresh,
+            cache,
+        } => (
+            Source::Service {
+                url,
+                token,
+                refresh,
+                cache,
+            },
+            None,
+            FileServerSettings::default(),
+        ),
+        ConfigSource::Embedded(service) => (
+            Source::Embedded(embedded::open(&service).await?, service),
+            None,
+            FileServerSettings::default(),
+        ),
+        ConfigSource::ApiOnly(_) => unreachable!("run serves ApiOnly apart"),
+    };
+    let store_url = settings
+        .store
+        .url
+        .clone()
+        .or(file_settings.store)
+        .unwrap_or_else(|| "memory".to_owned());
+    let store = store::open(&store_url, &settings.store).await?;
+    let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
+    let options = ServerOptions {
+        keepalive: settings.keepalive,
+        shutdown_grace: settings.shutdown_grace,
+        ..ServerOptions::default()
+    };
+    let state = ServerState::new(limiter, options);
+    if !matches!(source, Source::File(_)) {
+        // Not ready, and answering server errors, until the feed's first
+        // view arrives.
+        state.report_config(ConfigReport {
+            source: "a configuration service, not reached yet".to_owned(),
+            version: 0,
+            loaded: false,
+            problem: None,
+        });
+    }
+    let (grpc, http) = match listeners {
+        Listeners::Bound { grpc, http } => (grpc, http),
+        Listeners::AtSettings => {
+            let listen = settings
+                .listen
+                .or(file_settings.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+            let http_listen = settings
+                .http_listen
+                .or(file_settings.http_listen)
+                .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_owned());
+            (
+                bind(&listen, "gRPC").await?,
+                bind(&http_listen, "HTTP").await?,
+            )
+        }
+    };
+    let http_addr = http.local_addr()?;
+
+    let embedded_feed = embedded::FeedSlot::default();
+    let mut routes = charon_simulator_web::router();
+    let described = match &source {
+        Source::File(path) => {
+            state.report_config(config_file::file_report(path, None));
+            file_reload::spawn_file_reloader(state.clone(), path.clone());
+            format!("configuration from {}", path.display())
+        }
+        Source::Service { url, .. } => format!("configuration from the service at {url}"),
+        Source::Embedded(app, service) => {
+            routes = routes.merge(embedded::answer_when_in_force(
+                charon_config_service::router(app.clone()),
+                embedded_feed.clone(),
+            ));
+            format!(
+                "configuration from the embedded service on {http_addr}, database {}",
+                service.db
+            )
+        }
+    };
+    info!(
+        "charon listening on {} (gRPC) and {http_addr} (HTTP), store {}, {described}",
+        grpc.local_addr()?,
+        store.kind(),
+    );
+    let server = tokio::spawn(crate::serve(state.clone(), grpc, http, routes));
+
+    // The feed must outlive the server: dropping its handle stops it.
+    let _feed = match &source {
+        Source::File(_) => None,
+        Source::Service {
+            url,
+            token,
+            refresh,
+            cache,
+        } => Some(feed::follow(
+            &state,
+            url,
+            token.clone(),
+            *refresh,
+            cache.clone(),
+        )?),
+        Source::Embedded(_, service) => {
+            let feed = feed::follow(
+                &state,
+                &embedded::loopback_url(http_addr),
+                None,
+                service.refresh,
+                service.cache.clone(),
+            )?;
+            let _ = embedded_feed.set(feed.clone());
+            Some(feed)
+        }
+    };
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => state.shutdown.trigger(),
+                () = state.shutdown.wait() => {}
+            }
+        });
+    }
+    let maintenance = {
+        let (state, store) = (state.clone(), store.clone());
+        tokio::spawn(async move {
+            let reason = store.maintain().await;
+            error!("store stopped: {reason}; shutting down");
+            state.set_ready(false);
+            state.shutdown.trigger();
+            reason
+        })
+    };
+    // A gRPC or HTTP side that stopped by itself is an error: after the
+    // same clean shutdown, the process exits 1 with the reason.
+    let served = server.await?;
+    if let Source::Embedded(app, _) = &source {
+        app.close().await;
+    }
+    if maintenance.is_finished() {
+        return Ok(Exit::Resigned);
+    }
+    if let Err(e) = store.leave().await {
+        warn!(
+            "could not leave the store cleanly ({e}); the others will clean up after this server"
+        );
+    }
+    // The process used to end here; a server run in-process stops its
+    // store's upkeep instead (after leaving, as the process did).
+    maintenance.abort();
+    served?;
+    info!("stopped");
+    Ok(Exit::Stopped)
+}
+
+async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({what})"))
+}
+
+/// The configuration service alone.
+async fn api_only(
+    settings: &Settings,
+    service: &EmbeddedService,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Exit> {
+    let app = embedded::open(service).await?;
+    let http = match listeners {
+        Listeners::Bound { grpc, http } => {
+            // No gRPC here: closed now, not when `run` returns.
+            drop(grpc);
+            http
+        }
+        Listeners::AtSettings => {
+            let http_listen = settings
+                .http_listen
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_owned());
+            bind(&http_listen, "HTTP").await?
+        }
+    };
+    info!(
+        "charon configuration service listening on {} (HTTP), database {}",
+        http.local_addr()?,
+        service.db
+    );
+    let shutdown = async {
+        shutdown.await;
+        info!("shutting down");
+    };
+    let routes = charon_config_service::router(app.clone())
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    axum::serve(http, routes)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    app.close().await;
+    info!("stopped");
+    Ok(Exit::Stopped)
+}

@@ -16,6 +16,7 @@ pub mod request;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod time;
+mod wire;
 
 pub use error::ClientError;
 pub use time::{Clock, ManualClock, Millis};

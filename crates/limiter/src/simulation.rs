@@ -14,13 +14,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use charon_core::config::Config;
-use charon_core::copy::Hold;
+use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 use charon_core::{ClientError, MAX_COUNT, ManualClock};
 use charon_store::MemoryStore;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::{LimitError, Limiter, Session, json};
+use crate::{LimitError, Limiter, Session};
 
 const DEFAULT_SESSION: &str = "default";
 
@@ -53,40 +55,46 @@ impl Simulation {
 
     /// Answers one input line; `None` for a blank line.
     pub async fn line(&mut self, line: &[u8]) -> Option<Value> {
+        Some(reply_value(&self.reply_to_line(line).await?))
+    }
+
+    /// Answers one input line, typed; `None` for a blank line.
+    pub async fn reply_to_line(&mut self, line: &[u8]) -> Option<Reply> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
         Some(match serde_json::from_slice::<Value>(line) {
-            Ok(v) => self.event(&v).await,
-            Err(e) => error_line(
-                &Value::Null,
-                &Value::Null,
-                "client",
-                &format!("not a JSON event: {e}"),
-            ),
+            Ok(v) => self.reply_to(&v).await,
+            Err(e) => Reply::client_error(format!("not a JSON event: {e}")),
         })
     }
 
     /// Answers one event.
     pub async fn event(&mut self, v: &Value) -> Value {
+        reply_value(&self.reply_to(v).await)
+    }
+
+    /// Answers one event, typed.
+    pub async fn reply_to(&mut self, v: &Value) -> Reply {
         let (t, op) = match v {
             Value::Object(m) => (echo(m.get("t")), echo(m.get("op"))),
             _ => (Value::Null, Value::Null),
         };
-        match self.apply(v).await {
-            Ok(mut out) => {
-                let mut line = Map::new();
-                line.insert("t".into(), t);
-                line.insert("op".into(), op);
-                line.append(&mut out);
-                Value::Object(line)
-            }
-            Err(Failure::Client(message)) => error_line(&t, &op, "client", &message),
-            Err(Failure::Server(message)) => error_line(&t, &op, "server", &message),
-        }
+        let outcome = match self.apply(v).await {
+            Ok(outcome) => outcome,
+            Err(Failure::Client(message)) => Outcome::Error {
+                error: "client",
+                message,
+            },
+            Err(Failure::Server(message)) => Outcome::Error {
+                error: "server",
+                message,
+            },
+        };
+        Reply { t, op, outcome }
     }
 
-    async fn apply(&mut self, v: &Value) -> Result<Map<String, Value>, Failure> {
+    async fn apply(&mut self, v: &Value) -> Result<Outcome, Failure> {
         let Value::Object(m) = v else {
             return Err("an event must be a JSON object".into());
         };
@@ -123,7 +131,7 @@ impl Simulation {
             );
         }
         let ev = Fields(m);
-        let session_name = ev.string_or("session", DEFAULT_SESSION)?;
+        let session = ev.string_or("session", DEFAULT_SESSION)?;
         // Everything is parsed before the clock moves: a bad event changes
         // nothing.
         let parsed = match op {
@@ -138,66 +146,131 @@ impl Simulation {
             "seize" => Op::Seize(ev.string("transfer_id")?),
             _ => Op::End,
         };
-        let mut out = Map::new();
-        match self.run(t, &session_name, parsed, &mut out).await {
-            Ok(()) => {
+        match self.run(t, session, parsed).await {
+            Ok(outcome) => {
                 self.last_t = Some(t);
-                Ok(out)
+                Ok(outcome)
             }
             Err(LimitError::Client(e)) => Err(Failure::Client(e.to_string())),
             Err(LimitError::Server(e)) => Err(Failure::Server(e.to_string())),
         }
     }
 
-    async fn run(
-        &mut self,
-        t: u64,
-        session_name: &str,
-        op: Op,
-        out: &mut Map<String, Value>,
-    ) -> Result<(), LimitError> {
+    async fn run(&mut self, t: u64, session: String, op: Op) -> Result<Outcome, LimitError> {
         self.clock.set(t);
         if let Op::End = op {
-            let released = match self.sessions.remove(session_name) {
+            let released = match self.sessions.remove(&session) {
                 Some(s) => s.end().await.map_err(|(e, _)| e)?,
                 None => 0,
             };
-            out.insert("session".into(), session_name.into());
-            out.insert("released".into(), released.into());
-            return Ok(());
+            return Ok(Outcome::EndSession { session, released });
         }
         if let Op::Request(resource, domain, amount) = &op {
-            json::rate_reply(&self.limiter.request(resource, domain, *amount).await?, out);
-            return Ok(());
+            let reply = self.limiter.request(resource, domain, *amount).await?;
+            return Ok(Outcome::Request(reply));
         }
-        let session = self
+        let s = self
             .sessions
-            .entry(session_name.to_owned())
+            .entry(session.clone())
             .or_insert_with(|| self.limiter.session());
-        out.insert("session".into(), session_name.into());
-        match op {
-            Op::Reserve(resource, domain, amount) => {
-                json::reserve_reply(&session.reserve(&resource, &domain, amount).await?, out);
-            }
-            Op::Release(hold, copies) => {
-                let status = session.release(&hold, copies).await?;
-                out.insert("released".into(), copies.into());
-                json::copy_status(&status, out);
-            }
-            Op::Transfer(hold, copies, ttl) => {
-                let id = session.transfer(&hold, copies, ttl).await?;
-                out.insert("transfer_id".into(), id.into());
-                out.insert("copies".into(), copies.into());
-            }
-            Op::Seize(id) => {
-                let staged = session.seize(&id).await?;
-                out.insert("transfer_id".into(), id.into());
-                json::staged(&staged, out);
-            }
-            Op::Request(..) | Op::End => {}
-        }
-        Ok(())
+        Ok(match op {
+            Op::Reserve(resource, domain, amount) => Outcome::Reserve {
+                reply: s.reserve(&resource, &domain, amount).await?,
+                session,
+            },
+            Op::Release(hold, copies) => Outcome::Release {
+                status: s.release(&hold, copies).await?,
+                session,
+                released: copies,
+            },
+            Op::Transfer(hold, copies, ttl) => Outcome::Transfer {
+                transfer_id: s.transfer(&hold, copies, ttl).await?,
+                session,
+                copies,
+            },
+            Op::Seize(transfer_id) => Outcome::Seize {
+                staged: s.seize(&transfer_id).await?,
+                session,
+                transfer_id,
+            },
+            Op::Request(..) | Op::End => unreachable!("answered above"),
+        })
     }
+}
+
+/// One output line of `charon simulate`: the event's `t` and `op` echoed,
+/// then what it got.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reply {
+    /// The event's `t` if it was a scalar, else null.
+    pub t: Value,
+    /// The event's `op` if it was a scalar, else null.
+    pub op: Value,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Reply {
+    /// A client-error line for input that is not an event at all.
+    pub fn client_error(message: String) -> Self {
+        Self {
+            t: Value::Null,
+            op: Value::Null,
+            outcome: Outcome::Error {
+                error: "client",
+                message,
+            },
+        }
+    }
+}
+
+/// What an event got; each variant's fields follow `t` and `op` in the
+/// order written here (SPEC §6 field names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Outcome {
+    /// `request`: the rate reply.
+    Request(RateReply),
+    /// `reserve`.
+    Reserve {
+        session: String,
+        #[serde(flatten)]
+        reply: ReserveReply,
+    },
+    /// `release`: the counts after it.
+    Release {
+        session: String,
+        released: u64,
+        #[serde(flatten)]
+        status: CopyStatus,
+    },
+    /// `transfer`.
+    Transfer {
+        session: String,
+        transfer_id: String,
+        copies: u64,
+    },
+    /// `seize`: what was staged.
+    Seize {
+        session: String,
+        transfer_id: String,
+        #[serde(flatten)]
+        staged: Staged,
+    },
+    /// `end_session`: how many copies its end released.
+    EndSession { session: String, released: u64 },
+    /// `error` is `client` or `server`.
+    Error {
+        error: &'static str,
+        message: String,
+    },
+}
+
+/// A reply as a JSON value (replies always encode).
+fn reply_value(reply: &Reply) -> Value {
+    serde_json::to_value(reply).unwrap_or_else(|e| {
+        serde_json::json!({"t": null, "op": null, "error": "server", "message": format!("cannot encode the reply: {e}")})
+    })
 }
 
 /// Why an event got an error line.
@@ -301,13 +374,4 @@ fn echo(v: Option<&Value>) -> Value {
         Some(v @ (Value::Number(_) | Value::String(_) | Value::Bool(_))) => v.clone(),
         _ => Value::Null,
     }
-}
-
-fn error_line(t: &Value, op: &Value, class: &str, message: &str) -> Value {
-    let mut line = Map::new();
-    line.insert("t".into(), t.clone());
-    line.insert("op".into(), op.clone());
-    line.insert("error".into(), class.into());
-    line.insert("message".into(), message.into());
-    Value::Object(line)
 }

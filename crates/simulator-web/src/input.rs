@@ -65,14 +65,6 @@ impl Setup {
             ResourceKind::Copy(_) => unreachable!("the simulator builds rate resources only"),
         }
     }
-
-    /// What normalization changed, as the API reports it.
-    pub fn adjustments_json(&self) -> Vec<Value> {
-        self.adjustments
-            .iter()
-            .map(|a| json!({"path": a.path, "change": a.change}))
-            .collect()
-    }
 }
 
 /// One simulated request.

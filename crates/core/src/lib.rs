@@ -11,6 +11,7 @@ pub mod bound;
 pub mod config;
 pub mod copy;
 pub mod error;
+pub mod fields;
 pub mod rate;
 pub mod request;
 #[cfg(any(test, feature = "test-support"))]

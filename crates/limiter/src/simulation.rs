@@ -5,7 +5,10 @@
 //! a server would have answered at those instants. Rules for odd input, all
 //! answered with a client-error line and changing nothing:
 //! - a line that is not a JSON object, a missing or ill-typed field, an
-//!   unknown field, a negative, fractional or oversized number;
+//!   unknown field, a negative, fractional or oversized number: checked by
+//!   [`charon_core::fields`], as configuration files and the simulator API
+//!   are, every problem of the line in the message (one a line, each as
+//!   `field: problem`);
 //! - a `t` earlier than the latest accepted `t` (the clock never goes back).
 //!
 //! Blank lines are not events and get no reply.
@@ -13,11 +16,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use charon_core::config::Config;
+use charon_core::config::{Config, ConfigErrors};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::fields::{self, Issues, Path, describe};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
-use charon_core::{ClientError, MAX_COUNT, ManualClock};
+use charon_core::{ClientError, ManualClock};
 use charon_store::MemoryStore;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -95,56 +99,22 @@ impl Simulation {
     }
 
     async fn apply(&mut self, v: &Value) -> Result<Outcome, Failure> {
-        let Value::Object(m) = v else {
-            return Err("an event must be a JSON object".into());
-        };
-        let op = match m.get("op") {
-            Some(Value::String(op)) => op.as_str(),
-            Some(_) => return Err("op must be a string".into()),
-            None => return Err("op is required".into()),
-        };
-        let allowed: &[&str] = match op {
-            "request" => &["resource", "domain", "copies", "min_copies", "session"],
-            "reserve" => &["resource", "domain", "copies", "min_copies", "session"],
-            "release" => &["resource", "domain", "copies", "groups", "session"],
-            "transfer" => &[
-                "resource", "domain", "copies", "groups", "ttl_ms", "session",
-            ],
-            "seize" => &["transfer_id", "session"],
-            "end_session" => &["session"],
-            other => {
-                return Err(format!(
-                    "unknown op {other:?} (expected request, reserve, release, transfer, seize or end_session)"
-                )
-                .into());
-            }
-        };
-        for key in m.keys() {
-            if key != "t" && key != "op" && !allowed.contains(&key.as_str()) {
-                return Err(format!("unknown field {key:?} for op {op}").into());
-            }
-        }
-        let t = count(m, "t")?.ok_or("t is required")?;
+        let (t, session, parsed) = read_event(v).map_err(|e| Failure::Client(e.to_string()))?;
         if let Some(last) = self.last_t.filter(|&last| t < last) {
             return Err(
                 format!("t went backwards: {t} < {last}; the clock never goes back").into(),
             );
         }
-        let ev = Fields(m);
-        let session = ev.string_or("session", DEFAULT_SESSION)?;
-        // Everything is parsed before the clock moves: a bad event changes
+        // Everything is checked before the clock moves: a bad event changes
         // nothing.
-        let parsed = match op {
-            "request" => Op::Request(ev.string("resource")?, ev.string("domain")?, ev.amount()?),
-            "reserve" => Op::Reserve(ev.string("resource")?, ev.string("domain")?, ev.amount()?),
-            "release" => Op::Release(ev.hold()?, ev.count_or("copies", 1)?),
-            "transfer" => Op::Transfer(
-                ev.hold()?,
-                ev.count_or("copies", 1)?,
-                count(m, "ttl_ms")?.ok_or("ttl_ms is required")?,
-            ),
-            "seize" => Op::Seize(ev.string("transfer_id")?),
-            _ => Op::End,
+        let parsed = match parsed {
+            Parsed::Request(resource, domain, copies, min) => {
+                Op::Request(resource, domain, amount(copies, min)?)
+            }
+            Parsed::Reserve(resource, domain, copies, min) => {
+                Op::Reserve(resource, domain, amount(copies, min)?)
+            }
+            Parsed::Op(op) => op,
         };
         match self.run(t, session, parsed).await {
             Ok(outcome) => {
@@ -285,12 +255,6 @@ impl From<String> for Failure {
     }
 }
 
-impl From<&str> for Failure {
-    fn from(message: &str) -> Self {
-        Failure::Client(message.to_owned())
-    }
-}
-
 enum Op {
     Request(String, String, Amount),
     Reserve(String, String, Amount),
@@ -300,70 +264,143 @@ enum Op {
     End,
 }
 
-struct Fields<'a>(&'a Map<String, Value>);
+/// An event whose fields are all well-formed; the amounts of `request` and
+/// `reserve` are not yet checked against each other.
+enum Parsed {
+    Request(String, String, u64, u64),
+    Reserve(String, String, u64, u64),
+    Op(Op),
+}
 
-impl Fields<'_> {
-    fn string(&self, key: &str) -> Result<String, String> {
-        match self.0.get(key) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(format!("{key} must be a string, not {other}")),
-            None => Err(format!("{key} is required")),
-        }
-    }
+const OPS: &[&str] = &[
+    "request",
+    "reserve",
+    "release",
+    "transfer",
+    "seize",
+    "end_session",
+];
 
-    fn string_or(&self, key: &str, default: &str) -> Result<String, String> {
-        match self.0.get(key) {
-            None => Ok(default.to_owned()),
-            Some(_) => self.string(key),
-        }
-    }
-
-    fn count_or(&self, key: &str, default: u64) -> Result<u64, String> {
-        Ok(count(self.0, key)?.unwrap_or(default))
-    }
-
-    fn amount(&self) -> Result<Amount, String> {
-        let copies = self.count_or("copies", 1)?;
-        let min = self.count_or("min_copies", 1)?;
-        Amount::new(copies, min).map_err(|e: ClientError| e.to_string())
-    }
-
-    fn hold(&self) -> Result<Hold, String> {
-        let groups = match self.0.get("groups") {
-            None => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|g| match g {
-                    Value::String(s) => Ok(s.clone()),
-                    other => Err(format!("groups must be a list of strings, not {other}")),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(other) => return Err(format!("groups must be a list of strings, not {other}")),
-        };
-        Ok(Hold::new(
-            self.string("resource")?,
-            self.string("domain")?,
-            groups,
-        ))
+/// The fields each op may have, `t` and `op` included.
+fn fields_of(op: &str) -> &'static [&'static str] {
+    match op {
+        "request" | "reserve" => &[
+            "t",
+            "op",
+            "resource",
+            "domain",
+            "copies",
+            "min_copies",
+            "session",
+        ],
+        "release" => &[
+            "t", "op", "resource", "domain", "copies", "groups", "session",
+        ],
+        "transfer" => &[
+            "t", "op", "resource", "domain", "copies", "groups", "ttl_ms", "session",
+        ],
+        "seize" => &["t", "op", "transfer_id", "session"],
+        _ => &["t", "op", "session"],
     }
 }
 
-/// A non-negative whole number no larger than [`MAX_COUNT`], if present.
-fn count(m: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
-    match m.get(key) {
-        None => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if v <= MAX_COUNT => Ok(Some(v)),
-            Some(_) => Err(format!("{key} is too large (at most {MAX_COUNT})")),
-            None if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f < 0.0) => {
-                Err(format!("{key} must not be negative"))
+/// Reads an event with the field checker every input path uses
+/// ([`charon_core::fields`]): every problem is reported, with the field's
+/// path.
+fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
+    let root = Path::root();
+    let mut issues = Issues::default();
+    let Value::Object(m) = v else {
+        issues.push(
+            &root,
+            format!("expected an event (a mapping), found {}", describe(v)),
+        );
+        return Err(ConfigErrors(issues.into_vec()));
+    };
+    let op = fields::required(m, "op", &root, &mut issues)
+        .and_then(|op| fields::one_of(op, OPS, &root.key("op"), &mut issues));
+    if let Some(op) = op {
+        fields::unknown_fields(m, &root, fields_of(op), &mut issues);
+    }
+    let t = fields::required(m, "t", &root, &mut issues)
+        .and_then(|t| fields::count(t, &root.key("t"), &mut issues));
+    let session = match m.get("session") {
+        None => Some(DEFAULT_SESSION.to_owned()),
+        Some(s) => fields::string(s, &root.key("session"), &mut issues),
+    };
+    let mut ev = Event { m, issues };
+    let parsed = match op {
+        Some(op @ ("request" | "reserve")) => {
+            let resource = ev.string("resource");
+            let domain = ev.string("domain");
+            let copies = ev.count_or_one("copies");
+            let min = ev.count_or_one("min_copies");
+            match (resource, domain, copies, min) {
+                (Some(r), Some(d), Some(c), Some(m)) if op == "request" => {
+                    Some(Parsed::Request(r, d, c, m))
+                }
+                (Some(r), Some(d), Some(c), Some(m)) => Some(Parsed::Reserve(r, d, c, m)),
+                _ => None,
             }
-            None if n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
-                Err(format!("{key} is too large (at most {MAX_COUNT})"))
+        }
+        Some("release") => {
+            let hold = ev.hold();
+            let copies = ev.count_or_one("copies");
+            hold.zip(copies).map(|(h, c)| Parsed::Op(Op::Release(h, c)))
+        }
+        Some("transfer") => {
+            let hold = ev.hold();
+            let copies = ev.count_or_one("copies");
+            let ttl = fields::required(ev.m, "ttl_ms", &root, &mut ev.issues)
+                .and_then(|v| fields::count(v, &root.key("ttl_ms"), &mut ev.issues));
+            match (hold, copies, ttl) {
+                (Some(h), Some(c), Some(ttl)) => Some(Parsed::Op(Op::Transfer(h, c, ttl))),
+                _ => None,
             }
-            None => Err(format!("{key} must be a whole number")),
-        },
-        Some(other) => Err(format!("{key} must be a number, not {other}")),
+        }
+        Some("seize") => ev.string("transfer_id").map(|id| Parsed::Op(Op::Seize(id))),
+        Some(_) => Some(Parsed::Op(Op::End)),
+        None => None,
+    };
+    match (t, session, parsed) {
+        (Some(t), Some(session), Some(parsed)) if ev.issues.is_empty() => Ok((t, session, parsed)),
+        _ => Err(ConfigErrors(ev.issues.into_vec())),
+    }
+}
+
+/// `copies` and `min_copies` together (SPEC §2 rule 5).
+fn amount(copies: u64, min: u64) -> Result<Amount, String> {
+    Amount::new(copies, min).map_err(|e: ClientError| e.to_string())
+}
+
+/// The fields of one event, read at the top level of its line.
+struct Event<'a> {
+    m: &'a Map<String, Value>,
+    issues: Issues,
+}
+
+impl Event<'_> {
+    fn string(&mut self, key: &str) -> Option<String> {
+        let root = Path::root();
+        fields::required(self.m, key, &root, &mut self.issues)
+            .and_then(|v| fields::string(v, &root.key(key), &mut self.issues))
+    }
+
+    fn count_or_one(&mut self, key: &str) -> Option<u64> {
+        match self.m.get(key) {
+            None | Some(Value::Null) => Some(1),
+            Some(v) => fields::count(v, &Path::root().key(key), &mut self.issues),
+        }
+    }
+
+    fn hold(&mut self) -> Option<Hold> {
+        let resource = self.string("resource");
+        let domain = self.string("domain");
+        let groups = match self.m.get("groups") {
+            None | Some(Value::Null) => Some(Vec::new()),
+            Some(v) => fields::strings(v, &Path::root().key("groups"), &mut self.issues),
+        };
+        Some(Hold::new(resource?, domain?, groups?))
     }
 }
 

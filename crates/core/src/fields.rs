@@ -101,6 +101,13 @@ impl Issues {
     }
 }
 
+impl Extend<ConfigIssue> for Issues {
+    /// Adds issues found elsewhere (re-pathed, say).
+    fn extend<I: IntoIterator<Item = ConfigIssue>>(&mut self, issues: I) {
+        self.0.extend(issues);
+    }
+}
+
 /// A value as messages name it: `the number -1`, `a list`, `nothing`.
 pub fn describe(v: &Value) -> String {
     match v {

@@ -215,6 +215,20 @@ pub fn optional_count(
     }
 }
 
+/// The count at `map[key]`, or `default` if absent or null.
+pub fn count_or(
+    map: &Map<String, Value>,
+    key: &str,
+    default: u64,
+    path: &Path,
+    issues: &mut Issues,
+) -> Option<u64> {
+    match map.get(key) {
+        None | Some(Value::Null) => Some(default),
+        Some(v) => count(v, &path.key(key), issues),
+    }
+}
+
 /// `map[key]`, which must be present and not null.
 pub fn required<'v>(
     map: &'v Map<String, Value>,
@@ -262,12 +276,22 @@ pub fn string(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
 
 /// `v` as a list of strings.
 pub fn strings(v: &Value, path: &Path, issues: &mut Issues) -> Option<Vec<String>> {
-    let items = list(v, path, issues)?;
+    each(list(v, path, issues)?, path, issues, string)
+}
+
+/// Every item of the list at `path` read by `read`; `None` if any item
+/// had a problem (every item is still looked at).
+pub fn each<T>(
+    items: &[Value],
+    path: &Path,
+    issues: &mut Issues,
+    mut read: impl FnMut(&Value, &Path, &mut Issues) -> Option<T>,
+) -> Option<Vec<T>> {
     let before = issues.len();
-    let out: Vec<String> = items
+    let out: Vec<T> = items
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| string(s, &path.index(i), issues))
+        .filter_map(|(i, item)| read(item, &path.index(i), issues))
         .collect();
     (issues.len() == before).then_some(out)
 }

@@ -387,10 +387,7 @@ impl Event<'_> {
     }
 
     fn count_or_one(&mut self, key: &str) -> Option<u64> {
-        match self.m.get(key) {
-            None | Some(Value::Null) => Some(1),
-            Some(v) => fields::count(v, &Path::root().key(key), &mut self.issues),
-        }
+        fields::count_or(self.m, key, 1, &Path::root(), &mut self.issues)
     }
 
     fn hold(&mut self) -> Option<Hold> {

@@ -287,8 +287,8 @@ fn events(items: &[Value], path: &Path, issues: &mut Issues) -> Vec<Event> {
                 ),
             );
         }
-        let copies = count_or_one(map, "copies", &path, issues);
-        let min_copies = count_or_one(map, "min_copies", &path, issues);
+        let copies = fields::count_or(map, "copies", 1, &path, issues);
+        let min_copies = fields::count_or(map, "min_copies", 1, &path, issues);
         let (Some(t), Some(copies), Some(min_copies)) = (t, copies, min_copies) else {
             continue;
         };
@@ -299,18 +299,6 @@ fn events(items: &[Value], path: &Path, issues: &mut Issues) -> Vec<Event> {
         }
     }
     out
-}
-
-fn count_or_one(
-    map: &Map<String, Value>,
-    key: &str,
-    path: &Path,
-    issues: &mut Issues,
-) -> Option<u64> {
-    match map.get(key) {
-        None | Some(Value::Null) => Some(1),
-        Some(v) => fields::count(v, &path.key(key), issues),
-    }
 }
 
 fn finish(issues: Issues) -> Result<(), ApiError> {

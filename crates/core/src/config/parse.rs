@@ -14,7 +14,7 @@ use super::{
     Tier,
 };
 use crate::fields::{
-    Issues, Path, boolean, count, describe, list, object, one_of, optional_count, required,
+    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
     too_many, unknown_field,
 };
 use crate::request::check_name;
@@ -242,58 +242,23 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     let global_limit = optional_count(map, "global_limit", path, issues);
     let tiers =
         required(map, "tiers", path, issues).and_then(|v| tiers_at(v, &path.key("tiers"), issues));
-    let mut domains = BTreeMap::new();
-    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
-        let dpath = path.key("domains");
-        let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
-        match v {
-            Value::Object(ds)
-                if too_many(
-                    ds.len(),
-                    MAX_DOMAIN_OVERRIDES,
-                    "domain overrides",
-                    &dpath,
-                    issues,
-                ) => {}
-            Value::Object(ds)
-                if too_many(
-                    listed(map.get("tiers"))
-                        + ds.values().map(|o| listed(o.get("tiers"))).sum::<usize>(),
-                    MAX_TIERS_PER_RESOURCE,
-                    "tiers in the resource and its overrides",
-                    &dpath,
-                    issues,
-                ) => {}
-            Value::Object(ds) => {
-                for (domain, o) in ds {
-                    let p = dpath.key(domain);
-                    if let Err(e) = check_name("domain", domain) {
-                        issues.push(&p, e.to_string());
-                    }
-                    let Some(om) =
-                        object(o, &p, issues, "a domain override", &["hard_limit", "tiers"])
-                    else {
-                        continue;
-                    };
-                    let over = RateOverride {
-                        hard_limit: optional_count(om, "hard_limit", &p, issues),
-                        tiers: om
-                            .get("tiers")
-                            .filter(|v| !v.is_null())
-                            .and_then(|v| tiers_at(v, &p.key("tiers"), issues)),
-                    };
-                    domains.insert(domain.clone(), over);
-                }
-            }
-            other => issues.push(
-                &dpath,
-                format!(
-                    "expected a mapping of domain names to overrides, found {}",
-                    describe(other)
-                ),
-            ),
-        }
-    }
+    let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
+    let domains = overrides(
+        map,
+        path,
+        issues,
+        &["hard_limit", "tiers"],
+        Some(listed(map.get("tiers"))),
+        |om, p, issues| {
+            Some(RateOverride {
+                hard_limit: optional_count(om, "hard_limit", p, issues),
+                tiers: om
+                    .get("tiers")
+                    .filter(|v| !v.is_null())
+                    .and_then(|v| tiers_at(v, &p.key("tiers"), issues)),
+            })
+        },
+    );
     (issues.len() == before).then(|| RateResource {
         hard_limit,
         global_limit,
@@ -302,18 +267,71 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     })
 }
 
+/// The domain overrides at `map.domains`, each a mapping of `fields` read
+/// by `read`, keyed by a valid domain name. With `tiers`, the resource's
+/// own tier count: the tiers of the resource and its overrides together
+/// are bounded.
+fn overrides<T>(
+    map: &Map<String, Value>,
+    path: &Path,
+    issues: &mut Issues,
+    fields: &[&str],
+    tiers: Option<usize>,
+    mut read: impl FnMut(&Map<String, Value>, &Path, &mut Issues) -> Option<T>,
+) -> BTreeMap<String, T> {
+    let mut domains = BTreeMap::new();
+    let Some(v) = map.get("domains").filter(|v| !v.is_null()) else {
+        return domains;
+    };
+    let dpath = path.key("domains");
+    let Value::Object(ds) = v else {
+        issues.push(
+            &dpath,
+            format!(
+                "expected a mapping of domain names to overrides, found {}",
+                describe(v)
+            ),
+        );
+        return domains;
+    };
+    let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
+    if too_many(
+        ds.len(),
+        MAX_DOMAIN_OVERRIDES,
+        "domain overrides",
+        &dpath,
+        issues,
+    ) || tiers.is_some_and(|own| {
+        too_many(
+            own + ds.values().map(|o| listed(o.get("tiers"))).sum::<usize>(),
+            MAX_TIERS_PER_RESOURCE,
+            "tiers in the resource and its overrides",
+            &dpath,
+            issues,
+        )
+    }) {
+        return domains;
+    }
+    for (domain, o) in ds {
+        let p = dpath.key(domain);
+        if let Err(e) = check_name("domain", domain) {
+            issues.push(&p, e.to_string());
+        }
+        if let Some(om) = object(o, &p, issues, "a domain override", fields)
+            && let Some(over) = read(om, &p, issues)
+        {
+            domains.insert(domain.clone(), over);
+        }
+    }
+    domains
+}
+
 fn tiers_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Vec<Tier>> {
     let items = list(v, path, issues)?;
     if too_many(items.len(), MAX_TIERS, "tiers", path, issues) {
         return None;
     }
-    let before = issues.len();
-    let tiers: Vec<Tier> = items
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| tier_at(t, &path.index(i), issues))
-        .collect();
-    (issues.len() == before).then_some(tiers)
+    each(items, path, issues, tier_at)
 }
 
 fn tier_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Tier> {
@@ -352,44 +370,17 @@ fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     let domain_limit = required(map, "domain_limit", path, issues)
         .and_then(|v| count(v, &path.key("domain_limit"), issues));
     let global_limit = optional_count(map, "global_limit", path, issues);
-    let mut domains = BTreeMap::new();
-    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
-        let dpath = path.key("domains");
-        match v {
-            Value::Object(ds)
-                if too_many(
-                    ds.len(),
-                    MAX_DOMAIN_OVERRIDES,
-                    "domain overrides",
-                    &dpath,
-                    issues,
-                ) => {}
-            Value::Object(ds) => {
-                for (domain, o) in ds {
-                    let p = dpath.key(domain);
-                    if let Err(e) = check_name("domain", domain) {
-                        issues.push(&p, e.to_string());
-                    }
-                    let Some(om) = object(o, &p, issues, "a domain override", &["domain_limit"])
-                    else {
-                        continue;
-                    };
-                    if let Some(limit) = required(om, "domain_limit", &p, issues)
-                        .and_then(|v| count(v, &p.key("domain_limit"), issues))
-                    {
-                        domains.insert(domain.clone(), limit);
-                    }
-                }
-            }
-            other => issues.push(
-                &dpath,
-                format!(
-                    "expected a mapping of domain names to overrides, found {}",
-                    describe(other)
-                ),
-            ),
-        }
-    }
+    let domains = overrides(
+        map,
+        path,
+        issues,
+        &["domain_limit"],
+        None,
+        |om, p, issues| {
+            required(om, "domain_limit", p, issues)
+                .and_then(|v| count(v, &p.key("domain_limit"), issues))
+        },
+    );
     let mut groups = Vec::new();
     if let Some(v) = map.get("groups").filter(|v| !v.is_null()) {
         let gpath = path.key("groups");

@@ -4,8 +4,7 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use charon_limiter::simulation::Simulation;
-use serde_json::json;
+use charon_limiter::simulation::{Reply, Simulation};
 
 use crate::config_cmd;
 use crate::lines::{Line, read_bounded};
@@ -28,11 +27,10 @@ pub fn run(config: &Path) -> anyhow::Result<ExitCode> {
     let mut buf = Vec::new();
     while let Some(line) = read_bounded(&mut input, &mut buf, MAX_LINE)? {
         let reply = match line {
-            Line::TooLong => Some(json!({
-                "t": null, "op": null, "error": "client",
-                "message": format!("line longer than {MAX_LINE} bytes"),
-            })),
-            Line::Text => runtime.block_on(sim.line(&buf)),
+            Line::TooLong => Some(Reply::client_error(format!(
+                "line longer than {MAX_LINE} bytes"
+            ))),
+            Line::Text => runtime.block_on(sim.reply_to_line(&buf)),
         };
         if let Some(reply) = reply {
             serde_json::to_writer(&mut out, &reply)?;

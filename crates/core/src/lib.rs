@@ -6,16 +6,22 @@
 //! resolution (SPEC §4). There is no I/O, no async runtime and no clock
 //! reading: stores pass state and `now` in, and swap the new state in
 //! atomically however they can (a mutex, a Redis script).
+//!
+//! Core also owns how input and output look: [`fields`] is the one checker
+//! of JSON/YAML fields every input path uses, and the replies and issues
+//! derive `Serialize` in the field names of SPEC §6.
 
 pub mod bound;
 pub mod config;
 pub mod copy;
 pub mod error;
+pub mod fields;
 pub mod rate;
 pub mod request;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod time;
+mod wire;
 
 pub use error::ClientError;
 pub use time::{Clock, ManualClock, Millis};

@@ -8,7 +8,6 @@
 
 mod error;
 mod holds;
-pub mod json;
 mod session;
 pub mod simulation;
 

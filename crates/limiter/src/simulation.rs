@@ -5,7 +5,10 @@
 //! a server would have answered at those instants. Rules for odd input, all
 //! answered with a client-error line and changing nothing:
 //! - a line that is not a JSON object, a missing or ill-typed field, an
-//!   unknown field, a negative, fractional or oversized number;
+//!   unknown field, a negative, fractional or oversized number: checked by
+//!   [`charon_core::fields`], as configuration files and the simulator API
+//!   are, every problem of the line in the message (one a line, each as
+//!   `field: problem`);
 //! - a `t` earlier than the latest accepted `t` (the clock never goes back).
 //!
 //! Blank lines are not events and get no reply.
@@ -13,14 +16,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use charon_core::config::Config;
-use charon_core::copy::Hold;
+use charon_core::config::{Config, ConfigErrors};
+use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::fields::{self, Issues, Path, describe};
+use charon_core::rate::RateReply;
 use charon_core::request::Amount;
-use charon_core::{ClientError, MAX_COUNT, ManualClock};
+use charon_core::{ClientError, ManualClock};
 use charon_store::MemoryStore;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::{LimitError, Limiter, Session, json};
+use crate::{LimitError, Limiter, Session};
 
 const DEFAULT_SESSION: &str = "default";
 
@@ -53,151 +59,188 @@ impl Simulation {
 
     /// Answers one input line; `None` for a blank line.
     pub async fn line(&mut self, line: &[u8]) -> Option<Value> {
+        Some(reply_value(&self.reply_to_line(line).await?))
+    }
+
+    /// Answers one input line, typed; `None` for a blank line.
+    pub async fn reply_to_line(&mut self, line: &[u8]) -> Option<Reply> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
         Some(match serde_json::from_slice::<Value>(line) {
-            Ok(v) => self.event(&v).await,
-            Err(e) => error_line(
-                &Value::Null,
-                &Value::Null,
-                "client",
-                &format!("not a JSON event: {e}"),
-            ),
+            Ok(v) => self.reply_to(&v).await,
+            Err(e) => Reply::client_error(format!("not a JSON event: {e}")),
         })
     }
 
     /// Answers one event.
     pub async fn event(&mut self, v: &Value) -> Value {
+        reply_value(&self.reply_to(v).await)
+    }
+
+    /// Answers one event, typed.
+    pub async fn reply_to(&mut self, v: &Value) -> Reply {
         let (t, op) = match v {
             Value::Object(m) => (echo(m.get("t")), echo(m.get("op"))),
             _ => (Value::Null, Value::Null),
         };
-        match self.apply(v).await {
-            Ok(mut out) => {
-                let mut line = Map::new();
-                line.insert("t".into(), t);
-                line.insert("op".into(), op);
-                line.append(&mut out);
-                Value::Object(line)
-            }
-            Err(Failure::Client(message)) => error_line(&t, &op, "client", &message),
-            Err(Failure::Server(message)) => error_line(&t, &op, "server", &message),
-        }
+        let outcome = match self.apply(v).await {
+            Ok(outcome) => outcome,
+            Err(Failure::Client(message)) => Outcome::Error {
+                error: "client",
+                message,
+            },
+            Err(Failure::Server(message)) => Outcome::Error {
+                error: "server",
+                message,
+            },
+        };
+        Reply { t, op, outcome }
     }
 
-    async fn apply(&mut self, v: &Value) -> Result<Map<String, Value>, Failure> {
-        let Value::Object(m) = v else {
-            return Err("an event must be a JSON object".into());
-        };
-        let op = match m.get("op") {
-            Some(Value::String(op)) => op.as_str(),
-            Some(_) => return Err("op must be a string".into()),
-            None => return Err("op is required".into()),
-        };
-        let allowed: &[&str] = match op {
-            "request" => &["resource", "domain", "copies", "min_copies", "session"],
-            "reserve" => &["resource", "domain", "copies", "min_copies", "session"],
-            "release" => &["resource", "domain", "copies", "groups", "session"],
-            "transfer" => &[
-                "resource", "domain", "copies", "groups", "ttl_ms", "session",
-            ],
-            "seize" => &["transfer_id", "session"],
-            "end_session" => &["session"],
-            other => {
-                return Err(format!(
-                    "unknown op {other:?} (expected request, reserve, release, transfer, seize or end_session)"
-                )
-                .into());
-            }
-        };
-        for key in m.keys() {
-            if key != "t" && key != "op" && !allowed.contains(&key.as_str()) {
-                return Err(format!("unknown field {key:?} for op {op}").into());
-            }
-        }
-        let t = count(m, "t")?.ok_or("t is required")?;
+    async fn apply(&mut self, v: &Value) -> Result<Outcome, Failure> {
+        let (t, session, parsed) = read_event(v).map_err(|e| Failure::Client(e.to_string()))?;
         if let Some(last) = self.last_t.filter(|&last| t < last) {
             return Err(
                 format!("t went backwards: {t} < {last}; the clock never goes back").into(),
             );
         }
-        let ev = Fields(m);
-        let session_name = ev.string_or("session", DEFAULT_SESSION)?;
-        // Everything is parsed before the clock moves: a bad event changes
+        // Everything is checked before the clock moves: a bad event changes
         // nothing.
-        let parsed = match op {
-            "request" => Op::Request(ev.string("resource")?, ev.string("domain")?, ev.amount()?),
-            "reserve" => Op::Reserve(ev.string("resource")?, ev.string("domain")?, ev.amount()?),
-            "release" => Op::Release(ev.hold()?, ev.count_or("copies", 1)?),
-            "transfer" => Op::Transfer(
-                ev.hold()?,
-                ev.count_or("copies", 1)?,
-                count(m, "ttl_ms")?.ok_or("ttl_ms is required")?,
-            ),
-            "seize" => Op::Seize(ev.string("transfer_id")?),
-            _ => Op::End,
+        let parsed = match parsed {
+            Parsed::Request(resource, domain, copies, min) => {
+                Op::Request(resource, domain, amount(copies, min)?)
+            }
+            Parsed::Reserve(resource, domain, copies, min) => {
+                Op::Reserve(resource, domain, amount(copies, min)?)
+            }
+            Parsed::Op(op) => op,
         };
-        let mut out = Map::new();
-        match self.run(t, &session_name, parsed, &mut out).await {
-            Ok(()) => {
+        match self.run(t, session, parsed).await {
+            Ok(outcome) => {
                 self.last_t = Some(t);
-                Ok(out)
+                Ok(outcome)
             }
             Err(LimitError::Client(e)) => Err(Failure::Client(e.to_string())),
             Err(LimitError::Server(e)) => Err(Failure::Server(e.to_string())),
         }
     }
 
-    async fn run(
-        &mut self,
-        t: u64,
-        session_name: &str,
-        op: Op,
-        out: &mut Map<String, Value>,
-    ) -> Result<(), LimitError> {
+    async fn run(&mut self, t: u64, session: String, op: Op) -> Result<Outcome, LimitError> {
         self.clock.set(t);
         if let Op::End = op {
-            let released = match self.sessions.remove(session_name) {
+            let released = match self.sessions.remove(&session) {
                 Some(s) => s.end().await.map_err(|(e, _)| e)?,
                 None => 0,
             };
-            out.insert("session".into(), session_name.into());
-            out.insert("released".into(), released.into());
-            return Ok(());
+            return Ok(Outcome::EndSession { session, released });
         }
         if let Op::Request(resource, domain, amount) = &op {
-            json::rate_reply(&self.limiter.request(resource, domain, *amount).await?, out);
-            return Ok(());
+            let reply = self.limiter.request(resource, domain, *amount).await?;
+            return Ok(Outcome::Request(reply));
         }
-        let session = self
+        let s = self
             .sessions
-            .entry(session_name.to_owned())
+            .entry(session.clone())
             .or_insert_with(|| self.limiter.session());
-        out.insert("session".into(), session_name.into());
-        match op {
-            Op::Reserve(resource, domain, amount) => {
-                json::reserve_reply(&session.reserve(&resource, &domain, amount).await?, out);
-            }
-            Op::Release(hold, copies) => {
-                let status = session.release(&hold, copies).await?;
-                out.insert("released".into(), copies.into());
-                json::copy_status(&status, out);
-            }
-            Op::Transfer(hold, copies, ttl) => {
-                let id = session.transfer(&hold, copies, ttl).await?;
-                out.insert("transfer_id".into(), id.into());
-                out.insert("copies".into(), copies.into());
-            }
-            Op::Seize(id) => {
-                let staged = session.seize(&id).await?;
-                out.insert("transfer_id".into(), id.into());
-                json::staged(&staged, out);
-            }
-            Op::Request(..) | Op::End => {}
-        }
-        Ok(())
+        Ok(match op {
+            Op::Reserve(resource, domain, amount) => Outcome::Reserve {
+                reply: s.reserve(&resource, &domain, amount).await?,
+                session,
+            },
+            Op::Release(hold, copies) => Outcome::Release {
+                status: s.release(&hold, copies).await?,
+                session,
+                released: copies,
+            },
+            Op::Transfer(hold, copies, ttl) => Outcome::Transfer {
+                transfer_id: s.transfer(&hold, copies, ttl).await?,
+                session,
+                copies,
+            },
+            Op::Seize(transfer_id) => Outcome::Seize {
+                staged: s.seize(&transfer_id).await?,
+                session,
+                transfer_id,
+            },
+            Op::Request(..) | Op::End => unreachable!("answered above"),
+        })
     }
+}
+
+/// One output line of `charon simulate`: the event's `t` and `op` echoed,
+/// then what it got.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reply {
+    /// The event's `t` if it was a scalar, else null.
+    pub t: Value,
+    /// The event's `op` if it was a scalar, else null.
+    pub op: Value,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Reply {
+    /// A client-error line for input that is not an event at all.
+    pub fn client_error(message: String) -> Self {
+        Self {
+            t: Value::Null,
+            op: Value::Null,
+            outcome: Outcome::Error {
+                error: "client",
+                message,
+            },
+        }
+    }
+}
+
+/// What an event got; each variant's fields follow `t` and `op` in the
+/// order written here (SPEC §6 field names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Outcome {
+    /// `request`: the rate reply.
+    Request(RateReply),
+    /// `reserve`.
+    Reserve {
+        session: String,
+        #[serde(flatten)]
+        reply: ReserveReply,
+    },
+    /// `release`: the counts after it.
+    Release {
+        session: String,
+        released: u64,
+        #[serde(flatten)]
+        status: CopyStatus,
+    },
+    /// `transfer`.
+    Transfer {
+        session: String,
+        transfer_id: String,
+        copies: u64,
+    },
+    /// `seize`: what was staged.
+    Seize {
+        session: String,
+        transfer_id: String,
+        #[serde(flatten)]
+        staged: Staged,
+    },
+    /// `end_session`: how many copies its end released.
+    EndSession { session: String, released: u64 },
+    /// `error` is `client` or `server`.
+    Error {
+        error: &'static str,
+        message: String,
+    },
+}
+
+/// A reply as a JSON value (replies always encode).
+fn reply_value(reply: &Reply) -> Value {
+    serde_json::to_value(reply).unwrap_or_else(|e| {
+        serde_json::json!({"t": null, "op": null, "error": "server", "message": format!("cannot encode the reply: {e}")})
+    })
 }
 
 /// Why an event got an error line.
@@ -212,12 +255,6 @@ impl From<String> for Failure {
     }
 }
 
-impl From<&str> for Failure {
-    fn from(message: &str) -> Self {
-        Failure::Client(message.to_owned())
-    }
-}
-
 enum Op {
     Request(String, String, Amount),
     Reserve(String, String, Amount),
@@ -227,70 +264,140 @@ enum Op {
     End,
 }
 
-struct Fields<'a>(&'a Map<String, Value>);
+/// An event whose fields are all well-formed; the amounts of `request` and
+/// `reserve` are not yet checked against each other.
+enum Parsed {
+    Request(String, String, u64, u64),
+    Reserve(String, String, u64, u64),
+    Op(Op),
+}
 
-impl Fields<'_> {
-    fn string(&self, key: &str) -> Result<String, String> {
-        match self.0.get(key) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(format!("{key} must be a string, not {other}")),
-            None => Err(format!("{key} is required")),
-        }
-    }
+const OPS: &[&str] = &[
+    "request",
+    "reserve",
+    "release",
+    "transfer",
+    "seize",
+    "end_session",
+];
 
-    fn string_or(&self, key: &str, default: &str) -> Result<String, String> {
-        match self.0.get(key) {
-            None => Ok(default.to_owned()),
-            Some(_) => self.string(key),
-        }
-    }
-
-    fn count_or(&self, key: &str, default: u64) -> Result<u64, String> {
-        Ok(count(self.0, key)?.unwrap_or(default))
-    }
-
-    fn amount(&self) -> Result<Amount, String> {
-        let copies = self.count_or("copies", 1)?;
-        let min = self.count_or("min_copies", 1)?;
-        Amount::new(copies, min).map_err(|e: ClientError| e.to_string())
-    }
-
-    fn hold(&self) -> Result<Hold, String> {
-        let groups = match self.0.get("groups") {
-            None => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|g| match g {
-                    Value::String(s) => Ok(s.clone()),
-                    other => Err(format!("groups must be a list of strings, not {other}")),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(other) => return Err(format!("groups must be a list of strings, not {other}")),
-        };
-        Ok(Hold::new(
-            self.string("resource")?,
-            self.string("domain")?,
-            groups,
-        ))
+/// The fields each op may have, `t` and `op` included.
+fn fields_of(op: &str) -> &'static [&'static str] {
+    match op {
+        "request" | "reserve" => &[
+            "t",
+            "op",
+            "resource",
+            "domain",
+            "copies",
+            "min_copies",
+            "session",
+        ],
+        "release" => &[
+            "t", "op", "resource", "domain", "copies", "groups", "session",
+        ],
+        "transfer" => &[
+            "t", "op", "resource", "domain", "copies", "groups", "ttl_ms", "session",
+        ],
+        "seize" => &["t", "op", "transfer_id", "session"],
+        _ => &["t", "op", "session"],
     }
 }
 
-/// A non-negative whole number no larger than [`MAX_COUNT`], if present.
-fn count(m: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
-    match m.get(key) {
-        None => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if v <= MAX_COUNT => Ok(Some(v)),
-            Some(_) => Err(format!("{key} is too large (at most {MAX_COUNT})")),
-            None if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f < 0.0) => {
-                Err(format!("{key} must not be negative"))
+/// Reads an event with the field checker every input path uses
+/// ([`charon_core::fields`]): every problem is reported, with the field's
+/// path.
+fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
+    let root = Path::root();
+    let mut issues = Issues::default();
+    let Value::Object(m) = v else {
+        issues.push(
+            &root,
+            format!("expected an event (a mapping), found {}", describe(v)),
+        );
+        return Err(ConfigErrors(issues.into_vec()));
+    };
+    let op = fields::required(m, "op", &root, &mut issues)
+        .and_then(|op| fields::one_of(op, OPS, &root.key("op"), &mut issues));
+    if let Some(op) = op {
+        fields::unknown_fields(m, &root, fields_of(op), &mut issues);
+    }
+    let t = fields::required(m, "t", &root, &mut issues)
+        .and_then(|t| fields::count(t, &root.key("t"), &mut issues));
+    let session = match m.get("session") {
+        None => Some(DEFAULT_SESSION.to_owned()),
+        Some(s) => fields::string(s, &root.key("session"), &mut issues),
+    };
+    let mut ev = Event { m, issues };
+    let parsed = match op {
+        Some(op @ ("request" | "reserve")) => {
+            let resource = ev.string("resource");
+            let domain = ev.string("domain");
+            let copies = ev.count_or_one("copies");
+            let min = ev.count_or_one("min_copies");
+            match (resource, domain, copies, min) {
+                (Some(r), Some(d), Some(c), Some(m)) if op == "request" => {
+                    Some(Parsed::Request(r, d, c, m))
+                }
+                (Some(r), Some(d), Some(c), Some(m)) => Some(Parsed::Reserve(r, d, c, m)),
+                _ => None,
             }
-            None if n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
-                Err(format!("{key} is too large (at most {MAX_COUNT})"))
+        }
+        Some("release") => {
+            let hold = ev.hold();
+            let copies = ev.count_or_one("copies");
+            hold.zip(copies).map(|(h, c)| Parsed::Op(Op::Release(h, c)))
+        }
+        Some("transfer") => {
+            let hold = ev.hold();
+            let copies = ev.count_or_one("copies");
+            let ttl = fields::required(ev.m, "ttl_ms", &root, &mut ev.issues)
+                .and_then(|v| fields::count(v, &root.key("ttl_ms"), &mut ev.issues));
+            match (hold, copies, ttl) {
+                (Some(h), Some(c), Some(ttl)) => Some(Parsed::Op(Op::Transfer(h, c, ttl))),
+                _ => None,
             }
-            None => Err(format!("{key} must be a whole number")),
-        },
-        Some(other) => Err(format!("{key} must be a number, not {other}")),
+        }
+        Some("seize") => ev.string("transfer_id").map(|id| Parsed::Op(Op::Seize(id))),
+        Some(_) => Some(Parsed::Op(Op::End)),
+        None => None,
+    };
+    match (t, session, parsed) {
+        (Some(t), Some(session), Some(parsed)) if ev.issues.is_empty() => Ok((t, session, parsed)),
+        _ => Err(ConfigErrors(ev.issues.into_vec())),
+    }
+}
+
+/// `copies` and `min_copies` together (SPEC §2 rule 5).
+fn amount(copies: u64, min: u64) -> Result<Amount, String> {
+    Amount::new(copies, min).map_err(|e: ClientError| e.to_string())
+}
+
+/// The fields of one event, read at the top level of its line.
+struct Event<'a> {
+    m: &'a Map<String, Value>,
+    issues: Issues,
+}
+
+impl Event<'_> {
+    fn string(&mut self, key: &str) -> Option<String> {
+        let root = Path::root();
+        fields::required(self.m, key, &root, &mut self.issues)
+            .and_then(|v| fields::string(v, &root.key(key), &mut self.issues))
+    }
+
+    fn count_or_one(&mut self, key: &str) -> Option<u64> {
+        fields::count_or(self.m, key, 1, &Path::root(), &mut self.issues)
+    }
+
+    fn hold(&mut self) -> Option<Hold> {
+        let resource = self.string("resource");
+        let domain = self.string("domain");
+        let groups = match self.m.get("groups") {
+            None | Some(Value::Null) => Some(Vec::new()),
+            Some(v) => fields::strings(v, &Path::root().key("groups"), &mut self.issues),
+        };
+        Some(Hold::new(resource?, domain?, groups?))
     }
 }
 
@@ -301,13 +408,4 @@ fn echo(v: Option<&Value>) -> Value {
         Some(v @ (Value::Number(_) | Value::String(_) | Value::Bool(_))) => v.clone(),
         _ => Value::Null,
     }
-}
-
-fn error_line(t: &Value, op: &Value, class: &str, message: &str) -> Value {
-    let mut line = Map::new();
-    line.insert("t".into(), t.clone());
-    line.insert("op".into(), op.clone());
-    line.insert("error".into(), class.into());
-    line.insert("message".into(), message.into());
-    Value::Object(line)
 }

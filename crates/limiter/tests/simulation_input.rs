@@ -125,23 +125,23 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
     let cases = [
         (
             json!({"t": -1, "op": "request", "resource": "api", "domain": "d"}),
-            "t must not be negative",
+            "t: -1 is negative; counts start at 0",
         ),
         (
             json!({"t": 1.5, "op": "request", "resource": "api", "domain": "d"}),
-            "t must be a whole number",
+            "t: 1.5 is not a whole number",
         ),
         (
             json!({"t": 1e300, "op": "request", "resource": "api", "domain": "d"}),
-            "t is too large",
+            "t: 1e+300 is too large (at most 9007199254740991)",
         ),
         (
             json!({"t": 18446744073709551615u64, "op": "request", "resource": "api", "domain": "d"}),
-            "t is too large",
+            "t: 18446744073709551615 is too large (at most 9007199254740991)",
         ),
         (
             json!({"t": "5", "op": "request", "resource": "api", "domain": "d"}),
-            "t must be a number",
+            "t: expected a whole number, found the string \"5\"",
         ),
         (
             json!({"t": 5, "op": "request", "resource": "api", "domain": "d", "copies": 0}),
@@ -153,31 +153,44 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
         ),
         (
             json!({"t": 5, "op": "request", "resource": "api", "domain": 7}),
-            "domain must be a string",
+            "domain: expected a string, found the number 7",
         ),
         (
             json!({"t": 5, "op": "request", "resource": "api"}),
-            "domain is required",
+            "domain: is required",
         ),
         (
             json!({"t": 5, "op": "request", "resource": "api", "domain": "d", "copys": 1}),
-            "unknown field \"copys\"",
+            "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, session)",
         ),
-        (json!({"t": 5, "op": "fly"}), "unknown op \"fly\""),
+        (
+            json!({"t": 5, "op": "fly"}),
+            "op: expected request, reserve, release, transfer, seize or end_session, found the string \"fly\"",
+        ),
         (
             json!({"t": 5, "op": "request", "resource": "nope", "domain": "d"}),
             "unknown resource \"nope\"",
         ),
         (
             json!({"t": 5, "op": "release", "resource": "vm", "domain": "a", "groups": "g"}),
-            "groups must be a list of strings",
+            "groups: expected a list, found the string \"g\"",
         ),
         (
             json!({"t": 5, "op": "transfer", "resource": "vm", "domain": "a"}),
-            "ttl_ms is required",
+            "ttl_ms: is required",
         ),
-        (json!([1, 2]), "an event must be a JSON object"),
+        (json!([1, 2]), "expected an event (a mapping), found a list"),
     ];
+    // Every problem of a line is reported, each with its field.
+    let reply = ask(json!({"t": -1, "op": "request", "domain": 7, "copys": 1}));
+    assert_eq!(
+        reply["message"],
+        "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, session)\n\
+         t: -1 is negative; counts start at 0\n\
+         resource: is required\n\
+         domain: expected a string, found the number 7",
+        "{reply}"
+    );
     for (event, message) in cases {
         let reply = ask(event.clone());
         assert_eq!(reply["error"], "client", "{event} -> {reply}");

@@ -55,10 +55,6 @@ impl IntoResponse for ApiError {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("\n");
-                let issues: Vec<Value> = issues
-                    .iter()
-                    .map(|i| json!({"path": i.path, "message": i.message}))
-                    .collect();
                 (
                     StatusCode::BAD_REQUEST,
                     json!({"error": "invalid", "message": message, "issues": issues}),
@@ -209,7 +205,7 @@ pub(crate) async fn yaml(gate: Arc<Semaphore>, request: Request) -> Result<Respo
     let setup = input::yaml_setup(&body)?;
     Ok(Json(json!({
         "yaml": setup.config.to_yaml(),
-        "adjustments": setup.adjustments_json(),
+        "adjustments": setup.adjustments,
     }))
     .into_response())
 }

@@ -6,9 +6,10 @@
 //! (SPEC §2), and its issue paths are reported relative to the body
 //! (`tiers[1].window`, not `resources[0].tiers[1].window`).
 
+use charon_core::Millis;
 use charon_core::config::{Adjustment, Config, ConfigIssue, RateResource, ResourceKind};
+use charon_core::fields::{self, Issues, Path, describe};
 use charon_core::request::Amount;
-use charon_core::{MAX_COUNT, Millis};
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
@@ -65,14 +66,6 @@ impl Setup {
             ResourceKind::Copy(_) => unreachable!("the simulator builds rate resources only"),
         }
     }
-
-    /// What normalization changed, as the API reports it.
-    pub fn adjustments_json(&self) -> Vec<Value> {
-        self.adjustments
-            .iter()
-            .map(|a| json!({"path": a.path, "change": a.change}))
-            .collect()
-    }
 }
 
 /// One simulated request.
@@ -109,7 +102,7 @@ pub(crate) fn body(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(ApiError::invalid(vec![issue(
             "",
-            format!("expected a JSON object, found {}", kind_of(&other)),
+            format!("expected a body (a mapping), found {}", describe(&other)),
         )])),
         Err(e) => Err(ApiError::invalid(vec![issue(
             "",
@@ -130,8 +123,8 @@ fn no_setup() -> ApiError {
 /// The configuration of a `/yaml` body: `name` is required there, since
 /// what it renders is meant to be pasted into a real configuration.
 pub(crate) fn yaml_setup(body: &Map<String, Value>) -> Result<Setup, ApiError> {
-    let mut issues = Vec::new();
-    unknown_fields(body, "", BODY_FIELDS, &mut issues);
+    let mut issues = Issues::default();
+    fields::unknown_fields(body, &Path::root(), BODY_FIELDS, &mut issues);
     let setup = setup(body, None, &mut issues);
     finish(issues)?;
     setup.ok_or_else(no_setup)
@@ -154,33 +147,25 @@ pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
             });
         }
     }
-    let mut issues = Vec::new();
-    unknown_fields(body, "", BODY_FIELDS, &mut issues);
+    let root = Path::root();
+    let mut issues = Issues::default();
+    fields::unknown_fields(body, &root, BODY_FIELDS, &mut issues);
     let setup = setup(body, Some(DEFAULT_NAME), &mut issues);
     let events = match body.get("events") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => events(items, &mut issues),
-        Some(other) => {
-            issues.push(issue(
-                "events",
-                format!("expected a list of events, found {}", kind_of(other)),
-            ));
-            Vec::new()
-        }
+        Some(v) => fields::list(v, &root.key("events"), &mut issues)
+            .map(|items| events(items, &root.key("events"), &mut issues))
+            .unwrap_or_default(),
     };
-    let at = optional_millis(body, "at", &mut issues);
-    let report_from = optional_millis(body, "report_from", &mut issues).unwrap_or(0);
+    let at = fields::optional_count(body, "at", &root, &mut issues);
+    let report_from = fields::optional_count(body, "report_from", &root, &mut issues).unwrap_or(0);
     let detail = match body.get("detail") {
-        None | Some(Value::Null) => Detail::Full,
-        Some(Value::String(s)) if s == "full" => Detail::Full,
-        Some(Value::String(s)) if s == "replies" => Detail::Replies,
-        Some(other) => {
-            issues.push(issue(
-                "detail",
-                format!("expected \"full\" or \"replies\", found {}", kind_of(other)),
-            ));
-            Detail::Full
-        }
+        None | Some(Value::Null) => Some("full"),
+        Some(v) => fields::one_of(v, &["full", "replies"], &root.key("detail"), &mut issues),
+    };
+    let detail = match detail {
+        Some("replies") => Detail::Replies,
+        _ => Detail::Full,
     };
     finish(issues)?;
     Ok(Replay {
@@ -196,7 +181,7 @@ pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
 fn setup(
     body: &Map<String, Value>,
     default_name: Option<&str>,
-    issues: &mut Vec<ConfigIssue>,
+    issues: &mut Issues,
 ) -> Option<Setup> {
     let mut resource = Map::new();
     match (body.get("name"), default_name) {
@@ -216,13 +201,13 @@ fn setup(
         if let Value::Array(items) = tiers
             && items.len() > MAX_TIERS
         {
-            issues.push(issue(
-                "tiers",
+            issues.push(
+                &Path::root().key("tiers"),
                 format!(
                     "{} tiers; the simulator shows at most {MAX_TIERS}",
                     items.len()
                 ),
-            ));
+            );
             return None;
         }
         resource.insert("tiers".into(), millis_to_spans(tiers));
@@ -282,116 +267,42 @@ fn local_path(path: &str) -> String {
         .to_owned()
 }
 
-fn events(items: &[Value], issues: &mut Vec<ConfigIssue>) -> Vec<Event> {
+fn events(items: &[Value], path: &Path, issues: &mut Issues) -> Vec<Event> {
     let mut out = Vec::with_capacity(items.len());
     let mut latest: Option<Millis> = None;
     for (i, item) in items.iter().enumerate() {
-        let path = format!("events[{i}]");
-        let Value::Object(map) = item else {
-            issues.push(issue(
-                &path,
-                format!("expected an event (an object), found {}", kind_of(item)),
-            ));
+        let path = path.index(i);
+        let Some(map) = fields::object(item, &path, issues, "an event", EVENT_FIELDS) else {
             continue;
         };
-        unknown_fields(map, &path, EVENT_FIELDS, issues);
-        let t = match map.get("t") {
-            None | Some(Value::Null) => {
-                issues.push(issue(&format!("{path}.t"), "is required"));
-                None
-            }
-            Some(v) => whole(v, &format!("{path}.t"), issues),
-        };
+        let t = fields::required(map, "t", &path, issues)
+            .and_then(|v| fields::count(v, &path.key("t"), issues));
         if let (Some(t), Some(before)) = (t, latest)
             && t < before
         {
-            issues.push(issue(
-                &format!("{path}.t"),
+            issues.push(
+                &path.key("t"),
                 format!(
                     "{t} is before the previous event's t ({before}); events must be in time order"
                 ),
-            ));
+            );
         }
-        let copies = count_or_one(map, "copies", &path, issues);
-        let min_copies = count_or_one(map, "min_copies", &path, issues);
+        let copies = fields::count_or(map, "copies", 1, &path, issues);
+        let min_copies = fields::count_or(map, "min_copies", 1, &path, issues);
         let (Some(t), Some(copies), Some(min_copies)) = (t, copies, min_copies) else {
             continue;
         };
         latest = Some(latest.map_or(t, |l| l.max(t)));
         match Amount::new(copies, min_copies) {
             Ok(amount) => out.push(Event { t, amount }),
-            Err(e) => issues.push(issue(&path, e.to_string())),
+            Err(e) => issues.push(&path, e.to_string()),
         }
     }
     out
 }
 
-fn count_or_one(
-    map: &Map<String, Value>,
-    key: &str,
-    path: &str,
-    issues: &mut Vec<ConfigIssue>,
-) -> Option<u64> {
-    match map.get(key) {
-        None | Some(Value::Null) => Some(1),
-        Some(v) => whole(v, &format!("{path}.{key}"), issues),
-    }
-}
-
-fn optional_millis(
-    map: &Map<String, Value>,
-    key: &str,
-    issues: &mut Vec<ConfigIssue>,
-) -> Option<Millis> {
-    match map.get(key) {
-        None | Some(Value::Null) => None,
-        Some(v) => whole(v, key, issues),
-    }
-}
-
-/// A whole number in `0..=MAX_COUNT` (times, copies).
-fn whole(v: &Value, path: &str, issues: &mut Vec<ConfigIssue>) -> Option<u64> {
-    match v.as_u64() {
-        Some(n) if n <= MAX_COUNT => Some(n),
-        Some(n) => {
-            issues.push(issue(
-                path,
-                format!("{n} is too large (at most {MAX_COUNT})"),
-            ));
-            None
-        }
-        None => {
-            issues.push(issue(
-                path,
-                format!("expected a whole number ≥ 0, found {}", kind_of(v)),
-            ));
-            None
-        }
-    }
-}
-
-fn unknown_fields(
-    map: &Map<String, Value>,
-    path: &str,
-    allowed: &[&str],
-    issues: &mut Vec<ConfigIssue>,
-) {
-    for key in map.keys() {
-        if !allowed.contains(&key.as_str()) {
-            let at = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            issues.push(issue(
-                &at,
-                format!("unknown field (expected one of: {})", allowed.join(", ")),
-            ));
-        }
-    }
-}
-
-fn finish(mut issues: Vec<ConfigIssue>) -> Result<(), ApiError> {
+fn finish(issues: Issues) -> Result<(), ApiError> {
+    let mut issues = issues.into_vec();
     if issues.is_empty() {
         return Ok(());
     }
@@ -407,16 +318,5 @@ fn issue(path: &str, message: impl Into<String>) -> ConfigIssue {
     ConfigIssue {
         path: path.to_owned(),
         message: message.into(),
-    }
-}
-
-fn kind_of(v: &Value) -> String {
-    match v {
-        Value::Null => "null".to_owned(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "a list".to_owned(),
-        Value::Object(_) => "an object".to_owned(),
     }
 }

@@ -7,10 +7,10 @@
 //! would behave as H).
 
 use charon_core::Millis;
-use charon_core::config::{ConfigIssue, Enforcement, Tier};
-use charon_core::rate::{HitLog, Phase, RateState, decide};
+use charon_core::config::{Adjustment, ConfigIssue, Enforcement, Tier};
+use charon_core::rate::{HitLog, Phase, RateReply, RateState, decide};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::api::ApiError;
 use crate::input::{Detail, Replay};
@@ -33,11 +33,11 @@ const DOMAIN: &str = "simulated";
 /// The answer to a replay but its `events`, which are written as they are
 /// replayed (see [`run`]).
 #[derive(Debug, Serialize)]
-struct Answer {
+struct Answer<'a> {
     /// The resource as it will be enforced: normalized, SPEC §6 layout.
     resource: Value,
     /// What normalization changed, body-relative paths.
-    adjustments: Vec<Value>,
+    adjustments: &'a [Adjustment],
     totals: Totals,
     /// Events before `report_from`, replayed but not listed.
     skipped: usize,
@@ -64,8 +64,8 @@ struct EventOut {
     t: Millis,
     copies: u64,
     min_copies: u64,
-    /// SPEC §2 rule 6, in the field names of `charon simulate`.
-    reply: Map<String, Value>,
+    /// SPEC §2 rule 6, encoded as `charon simulate` encodes it.
+    reply: RateReply,
     /// Where the granted hits went: several tiers when one request passed
     /// through several (rule 5).
     placed: Vec<Placed>,
@@ -201,8 +201,6 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
                 (hits > 0).then_some(Placed { tier: i + 1, hits })
             })
             .collect();
-        let mut out = Map::new();
-        charon_limiter::json::rate_reply(&reply, &mut out);
         let snapshots = match replay.detail {
             Detail::Full => {
                 states = states
@@ -223,7 +221,7 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
                 t: now,
                 copies: ev.amount.copies(),
                 min_copies: ev.amount.min_copies(),
-                reply: out,
+                reply,
                 placed,
                 tiers: snapshots,
             },
@@ -257,7 +255,7 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
         .unwrap_or_default();
     let rest = serde_json::to_vec(&Answer {
         resource,
-        adjustments: replay.setup.adjustments_json(),
+        adjustments: &replay.setup.adjustments,
         skipped: totals.requests - listed,
         totals,
         periods,

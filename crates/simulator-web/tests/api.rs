@@ -280,6 +280,16 @@ async fn validation_errors_carry_body_paths() {
         message.contains("tiers[0].window: \"1x\" is not a duration"),
         "{message}"
     );
+    // The configuration's fields and the events' are read by the same
+    // checker (charon_core::fields): the same words for the same problem.
+    for expected in [
+        "hard_limit: -1 is negative; counts start at 0",
+        "events[3].t: expected a whole number, found the string \"soon\"",
+        "events[3].colour: unknown field (expected one of: t, copies, min_copies)",
+        "tiers[1].limt: unknown field (expected one of: limit, window, active, cooldown, skippable)",
+    ] {
+        assert!(message.contains(expected), "no {expected:?} in {message}");
+    }
 }
 
 #[tokio::test]

@@ -288,7 +288,7 @@ pub struct Config {
 }
 
 /// One problem found in a configuration, with the exact place.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigIssue {
     /// Where: `resources[1].tiers[0].window`.
     pub path: String,

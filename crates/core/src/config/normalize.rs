@@ -9,7 +9,7 @@ use super::{Resource, ResourceKind, Tier};
 use crate::time::format_span;
 
 /// One change normalization made, with the place it made it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Adjustment {
     pub path: String,
     pub change: String,

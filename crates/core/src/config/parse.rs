@@ -4,17 +4,19 @@
 //! silently ignored is a limit that silently does not apply.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use serde_json::{Map, Value};
 
 use super::{
-    ConfigErrors, ConfigIssue, CopyResource, EMPTY_CONFIGURATION, Group, MAX_DOMAIN_OVERRIDES,
+    ConfigErrors, CopyResource, EMPTY_CONFIGURATION, Group, MAX_DOMAIN_OVERRIDES,
     MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_NAMESPACES, MAX_RESOURCES, MAX_TIERS,
     MAX_TIERS_PER_RESOURCE, NamespaceSettings, RateOverride, RateResource, Resource, ResourceKind,
     Tier,
 };
-use crate::MAX_COUNT;
+use crate::fields::{
+    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
+    too_many, unknown_field,
+};
 use crate::request::check_name;
 use crate::time::{Millis, parse_span};
 
@@ -37,164 +39,6 @@ const COPY_FIELDS: &[&str] = &[
 const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
 const NAMESPACE_FIELDS: &[&str] = &["allow_unconfigured", "ignore_configured"];
 
-/// A field path such as `resources[1].tiers[0].window`.
-#[derive(Clone, Default)]
-struct Path(String);
-
-impl Path {
-    fn key(&self, key: &str) -> Path {
-        let plain = !key.is_empty()
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        let segment = if plain {
-            key.to_owned()
-        } else {
-            format!("[{key:?}]")
-        };
-        if self.0.is_empty() {
-            Path(segment)
-        } else if plain {
-            Path(format!("{}.{segment}", self.0))
-        } else {
-            Path(format!("{}{segment}", self.0))
-        }
-    }
-
-    fn index(&self, i: usize) -> Path {
-        Path(format!("{}[{i}]", self.0))
-    }
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-#[derive(Default)]
-struct Issues(Vec<ConfigIssue>);
-
-impl Issues {
-    fn push(&mut self, path: &Path, message: impl Into<String>) {
-        self.0.push(ConfigIssue {
-            path: path.0.clone(),
-            message: message.into(),
-        });
-    }
-
-    fn finish<T>(self, value: T) -> Result<T, ConfigErrors> {
-        if self.0.is_empty() {
-            Ok(value)
-        } else {
-            Err(ConfigErrors(self.0))
-        }
-    }
-}
-
-fn describe(v: &Value) -> String {
-    match v {
-        Value::Null => "nothing".to_owned(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "a list".to_owned(),
-        Value::Object(_) => "a mapping".to_owned(),
-    }
-}
-
-fn object<'v>(
-    v: &'v Value,
-    path: &Path,
-    issues: &mut Issues,
-    what: &str,
-    allowed: &[&str],
-) -> Option<&'v Map<String, Value>> {
-    let Value::Object(map) = v else {
-        issues.push(
-            path,
-            format!("expected {what} (a mapping), found {}", describe(v)),
-        );
-        return None;
-    };
-    for key in map.keys() {
-        if !allowed.contains(&key.as_str()) {
-            issues.push(
-                &path.key(key),
-                format!("unknown field (expected one of: {})", allowed.join(", ")),
-            );
-        }
-    }
-    Some(map)
-}
-
-fn list<'v>(v: &'v Value, path: &Path, issues: &mut Issues) -> Option<&'v [Value]> {
-    match v {
-        Value::Array(items) => Some(items),
-        _ => {
-            issues.push(path, format!("expected a list, found {}", describe(v)));
-            None
-        }
-    }
-}
-
-/// Whether `n` items of `what` exceed `max`; if so, says so at `path`
-/// (`resources[0].tiers: 100000 tiers, at most 64`).
-fn too_many(n: usize, max: usize, what: &str, path: &Path, issues: &mut Issues) -> bool {
-    if n <= max {
-        return false;
-    }
-    issues.push(path, format!("{n} {what}, at most {max}"));
-    true
-}
-
-fn count(v: &Value, path: &Path, issues: &mut Issues) -> Option<u64> {
-    let problem = match v {
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(x), _) if x <= MAX_COUNT => return Some(x),
-            (Some(_), _) => format!("{n} is too large (at most {MAX_COUNT})"),
-            (None, Some(_)) => format!("{n} is negative; counts start at 0"),
-            (None, None) if n.as_f64().is_some_and(|f| f.fract() == 0.0 && f < 0.0) => {
-                format!("{n} is negative; counts start at 0")
-            }
-            (None, None) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
-                format!("{n} is too large (at most {MAX_COUNT})")
-            }
-            (None, None) => format!("{n} is not a whole number"),
-        },
-        other => format!("expected a whole number, found {}", describe(other)),
-    };
-    issues.push(path, problem);
-    None
-}
-
-fn optional_count(
-    map: &Map<String, Value>,
-    key: &str,
-    path: &Path,
-    issues: &mut Issues,
-) -> Option<u64> {
-    match map.get(key) {
-        None | Some(Value::Null) => None,
-        Some(v) => count(v, &path.key(key), issues),
-    }
-}
-
-fn required<'v>(
-    map: &'v Map<String, Value>,
-    key: &str,
-    path: &Path,
-    issues: &mut Issues,
-) -> Option<&'v Value> {
-    match map.get(key) {
-        None | Some(Value::Null) => {
-            issues.push(&path.key(key), "is required");
-            None
-        }
-        Some(v) => Some(v),
-    }
-}
-
 fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
     match v {
         Value::String(s) => match parse_span(s) {
@@ -213,20 +57,6 @@ fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
                 ),
             );
             None
-        }
-    }
-}
-
-fn boolean(map: &Map<String, Value>, key: &str, path: &Path, issues: &mut Issues) -> bool {
-    match map.get(key) {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            issues.push(
-                &path.key(key),
-                format!("expected true or false, found {}", describe(other)),
-            );
-            false
         }
     }
 }
@@ -260,7 +90,7 @@ pub(super) fn parse_config(
         // No bytes, only whitespace or only comments: a truncated file or
         // an export that failed, never a wish for no limits.
         issues.push(&root, EMPTY_CONFIGURATION);
-        return Err(ConfigErrors(issues.0));
+        return Err(ConfigErrors(issues.into_vec()));
     }
     if let Some(map) = object(
         v,
@@ -345,7 +175,7 @@ pub fn parse_resource(v: &Value) -> Result<Resource, ConfigErrors> {
     let r = resource_at(v, &Path::default(), &mut issues);
     match r {
         Some(r) => issues.finish(r),
-        None => Err(ConfigErrors(issues.0)),
+        None => Err(ConfigErrors(issues.into_vec())),
     }
 }
 
@@ -358,18 +188,11 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
         return None;
     };
     let kind = match map.get("kind") {
-        Some(Value::String(k)) if k == "rate" || k == "copy" => Some(k.as_str()),
         None | Some(Value::Null) => {
             issues.push(&path.key("kind"), "is required (rate or copy)");
             None
         }
-        Some(other) => {
-            issues.push(
-                &path.key("kind"),
-                format!("expected rate or copy, found {}", describe(other)),
-            );
-            None
-        }
+        Some(k) => one_of(k, &["rate", "copy"], &path.key("kind"), issues),
     };
     let allowed = match kind {
         Some("rate") => RATE_FIELDS,
@@ -390,7 +213,7 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
                     allowed.join(", ")
                 )
             } else {
-                format!("unknown field (expected one of: {})", allowed.join(", "))
+                unknown_field(allowed)
             };
             issues.push(&path.key(key), message);
         }
@@ -414,64 +237,29 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
 }
 
 fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option<RateResource> {
-    let before = issues.0.len();
+    let before = issues.len();
     let hard_limit = optional_count(map, "hard_limit", path, issues);
     let global_limit = optional_count(map, "global_limit", path, issues);
     let tiers =
         required(map, "tiers", path, issues).and_then(|v| tiers_at(v, &path.key("tiers"), issues));
-    let mut domains = BTreeMap::new();
-    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
-        let dpath = path.key("domains");
-        let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
-        match v {
-            Value::Object(ds)
-                if too_many(
-                    ds.len(),
-                    MAX_DOMAIN_OVERRIDES,
-                    "domain overrides",
-                    &dpath,
-                    issues,
-                ) => {}
-            Value::Object(ds)
-                if too_many(
-                    listed(map.get("tiers"))
-                        + ds.values().map(|o| listed(o.get("tiers"))).sum::<usize>(),
-                    MAX_TIERS_PER_RESOURCE,
-                    "tiers in the resource and its overrides",
-                    &dpath,
-                    issues,
-                ) => {}
-            Value::Object(ds) => {
-                for (domain, o) in ds {
-                    let p = dpath.key(domain);
-                    if let Err(e) = check_name("domain", domain) {
-                        issues.push(&p, e.to_string());
-                    }
-                    let Some(om) =
-                        object(o, &p, issues, "a domain override", &["hard_limit", "tiers"])
-                    else {
-                        continue;
-                    };
-                    let over = RateOverride {
-                        hard_limit: optional_count(om, "hard_limit", &p, issues),
-                        tiers: om
-                            .get("tiers")
-                            .filter(|v| !v.is_null())
-                            .and_then(|v| tiers_at(v, &p.key("tiers"), issues)),
-                    };
-                    domains.insert(domain.clone(), over);
-                }
-            }
-            other => issues.push(
-                &dpath,
-                format!(
-                    "expected a mapping of domain names to overrides, found {}",
-                    describe(other)
-                ),
-            ),
-        }
-    }
-    (issues.0.len() == before).then(|| RateResource {
+    let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
+    let domains = overrides(
+        map,
+        path,
+        issues,
+        &["hard_limit", "tiers"],
+        Some(listed(map.get("tiers"))),
+        |om, p, issues| {
+            Some(RateOverride {
+                hard_limit: optional_count(om, "hard_limit", p, issues),
+                tiers: om
+                    .get("tiers")
+                    .filter(|v| !v.is_null())
+                    .and_then(|v| tiers_at(v, &p.key("tiers"), issues)),
+            })
+        },
+    );
+    (issues.len() == before).then(|| RateResource {
         hard_limit,
         global_limit,
         tiers: tiers.unwrap_or_default(),
@@ -479,18 +267,71 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     })
 }
 
+/// The domain overrides at `map.domains`, each a mapping of `fields` read
+/// by `read`, keyed by a valid domain name. With `tiers`, the resource's
+/// own tier count: the tiers of the resource and its overrides together
+/// are bounded.
+fn overrides<T>(
+    map: &Map<String, Value>,
+    path: &Path,
+    issues: &mut Issues,
+    fields: &[&str],
+    tiers: Option<usize>,
+    mut read: impl FnMut(&Map<String, Value>, &Path, &mut Issues) -> Option<T>,
+) -> BTreeMap<String, T> {
+    let mut domains = BTreeMap::new();
+    let Some(v) = map.get("domains").filter(|v| !v.is_null()) else {
+        return domains;
+    };
+    let dpath = path.key("domains");
+    let Value::Object(ds) = v else {
+        issues.push(
+            &dpath,
+            format!(
+                "expected a mapping of domain names to overrides, found {}",
+                describe(v)
+            ),
+        );
+        return domains;
+    };
+    let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
+    if too_many(
+        ds.len(),
+        MAX_DOMAIN_OVERRIDES,
+        "domain overrides",
+        &dpath,
+        issues,
+    ) || tiers.is_some_and(|own| {
+        too_many(
+            own + ds.values().map(|o| listed(o.get("tiers"))).sum::<usize>(),
+            MAX_TIERS_PER_RESOURCE,
+            "tiers in the resource and its overrides",
+            &dpath,
+            issues,
+        )
+    }) {
+        return domains;
+    }
+    for (domain, o) in ds {
+        let p = dpath.key(domain);
+        if let Err(e) = check_name("domain", domain) {
+            issues.push(&p, e.to_string());
+        }
+        if let Some(om) = object(o, &p, issues, "a domain override", fields)
+            && let Some(over) = read(om, &p, issues)
+        {
+            domains.insert(domain.clone(), over);
+        }
+    }
+    domains
+}
+
 fn tiers_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Vec<Tier>> {
     let items = list(v, path, issues)?;
     if too_many(items.len(), MAX_TIERS, "tiers", path, issues) {
         return None;
     }
-    let before = issues.0.len();
-    let tiers: Vec<Tier> = items
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| tier_at(t, &path.index(i), issues))
-        .collect();
-    (issues.0.len() == before).then_some(tiers)
+    each(items, path, issues, tier_at)
 }
 
 fn tier_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Tier> {
@@ -525,48 +366,21 @@ fn tier_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Tier> {
 }
 
 fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option<CopyResource> {
-    let before = issues.0.len();
+    let before = issues.len();
     let domain_limit = required(map, "domain_limit", path, issues)
         .and_then(|v| count(v, &path.key("domain_limit"), issues));
     let global_limit = optional_count(map, "global_limit", path, issues);
-    let mut domains = BTreeMap::new();
-    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
-        let dpath = path.key("domains");
-        match v {
-            Value::Object(ds)
-                if too_many(
-                    ds.len(),
-                    MAX_DOMAIN_OVERRIDES,
-                    "domain overrides",
-                    &dpath,
-                    issues,
-                ) => {}
-            Value::Object(ds) => {
-                for (domain, o) in ds {
-                    let p = dpath.key(domain);
-                    if let Err(e) = check_name("domain", domain) {
-                        issues.push(&p, e.to_string());
-                    }
-                    let Some(om) = object(o, &p, issues, "a domain override", &["domain_limit"])
-                    else {
-                        continue;
-                    };
-                    if let Some(limit) = required(om, "domain_limit", &p, issues)
-                        .and_then(|v| count(v, &p.key("domain_limit"), issues))
-                    {
-                        domains.insert(domain.clone(), limit);
-                    }
-                }
-            }
-            other => issues.push(
-                &dpath,
-                format!(
-                    "expected a mapping of domain names to overrides, found {}",
-                    describe(other)
-                ),
-            ),
-        }
-    }
+    let domains = overrides(
+        map,
+        path,
+        issues,
+        &["domain_limit"],
+        None,
+        |om, p, issues| {
+            required(om, "domain_limit", p, issues)
+                .and_then(|v| count(v, &p.key("domain_limit"), issues))
+        },
+    );
     let mut groups = Vec::new();
     if let Some(v) = map.get("groups").filter(|v| !v.is_null()) {
         let gpath = path.key("groups");
@@ -603,7 +417,7 @@ fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
             }
         }
     }
-    (issues.0.len() == before).then(|| {
+    (issues.len() == before).then(|| {
         CopyResource::new(
             domain_limit.unwrap_or_default(),
             global_limit,

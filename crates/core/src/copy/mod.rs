@@ -4,6 +4,8 @@
 //! The counts live in a store; this module decides how many copies a
 //! reserve gets from the counts it is shown, and describes the reply.
 
+use serde::Serialize;
+
 use crate::bound::{self, Kept};
 use crate::config::{CopyLimits, Enforcement};
 use crate::request::Amount;
@@ -73,7 +75,7 @@ pub fn available(limits: &CopyLimits, counts: &CopyCounts) -> u64 {
 }
 
 /// A group as the reply to a reserve shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GroupHolds {
     pub name: String,
     pub limit: u64,
@@ -81,18 +83,22 @@ pub struct GroupHolds {
 }
 
 /// The reply to a reserve (SPEC §3), counts as of after the decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReserveReply {
     /// n: copies granted (0 on rejection).
     pub granted: u64,
+    #[serde(serialize_with = "crate::wire::bound")]
     pub domain_limit: u64,
+    #[serde(serialize_with = "crate::wire::limit")]
     pub global_limit: Option<u64>,
     pub domain_holds: u64,
     pub global_holds: u64,
     /// Every group the domain belongs to now. Their names are the group set
     /// under which the copies are held (needed to release them).
     pub groups: Vec<GroupHolds>,
-    /// Whether the grant ignored the limits (SPEC §4 `ignore_configured`).
+    /// Whether the grant ignored the limits (SPEC §4 `ignore_configured`);
+    /// in JSON only when set.
+    #[serde(skip_serializing_if = "crate::wire::is_false")]
     pub ignored: bool,
 }
 
@@ -145,7 +151,7 @@ mod tests;
 
 /// What a session holds, and what it must name to give copies back: the
 /// resource, the domain and the group set at the time of the reserve.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Hold {
     pub resource: String,
     pub domain: String,
@@ -169,17 +175,21 @@ impl Hold {
 }
 
 /// Copies in a transfer's staging area, or the result of seizing them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// In JSON the hold's fields come first, then `copies`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Staged {
+    #[serde(flatten)]
     pub hold: Hold,
     pub copies: u64,
 }
 
 /// Counts after a release (or transfer), for the reply.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CopyStatus {
     pub domain_holds: u64,
     pub global_holds: u64,
-    /// Holds of each group of the released set, in the set's order.
+    /// Holds of each group of the released set, in the set's order; in
+    /// JSON `[{"name": …, "holds": …}]`.
+    #[serde(serialize_with = "crate::wire::named_holds")]
     pub groups: Vec<(String, u64)>,
 }

@@ -1,5 +1,7 @@
 //! The decision for `request(r, d, copies, min_copies)`: SPEC §2 rules 3–6.
 
+use serde::Serialize;
+
 use super::log::HitLog;
 use super::state::{Phase, RateState};
 use crate::bound::{self, Kept};
@@ -10,16 +12,19 @@ use crate::{ClientError, UNBOUNDED};
 
 /// The reply to a request (SPEC §2 rule 6), every value as of after the
 /// decision. A rejection is an ordinary reply with `granted = 0`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RateReply {
     /// n: hits granted (0 on rejection).
     pub granted: u64,
     /// H, if configured.
+    #[serde(serialize_with = "crate::wire::limit")]
     pub hard_limit: Option<u64>,
     /// G, if configured.
+    #[serde(serialize_with = "crate::wire::limit")]
     pub global_limit: Option<u64>,
     /// L of the current tier (0 for tier 0, [`UNBOUNDED`] for the
     /// permissive tier of an unconfigured resource).
+    #[serde(serialize_with = "crate::wire::bound")]
     pub tier_limit: u64,
     /// Hits by this domain in the last second.
     pub domain_hits_last_second: u64,
@@ -37,7 +42,9 @@ pub struct RateReply {
     /// Whether G was the binding limit: it allowed fewer hits than the
     /// tiers would have granted, and no more than H allowed.
     pub global_limited: bool,
-    /// Whether the grant ignored the limits (SPEC §4 `ignore_configured`).
+    /// Whether the grant ignored the limits (SPEC §4 `ignore_configured`);
+    /// in JSON only when set.
+    #[serde(skip_serializing_if = "crate::wire::is_false")]
     pub ignored: bool,
 }
 

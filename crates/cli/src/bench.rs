@@ -179,6 +179,7 @@ impl Worker {
             domain: format!("bench-{d}"),
             copies: None,
             min_copies: None,
+            dry_run: false,
         }
     }
 

@@ -7,12 +7,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use charon_client::{Client, ClientOptions, Error};
+use charon_proto::v1;
 use clap::{Args, Subcommand};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
-/// Flags common to every client command.
+/// Where one operation goes and on whose behalf: the flags every client
+/// command shares (`charge` and `refund` take only these: a cost has no
+/// `min_copies`).
 #[derive(Args, Debug)]
-pub struct Target {
+pub struct CostTarget {
     /// The server's gRPC address.
     #[arg(
         long,
@@ -21,13 +24,21 @@ pub struct Target {
         env = "CHARON_SERVER"
     )]
     server: String,
-    /// The resource.
+    /// The resource (charge: a bucket, window or queue; refund: a bucket).
     resource: String,
-    /// The domain on whose behalf to ask.
+    /// The domain on whose behalf to ask or to record the cost.
     domain: String,
-    /// How many hits or copies to ask for.
+    /// How many hits or copies to ask for, or units to charge or refund.
     #[arg(long, default_value_t = 1)]
     copies: u64,
+}
+
+/// Flags of `request` and `hold`: a [`CostTarget`] and the fewest worth
+/// having.
+#[derive(Args, Debug)]
+pub struct Target {
+    #[command(flatten)]
+    base: CostTarget,
     /// The fewest worth having.
     #[arg(long, default_value_t = 1)]
     min_copies: u64,
@@ -42,6 +53,22 @@ pub enum ClientCommand {
         /// Retry rejections with back-off for up to this long.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
         max_wait: Duration,
+        /// Decide and answer as the request would be, recording nothing
+        /// (SPEC §10; buckets, windows and queues).
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Record a cost after the fact (SPEC §10 `charge`, never rejected);
+    /// prints the reply as JSON.
+    Charge {
+        #[command(flatten)]
+        target: CostTarget,
+    },
+    /// Give tokens back to a bucket (SPEC §10 `refund`); prints the reply
+    /// as JSON.
+    Refund {
+        #[command(flatten)]
+        target: CostTarget,
     },
     /// Reserve copies, print the reply as JSON, and hold them until this
     /// process is stopped (SIGTERM or SIGINT release them; SIGKILL leaves
@@ -58,16 +85,35 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         match command {
-            ClientCommand::Request { target, max_wait } => {
-                let client = connect(&target)?;
+            ClientCommand::Request {
+                target,
+                max_wait,
+                dry_run,
+            } => {
+                let client = connect(&target.base.server)?;
                 let grant = client
-                    .request(&target.resource, &target.domain)
-                    .copies(target.copies)
+                    .request(&target.base.resource, &target.base.domain)
+                    .copies(target.base.copies)
                     .min_copies(target.min_copies)
                     .max_wait(max_wait)
+                    .dry_run(dry_run)
                     .send()
                     .await;
                 Ok(match grant {
+                    Ok(g) if g.reply.as_ref().is_some_and(|r| r.limit.is_some()) => {
+                        let mut out = Map::new();
+                        out.insert("granted".into(), g.granted.into());
+                        out.insert(
+                            "source".into(),
+                            format!("{:?}", g.source).to_lowercase().into(),
+                        );
+                        if let Some(r) = &g.reply {
+                            out.extend(meter_fields(r));
+                        }
+                        out.insert("waited_ms".into(), (g.waited.as_millis() as u64).into());
+                        println!("{}", Value::Object(out));
+                        ExitCode::SUCCESS
+                    }
                     Ok(g) => {
                         let r = g.reply.unwrap_or_default();
                         println!(
@@ -87,11 +133,13 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                     Err(e) => report(&e),
                 })
             }
+            ClientCommand::Charge { target } => cost(target, false).await,
+            ClientCommand::Refund { target } => cost(target, true).await,
             ClientCommand::Hold { target } => {
-                let client = connect(&target)?;
+                let client = connect(&target.base.server)?;
                 let hold = client
-                    .reserve(&target.resource, &target.domain)
-                    .copies(target.copies)
+                    .reserve(&target.base.resource, &target.base.domain)
+                    .copies(target.base.copies)
                     .min_copies(target.min_copies)
                     .send()
                     .await;
@@ -114,8 +162,52 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn connect(target: &Target) -> anyhow::Result<Client> {
-    let mut options = ClientOptions::new(target.server.clone());
+/// `charge` or `refund`: prints the reply as `client request` prints a
+/// bucket's, window's or queue's.
+async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
+    let client = connect(&target.server)?;
+    let reply = if refund {
+        client
+            .refund(&target.resource, &target.domain, target.copies)
+            .await
+    } else {
+        client
+            .charge(&target.resource, &target.domain, target.copies)
+            .await
+    };
+    Ok(match reply {
+        Ok(r) => {
+            let mut out = Map::new();
+            out.insert("granted".into(), r.granted.into());
+            out.extend(meter_fields(&r));
+            println!("{}", Value::Object(out));
+            ExitCode::SUCCESS
+        }
+        Err(e) => report(&e),
+    })
+}
+
+/// The reply context of a bucket, window or queue (SPEC §10), named as
+/// `charon simulate` names it; `delay_ms` only for queues.
+fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("limit".into(), r.limit.into());
+    out.insert("remaining".into(), r.remaining.into());
+    out.insert("reset_after_ms".into(), r.reset_after_ms.into());
+    out.insert("retry_after_ms".into(), r.retry_after_ms.into());
+    out.insert("warning".into(), r.warning.into());
+    out.insert("banned".into(), r.banned.into());
+    if let Some(delay) = r.delay_ms {
+        out.insert("delay_ms".into(), delay.into());
+    }
+    if r.ignored {
+        out.insert("ignored".into(), true.into());
+    }
+    out
+}
+
+fn connect(server: &str) -> anyhow::Result<Client> {
+    let mut options = ClientOptions::new(server.to_owned());
     options.fail_open = false;
     Ok(Client::connect(options)?)
 }

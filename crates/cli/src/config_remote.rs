@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use charon_config_service::client::{ClientError, ConfigClient};
+use charon_config_client::{ConfigClient, ConfigClientError};
 use charon_config_service::wire::{DiffEntry, ImportOutcome};
 use clap::Args;
 use serde_json::Value;
@@ -64,9 +64,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Explains an error answer; `file` prefixes the problems of a document.
-fn report(e: &ClientError, file: Option<&Path>) {
+fn report(e: &ConfigClientError, file: Option<&Path>) {
     match e {
-        ClientError::Api { status, body } => {
+        ConfigClientError::Api { status, body } => {
             if body.problems.is_empty() {
                 eprintln!("charon: {}", body.message);
             }
@@ -135,7 +135,7 @@ pub fn apply(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(ClientError::Api { status: 412, body }) => {
+        Err(ConfigClientError::Api { status: 412, body }) => {
             eprintln!(
                 "charon: the configuration changed on the service after the difference above was \
                  computed (it is now at version {}); nothing was applied. Run the command again \

@@ -120,8 +120,9 @@ impl ServeArgs {
             (None, None, true) => ConfigSource::ApiOnly(embedded()),
             (None, None, false) => ConfigSource::Embedded(embedded()),
         };
+        // Settings this command has no flag for keep their defaults.
+        let defaults = Settings::new(source);
         Settings {
-            source,
             listen: self.listen,
             http_listen: self.http_listen,
             store: StoreSettings {
@@ -132,6 +133,7 @@ impl ServeArgs {
             },
             keepalive: self.keepalive,
             shutdown_grace: self.shutdown_grace,
+            ..defaults
         }
     }
 }

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use charon_limiter::simulation::{Reply, Simulation};
+use charon_simulate::{Reply, Simulation};
 
 use crate::config_cmd;
 use crate::lines::{Line, read_bounded};

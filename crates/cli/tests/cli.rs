@@ -68,6 +68,91 @@ fn config_check_lists_every_error_and_fails() {
     );
 }
 
+/// `charon config check` of a file holding `text`: success,
+/// stdout and stderr.
+fn config_check(text: &str) -> (bool, String, String) {
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    file.write_all(text.as_bytes()).expect("write");
+    let out = charon()
+        .args(["config", "check"])
+        .arg(file.path())
+        .output()
+        .expect("run");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).expect("utf-8"),
+        String::from_utf8(out.stderr).expect("utf-8"),
+    )
+}
+
+#[test]
+fn config_check_accepts_buckets_windows_queues_soft_limits_and_bans() {
+    let text = r#"
+resources:
+  - name: acme/new-orders
+    kind: bucket
+    burst: 300
+    count: 300
+    period: 180m
+    soft_limit: 80%
+    domains: { "12345678": { count: 600 } }
+  - name: edge/login
+    kind: window
+    algorithm: sliding_counter
+    limit: 2000
+    window: 20m
+    ban: 1h
+  - name: batch/exports
+    kind: queue
+    rate: 10
+    period: 1s
+    size: 50
+  - name: api/search
+    kind: rate
+    soft_limit: 90%
+    ban: 15m
+    tiers: [ { limit: 5, window: 1s } ]
+"#;
+    let (ok, stdout, stderr) = config_check(text);
+    assert!(ok, "{stderr}");
+    assert!(stderr.is_empty(), "nothing to normalize: {stderr}");
+    for field in [
+        "kind: bucket",
+        "period: 3h",
+        "soft_limit: 80%",
+        "\"12345678\":",
+        "algorithm: sliding_counter",
+        "ban: 1h",
+        "kind: queue",
+        "size: 50",
+        "ban: 15m",
+    ] {
+        assert!(stdout.contains(field), "{field} in:\n{stdout}");
+    }
+    // What it prints is a configuration it accepts, unchanged.
+    let (ok, again, _) = config_check(&stdout);
+    assert!(ok);
+    assert_eq!(again, stdout);
+}
+
+#[test]
+fn config_check_prints_the_exact_path_of_bad_values_of_the_new_kinds() {
+    let (ok, stdout, stderr) = config_check(
+        "resources:\n  - { name: a, kind: rate, tiers: [] }\n  - { name: b, kind: queue, rate: 1, period: 1s, size: 0 }\n  - { name: c, kind: bucket, burst: 1, count: 1, period: 0s, soft_limit: 101% }\n  - { name: d, kind: window, algorithm: fixed, limit: 9007199254740992, window: 1m, domains: { x: { ban: 0s } } }\n",
+    );
+    assert!(!ok);
+    assert!(stdout.is_empty());
+    for want in [
+        "resources[1].size: 0 must be at least 1",
+        "resources[2].period: \"0s\" must be positive (at least 1ms)",
+        "resources[2].soft_limit: \"101%\" must be above 0% and at most 100%",
+        "resources[3].limit: 9007199254740992 is too large (at most 9007199254740991)",
+        "resources[3].domains.x.ban: \"0s\" must be positive (at least 1ms)",
+    ] {
+        assert!(stderr.contains(want), "{want} in:\n{stderr}");
+    }
+}
+
 #[test]
 fn config_check_of_a_missing_file_fails_clearly() {
     let out = charon()

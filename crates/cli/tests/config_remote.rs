@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use charon_config_service::client::ConfigClient;
+use charon_config_client::ConfigClient;
 use charon_config_service::{AppState, Tokens};
 use support::charon;
 

@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::{bin, strict_client, within};
+use support::{bin, config_service, strict_client, within};
 
 use std::time::Duration;
 
@@ -39,17 +39,7 @@ async fn tier_limit(c: &Client) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limiting_server_follows_the_service_and_survives_its_outage() {
-    let mut service = CharonProcess::start_args(
-        bin(),
-        &[
-            "--config-api-only",
-            "--db",
-            "{dir}/config.db",
-            "--config-token",
-            TOKEN,
-        ],
-        "/healthz",
-    );
+    let mut service = config_service(TOKEN);
     let api = service.http_url();
     let status = put(
         format!("{api}/v1/resources/api"),
@@ -227,7 +217,7 @@ async fn a_server_that_never_reached_its_service_answers_server_errors_so_client
     assert!(body.contains("no configuration loaded yet"), "{body}");
     match strict_client(&limiter).request("api", "d").send().await {
         Err(charon_client::Error::Server(m)) => {
-            assert!(m.contains("no configuration loaded yet"), "{m}")
+            assert!(m.contains("no configuration loaded yet"), "{m}");
         }
         other => panic!("a server error, not {other:?}"),
     }

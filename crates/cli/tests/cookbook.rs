@@ -284,3 +284,158 @@ fn transfer_and_seize_between_sessions() {
         "the expired transfer gave its copy back"
     );
 }
+
+// ---- Buckets, windows and queues (issue 11's cookbook, SPEC §7–§10), with
+// the resources of `examples/limits.yaml`, as the README shows them.
+
+/// The whole example file: the recipes below use its bucket, window and queue
+/// resources, and loading it checks the file is valid.
+const KINDS: &str = include_str!("../../../examples/limits.yaml");
+
+/// A `request` of `copies` units.
+fn req_n(t: u64, resource: &str, domain: &str, copies: u64) -> Value {
+    json!({"t": t, "op": "request", "resource": resource, "domain": domain, "copies": copies})
+}
+
+/// (granted, remaining, retry_after_ms) of a meter reply.
+fn grr(v: &Value) -> (u64, u64, Value) {
+    (
+        v["granted"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no granted in {v}")),
+        v["remaining"].as_u64().expect("remaining"),
+        v["retry_after_ms"].clone(),
+    )
+}
+
+#[test]
+fn weighted_credit_pool() {
+    // 00:10 and 00:20 after the pool was full at 0.
+    let out = simulate(
+        KINDS,
+        &[
+            req_n(600_000, "api/credits", "u", 20),
+            req_n(600_000, "api/credits", "u", 20),
+            req_n(600_000, "api/credits", "u", 20),
+            req_n(1_200_000, "api/credits", "u", 2),
+        ],
+    );
+    assert_eq!(
+        grr(&out[2]),
+        (20, 40, json!(0)),
+        "three POSTs of 20 leave 40"
+    );
+    assert_eq!(
+        grr(&out[3]),
+        (2, 48, json!(0)),
+        "ten credits came back; a GET of 2 leaves 48"
+    );
+    assert_eq!(out[3]["limit"], 100);
+}
+
+#[test]
+fn new_registrations_per_ip_and_an_override_that_doubles_the_rate() {
+    for (domain, retry) in [("10.0.0.1", 50), ("10.0.0.2", 25)] {
+        let mut events: Vec<Value> = (0..21)
+            .map(|_| req(0, "acme/new-registrations", domain))
+            .collect();
+        events.push(req(retry, "acme/new-registrations", domain));
+        events.push(req(retry, "acme/new-registrations", domain));
+        let out = simulate(KINDS, &events);
+        for o in &out[..20] {
+            assert_eq!(o["granted"], 1, "{domain}: {o}");
+        }
+        assert_eq!(out[19]["limit"], 20, "{domain}: the burst is kept");
+        assert_eq!(grr(&out[20]), (0, 0, json!(retry)), "{domain}");
+        assert_eq!(grr(&out[21]), (1, 0, json!(retry)), "{domain}");
+        assert_eq!(out[22]["granted"], 0, "{domain}: one token came back");
+    }
+}
+
+#[test]
+fn sliding_counter() {
+    // 5 hits in the minute [0, 60 s); 3 at 10 s into the next one (estimate
+    // 4 + n); at 30 % of it (78 s) the estimate is 3 + floor(5 × 0.7) = 6.
+    let mut events: Vec<Value> = (0..5).map(|i| req(i, "edge/search", "u")).collect();
+    events.extend((0..3).map(|_| req(70_000, "edge/search", "u")));
+    events.push(req(78_000, "edge/search", "u"));
+    events.push(req(78_000, "edge/search", "u"));
+    let out = simulate(KINDS, &events);
+    for o in &out[..8] {
+        assert_eq!(o["granted"], 1, "{o}");
+    }
+    assert_eq!(grr(&out[8]).0, 1, "estimate 6 < 7: granted");
+    assert_eq!(out[8]["remaining"], 0);
+    assert_eq!(out[9]["granted"], 0, "estimate 7: full");
+}
+
+#[test]
+fn throttle_and_ban() {
+    const HOUR: u64 = 3_600_000;
+    let mut events: Vec<Value> = (0..2_000).map(|_| req(0, "edge/login", "ip")).collect();
+    events.push(req(1, "edge/login", "ip"));
+    // Across the window's end at 1,200 s: still banned.
+    let during = [2, 600_000, 1_200_000, 2_400_000, HOUR];
+    events.extend(during.iter().map(|&t| req(t, "edge/login", "ip")));
+    events.push(req(HOUR + 1, "edge/login", "ip"));
+    let out = simulate(KINDS, &events);
+    assert!(out[..2_000].iter().all(|o| o["granted"] == 1));
+    assert_eq!(out[1_999]["remaining"], 0);
+    let rejected = &out[2_000];
+    assert_eq!(
+        (rejected["granted"].as_u64(), rejected["banned"].as_bool()),
+        (Some(0), Some(true))
+    );
+    assert_eq!(rejected["retry_after_ms"], HOUR);
+    for (o, t) in out[2_001..2_006].iter().zip(during) {
+        assert_eq!(o["granted"], 0, "{t}: {o}");
+        assert_eq!(o["banned"], true, "{t}: {o}");
+        assert_eq!(o["retry_after_ms"], HOUR + 1 - t, "{t}: the time left");
+    }
+    let after = &out[2_006];
+    assert_eq!(
+        (after["granted"].as_u64(), after["banned"].as_bool()),
+        (Some(1), Some(false)),
+        "the first request after the hour is decided normally: {after}"
+    );
+}
+
+#[test]
+fn queue_delays_instead_of_rejecting() {
+    let events: Vec<Value> = (0..6).map(|_| req(0, "batch/exports", "u")).collect();
+    let out = simulate(KINDS, &events);
+    let delays: Vec<u64> = out[..5]
+        .iter()
+        .map(|o| o["delay_ms"].as_u64().expect("delay_ms"))
+        .collect();
+    assert_eq!(delays, vec![0, 100, 200, 300, 400]);
+    assert!(out[..5].iter().all(|o| o["granted"] == 1));
+    assert_eq!(out[5]["granted"], 0, "the queue is full");
+    assert_eq!(out[5]["retry_after_ms"], 100, "until one unit has left");
+}
+
+#[test]
+fn llm_tokens_dry_run_then_charge() {
+    let t = 1_000;
+    let out = simulate(
+        KINDS,
+        &[
+            json!({"t": t, "op": "request", "resource": "llm/tokens", "domain": "u", "copies": 500, "dry_run": true}),
+            json!({"t": t, "op": "charge", "resource": "llm/tokens", "domain": "u", "copies": 1_500}),
+            req(t, "llm/tokens", "u"),
+            req(t + 30_059, "llm/tokens", "u"),
+            req(t + 30_060, "llm/tokens", "u"),
+        ],
+    );
+    assert_eq!(grr(&out[0]), (500, 500, json!(0)), "would pass");
+    // 1,500 tokens used against a full bucket of 1,000: 500 in debt, paid
+    // back at 1,000 a minute in 30 s, then 60 ms for one token.
+    assert_eq!(
+        grr(&out[1]),
+        (1_500, 0, json!(30_060)),
+        "a charge is never rejected"
+    );
+    assert_eq!(grr(&out[2]), (0, 0, json!(30_060)), "in debt: rejected");
+    assert_eq!(grr(&out[3]), (0, 0, json!(1)));
+    assert_eq!(out[4]["granted"], 1, "the debt is paid back by time");
+}

@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::bin;
+use support::{bin, grpc, put_json};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -25,15 +25,6 @@ fn serve_embedded(db: &Path) -> CharonProcess {
     CharonProcess::start_args(bin(), &["--db", &db, "--config-token", TOKEN], "/readyz")
 }
 
-async fn grpc(server: &CharonProcess) -> LimiterClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    LimiterClient::new(channel)
-}
-
 /// One gRPC `Request` of one hit.
 async fn request(
     grpc: &mut LimiterClient<Channel>,
@@ -45,6 +36,7 @@ async fn request(
         domain: domain.into(),
         copies: None,
         min_copies: None,
+        dry_run: false,
     })
     .await
     .map(tonic::Response::into_inner)
@@ -59,6 +51,16 @@ fn resource_url(server: &CharonProcess, name: &str) -> String {
     )
 }
 
+/// The status of a `PUT` of `body` to resource `name` with `token` (as
+/// read from a token file).
+async fn put_status(server: &CharonProcess, name: &str, token: &str, body: &Value) -> u16 {
+    let url = resource_url(server, name);
+    put_json(&reqwest::Client::new(), &url, token.trim(), body)
+        .await
+        .status()
+        .as_u16()
+}
+
 /// What a write got.
 #[derive(Debug)]
 struct Answer {
@@ -69,13 +71,7 @@ struct Answer {
 }
 
 async fn put(http: &reqwest::Client, url: &str, body: &Value) -> Answer {
-    let response = http
-        .put(url)
-        .bearer_auth(TOKEN)
-        .json(body)
-        .send()
-        .await
-        .expect("the API answers");
+    let response = put_json(http, url, TOKEN, body).await;
     let status = response.status().as_u16();
     let header = |name: &str| {
         response
@@ -314,14 +310,8 @@ async fn the_embedded_database_and_its_token_are_for_the_owner_only() {
     // database.
     let server = CharonProcess::start_args(bin(), &["--db", "{dir}/charon.db"], "/readyz");
     let token = std::fs::read_to_string(server.dir().join("charon.db.token")).expect("token");
-    let answer = reqwest::Client::new()
-        .put(resource_url(&server, "api/x"))
-        .bearer_auth(token.trim())
-        .json(&tiers(3))
-        .send()
-        .await
-        .expect("answers");
-    assert_eq!(answer.status().as_u16(), 201);
+    let status = put_status(&server, "api/x", &token, &tiers(3)).await;
+    assert_eq!(status, 201);
     let mut modes = Vec::new();
     for file in [
         "charon.db",
@@ -399,15 +389,7 @@ async fn a_start_on_a_full_disk_fails_cleanly_and_leaves_no_empty_token() {
     let mut server =
         CharonProcess::start_args(bin(), &["--db", &db.display().to_string()], "/readyz");
     let token = std::fs::read_to_string(&token_path).expect("a token now");
-    let created = reqwest::Client::new()
-        .put(resource_url(&server, "api/x"))
-        .bearer_auth(token.trim())
-        .json(&tiers(3))
-        .send()
-        .await
-        .expect("answers")
-        .status()
-        .as_u16();
+    let created = put_status(&server, "api/x", &token, &tiers(3)).await;
 
     // The disk fills while it is down: it starts anyway, and decides by
     // what the database holds.
@@ -415,15 +397,7 @@ async fn a_start_on_a_full_disk_fails_cleanly_and_leaves_no_empty_token() {
     fs.fill();
     let server = CharonProcess::start_args(bin(), &["--db", &db.display().to_string()], "/readyz");
     let decided = request(&mut grpc(&server).await, "api/x", "d").await;
-    let refused = reqwest::Client::new()
-        .put(resource_url(&server, "api/y"))
-        .bearer_auth(token.trim())
-        .json(&fat(1))
-        .send()
-        .await
-        .expect("answers")
-        .status()
-        .as_u16();
+    let refused = put_status(&server, "api/y", &token, &fat(1)).await;
     println!(
         "FAULT full_disk_start: injected a full tmpfs under --db at the first start, then again \
          under an existing database; expected exit 1 naming the file and the full disk and no \
@@ -461,15 +435,7 @@ async fn an_empty_token_file_left_by_an_unfinished_start_is_replaced() {
     std::fs::write(&token_path, "").expect("an empty token file");
     let server = CharonProcess::start_args(bin(), &["--db", &db.display().to_string()], "/readyz");
     let token = std::fs::read_to_string(&token_path).expect("token");
-    let status = reqwest::Client::new()
-        .put(resource_url(&server, "api/x"))
-        .bearer_auth(token.trim())
-        .json(&tiers(3))
-        .send()
-        .await
-        .expect("answers")
-        .status()
-        .as_u16();
+    let status = put_status(&server, "api/x", &token, &tiers(3)).await;
     println!(
         "FAULT empty_token: injected an empty charon.db.token; expected a new token written \
          and writes with it accepted; observed token of {} characters, write {status}",

@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::{bin, charon, within};
+use support::{bin, charon, grpc, within};
 
 use std::io::Write;
 use std::process::Stdio;
@@ -22,15 +22,6 @@ resources:
     tiers: [ { limit: 1000000, window: 1s } ]
 ";
 
-async fn grpc(server: &CharonProcess) -> LimiterClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    LimiterClient::new(channel)
-}
-
 /// What one gRPC `Request` of one hit of `resource` got: `granted N` or
 /// the status code.
 async fn outcome(grpc: &mut LimiterClient<Channel>, resource: &str) -> String {
@@ -40,6 +31,7 @@ async fn outcome(grpc: &mut LimiterClient<Channel>, resource: &str) -> String {
             domain: "d".into(),
             copies: None,
             min_copies: None,
+            dry_run: false,
         })
         .await
     {
@@ -279,13 +271,7 @@ async fn config_size_bounds_answer_400() {
     // Warm up: the first write opens what every write uses.
     let small = serde_json::json!({"kind": "rate", "tiers": tiers_json(2)});
     let put = async |url: String, body: &serde_json::Value| {
-        let r = http
-            .put(url)
-            .bearer_auth(TOKEN)
-            .json(body)
-            .send()
-            .await
-            .expect("the API answers");
+        let r = support::put_json(&http, &url, TOKEN, body).await;
         let status = r.status().as_u16();
         (status, r.text().await.unwrap_or_default())
     };

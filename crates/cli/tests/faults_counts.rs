@@ -16,8 +16,8 @@ use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
-use charon_testkit::{CharonProcess, RedisServer};
-use support::bin;
+use charon_testkit::{BOUND, CharonProcess, RedisServer, refusal_at_bound as over};
+use support::{bin, grpc};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
@@ -33,39 +33,37 @@ resources:
 
 /// 2^53 - 1: the largest count Charon keeps.
 const MAX: u64 = (1 << 53) - 1;
-/// What every refusal at the bound says.
-const BOUND: &str = "beyond 9007199254740991 (2^53-1), the largest count Charon keeps";
 
-async fn grpc(server: &CharonProcess) -> LimiterClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .expect("uri")
-        .connect()
+/// A session sending `ops` at once (ids 1, 2, …): its replies.
+async fn session(
+    grpc: &mut LimiterClient<Channel>,
+    ops: impl Iterator<Item = Op>,
+) -> tonic::Streaming<v1::SessionReply> {
+    let requests: Vec<v1::SessionRequest> = ops
+        .zip(1..)
+        .map(|(op, id)| v1::SessionRequest { id, op: Some(op) })
+        .collect();
+    grpc.session(tokio_stream::iter(requests))
         .await
-        .expect("connect");
-    LimiterClient::new(channel)
+        .expect("session")
+        .into_inner()
 }
 
 /// Reserves `copies` of `resource` for each domain in turn on one session;
 /// one line per reply.
 async fn reserves(grpc: &mut LimiterClient<Channel>, asks: &[(&str, &str, u64)]) -> Vec<String> {
-    let requests: Vec<v1::SessionRequest> = asks
-        .iter()
-        .zip(1..)
-        .map(|(&(resource, domain, copies), id)| v1::SessionRequest {
-            id,
-            op: Some(Op::Reserve(v1::ReserveRequest {
+    let mut replies = session(
+        grpc,
+        asks.iter().map(|&(resource, domain, copies)| {
+            Op::Reserve(v1::ReserveRequest {
                 resource: resource.into(),
                 domain: domain.into(),
                 copies: Some(copies),
                 min_copies: None,
-            })),
-        })
-        .collect();
-    let mut replies = grpc
-        .session(tokio_stream::iter(requests))
-        .await
-        .expect("session")
-        .into_inner();
+            })
+        }),
+    )
+    .await;
     let mut got = BTreeMap::new();
     while got.len() < asks.len() {
         let r = replies.next().await.expect("a reply").expect("ok");
@@ -94,22 +92,19 @@ async fn pipelined_requests(
     n: u64,
     copies: u64,
 ) -> BTreeMap<String, usize> {
-    let requests: Vec<v1::SessionRequest> = (1..=n)
-        .map(|id| v1::SessionRequest {
-            id,
-            op: Some(Op::Request(v1::RateRequest {
+    let mut replies = session(
+        grpc,
+        (1..=n).map(|id| {
+            Op::Request(v1::RateRequest {
                 resource: resource.into(),
                 domain: format!("m{id}"),
                 copies: Some(copies),
                 min_copies: None,
-            })),
-        })
-        .collect();
-    let mut replies = grpc
-        .session(tokio_stream::iter(requests))
-        .await
-        .expect("session")
-        .into_inner();
+                dry_run: false,
+            })
+        }),
+    )
+    .await;
     let mut tally = BTreeMap::new();
     for _ in 0..n {
         let r = replies.next().await.expect("a reply").expect("ok");
@@ -141,6 +136,7 @@ async fn request(
             domain: domain.into(),
             copies: Some(copies),
             min_copies: None,
+            dry_run: false,
         })
         .await
     {
@@ -212,22 +208,15 @@ async fn huge_counts_are_client_errors(server: &CharonProcess, store: &str) {
     ));
     observed.push(request(&mut grpc, "api", "a", 1).await);
 
-    let over = |count: &str, held: u64, n: u64| {
-        format!(
-            "granting {n} would take {count} to {}, {BOUND}",
-            u128::from(held) + u128::from(n)
-        )
-    };
+    // The second and the third reserve of 2^52 + 1 by `a` are refused alike.
+    let a_refused = format!(
+        "client error: {}",
+        over("the copies held by domain \"a\"", big, big)
+    );
     let expected = vec![
         format!("granted {big}, domain {big}, global {big}"),
-        format!(
-            "client error: {}",
-            over("the copies held by domain \"a\"", big, big)
-        ),
-        format!(
-            "client error: {}",
-            over("the copies held by domain \"a\"", big, big)
-        ),
+        a_refused.clone(),
+        a_refused,
         format!("granted {MAX}, domain {MAX}, global {MAX}"),
         format!(
             "client error: {}",
@@ -248,16 +237,23 @@ async fn huge_counts_are_client_errors(server: &CharonProcess, store: &str) {
     assert_eq!(observed, expected);
 }
 
+/// [`huge_counts_are_client_errors`] on a server with `store` (`memory`,
+/// or a private Redis).
+async fn huge_counts_with(store: &str) {
+    let redis = (store == "redis").then(RedisServer::start);
+    let url = redis
+        .as_ref()
+        .map_or_else(|| "memory".to_owned(), RedisServer::url);
+    let server = CharonProcess::start(bin(), LIMITS, &["--store", url.as_str()]);
+    huge_counts_are_client_errors(&server, store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_counts_get_a_client_error_with_the_memory_store() {
-    let server = CharonProcess::start(bin(), LIMITS, &[]);
-    huge_counts_are_client_errors(&server, "memory").await;
+    huge_counts_with("memory").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_counts_get_a_client_error_with_the_redis_store() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let server = CharonProcess::start(bin(), LIMITS, &["--store", url.as_str()]);
-    huge_counts_are_client_errors(&server, "redis").await;
+    huge_counts_with("redis").await;
 }

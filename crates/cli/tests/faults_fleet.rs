@@ -13,18 +13,9 @@ use std::time::{Duration, Instant};
 use charon_client::{Client, ClientOptions, Error, Source};
 use charon_testkit::{CharonProcess, RedisServer};
 use serde_json::json;
-use support::{bin, holder, strict_client, within};
+use support::{bin, config_service, holder, strict_client, within};
 
-const LIMITS: &str = r#"
-resources:
-  - name: api
-    kind: rate
-    tiers: [ { limit: 1000000, window: 1s } ]
-  - name: vm
-    kind: copy
-    domain_limit: 10
-    global_limit: 10
-"#;
+const LIMITS: &str = support::FLEET_LIMITS;
 
 const TOKEN: &str = "fleet-token";
 
@@ -55,17 +46,7 @@ async fn api_limit(c: &Client, domain: &str) -> Result<u64, Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_service_down_limiters_keep_deciding_and_catch_up() {
-    let mut service = CharonProcess::start_args(
-        bin(),
-        &[
-            "--config-api-only",
-            "--db",
-            "{dir}/config.db",
-            "--config-token",
-            TOKEN,
-        ],
-        "/healthz",
-    );
+    let mut service = config_service(TOKEN);
     assert_eq!(put_api_limit(&service, 2).await, 201);
     let api = service.http_url();
     let limiter = CharonProcess::start_args(
@@ -224,5 +205,128 @@ async fn a_frozen_client_loses_its_copies_within_the_default_keepalive() {
         "FAULT client_frozen: injected SIGSTOP of a client process holding 10 of 10 copies \
          (server keep-alive default 20 s); expected its session ended and its copies free within \
          about 20 s; observed the copies free {took:?} after the stop"
+    );
+}
+
+/// A configuration service that accepts TCP connections and never answers
+/// (a hung process, a full accept queue behind a proxy): every connection
+/// it accepted, held open until the test ends.
+struct StalledService {
+    url: String,
+    accepted: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl StalledService {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let held = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                held.lock().expect("the held connections").push(conn);
+            }
+        });
+        Self { url, accepted }
+    }
+
+    /// Connections accepted so far: one per request the feed tried (a
+    /// request that timed out leaves its connection).
+    fn connections(&self) -> usize {
+        self.accepted.lock().expect("the held connections").len()
+    }
+}
+
+/// The feed's time limit of each call to the configuration service.
+const FEED_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_configuration_service_leaves_limiters_deciding() {
+    // A cached view, written by a limiter of a real service.
+    let service = config_service(TOKEN);
+    assert_eq!(put_api_limit(&service, 2).await, 201);
+    let first = CharonProcess::start_args(
+        bin(),
+        &[
+            "--config-url",
+            &service.http_url(),
+            "--config-cache",
+            "{dir}/view.json",
+        ],
+        "/readyz",
+    );
+    let cache = first.dir().join("view.json");
+    within(Duration::from_secs(10), async || cache.exists())
+        .await
+        .expect("the view is cached");
+    let cache = cache.display().to_string();
+
+    // A limiter started against the stalled service, from that cache.
+    let stalled = StalledService::start();
+    let started = Instant::now();
+    let limiter = CharonProcess::start_args(
+        bin(),
+        &["--config-url", &stalled.url, "--config-cache", &cache],
+        "/readyz",
+    );
+    let ready_in = started.elapsed();
+    let c = strict_client(&limiter);
+    let (mut decided, mut errors, mut noticed) = (0u32, 0u32, None);
+    let mut slowest_readyz = Duration::ZERO;
+    let mut hup = None;
+    while started.elapsed() < FEED_TIMEOUT * 3 {
+        match api_limit(&c, &format!("stalled-{decided}-{errors}")).await {
+            Ok(2) => decided += 1,
+            Ok(n) => panic!("decided by a configuration it never had: {n}"),
+            Err(_) => errors += 1,
+        }
+        let asked = Instant::now();
+        let ready = limiter.http_get("/readyz").expect("readyz answers");
+        slowest_readyz = slowest_readyz.max(asked.elapsed());
+        assert_eq!(ready.0, 200, "ready on its cached view: {}", ready.1);
+        if noticed.is_none() && ready.1.contains("could not be reached") {
+            noticed = Some(started.elapsed());
+            // A refresh asked for while the service stalls is one more
+            // attempt with the same time limit, not a hang.
+            limiter.signal("HUP");
+            hup = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let attempts = stalled.connections();
+    println!(
+        "FAULT config_service_stalled: injected a configuration service that accepts connections \
+         and never answers, a limiter started against it from a cached view, SIGHUP once the \
+         stall was reported; expected a start from the cache, decisions by the cached view \
+         without a server error, /readyz 200 answering at once and naming the outage within \
+         the feed's time limit ({FEED_TIMEOUT:?}), each refresh given up after it and tried \
+         again; observed ready in {ready_in:?}, {decided} decisions and {errors} errors in \
+         {:?}, the outage named {noticed:?} after the start, the slowest /readyz \
+         {slowest_readyz:?}, {attempts} connections (refresh attempts) to the stalled service \
+         ({:?} since the SIGHUP)",
+        started.elapsed(),
+        hup.map(|h| h.elapsed()),
+    );
+    assert!(
+        ready_in < FEED_TIMEOUT,
+        "started from the cache without waiting for the service"
+    );
+    assert_eq!(
+        errors, 0,
+        "no decision depends on the configuration service"
+    );
+    assert!(decided > 0);
+    let noticed = noticed.unwrap_or_else(|| panic!("/readyz never said so:\n{}", limiter.log()));
+    assert!(
+        noticed < FEED_TIMEOUT + Duration::from_secs(3),
+        "named within the feed's time limit: {noticed:?}"
+    );
+    assert!(
+        slowest_readyz < Duration::from_secs(1),
+        "/readyz never waits for the service: {slowest_readyz:?}"
+    );
+    assert!(
+        attempts >= 2,
+        "each refresh gives up after the time limit and the next one tries again: {attempts}"
     );
 }

@@ -418,6 +418,7 @@ fn rate_request() -> Vec<u8> {
         domain: "d".to_owned(),
         copies: None,
         min_copies: None,
+        dry_run: false,
     }
     .encode_to_vec()
 }
@@ -659,7 +660,10 @@ async fn client_library_does_not_degrade_on_a_refused_message() {
          on; expected client errors, no degraded grant; observed reserve {:?}, request {:?}, \
          degraded grants {}",
         huge.len(),
-        reserve.as_ref().map(|h| h.copies()).map_err(short),
+        reserve
+            .as_ref()
+            .map(charon_client::Hold::copies)
+            .map_err(short),
         request.as_ref().map(|g| g.granted).map_err(short),
         stats.degraded_grants
     );

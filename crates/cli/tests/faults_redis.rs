@@ -21,16 +21,7 @@ use charon_client::{Client, ClientOptions, Error, Hold};
 use charon_testkit::{CharonProcess, RedisServer};
 use support::{bin, holder, within};
 
-const LIMITS: &str = r#"
-resources:
-  - name: api
-    kind: rate
-    tiers: [ { limit: 1000000, window: 1s } ]
-  - name: vm
-    kind: copy
-    domain_limit: 10
-    global_limit: 10
-"#;
+const LIMITS: &str = support::FLEET_LIMITS;
 
 /// `charon serve`'s defaults.
 const TTL: Duration = Duration::from_secs(10);

@@ -281,7 +281,7 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
     for id in 1..=7 {
         match &got[&id] {
             Reply::Error(e) => {
-                assert_eq!(e.class, v1::error::Class::Client as i32, "op {id}: {e:?}")
+                assert_eq!(e.class, v1::error::Class::Client as i32, "op {id}: {e:?}");
             }
             other => panic!("op {id}: expected a client error, got {other:?}"),
         }
@@ -297,6 +297,7 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
         domain: "d".repeat(2 << 20),
         copies: None,
         min_copies: None,
+        dry_run: false,
     };
     let e = grpc.request(huge).await.expect_err("too large");
     assert_eq!(
@@ -315,6 +316,7 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
             domain: "d".into(),
             copies: None,
             min_copies: None,
+            dry_run: false,
         })
         .await;
     assert_eq!(ok.expect("served").into_inner().granted, 1);
@@ -324,6 +326,7 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
             domain: "d".into(),
             copies: None,
             min_copies: None,
+            dry_run: false,
         })
         .await
         .expect_err("unknown");
@@ -692,4 +695,57 @@ async fn bench_reports_throughput_and_percentiles() {
     let v: serde_json::Value = serde_json::from_slice(&open.stdout).expect("JSON");
     let n = v["requests"].as_u64().unwrap_or(0);
     assert!((400..=520).contains(&n), "open loop at 500/s for 1 s: {v}");
+}
+
+/// `charon client request --dry-run`, `charon client charge` and `charon
+/// client refund` against a real server: the reply context printed as
+/// `charon simulate` prints it.
+#[test]
+fn client_commands_dry_run_charge_and_refund() {
+    const TOKENS: &str = r#"
+resources:
+  - { name: tokens, kind: bucket, burst: 10, count: 10, period: 1h }
+  - { name: q, kind: queue, rate: 1, period: 1h, size: 5 }
+"#;
+    let server = CharonProcess::start(bin(), TOKENS, &[]);
+    let endpoint = server.endpoint();
+    let client = |args: &[&str]| -> (serde_json::Value, Option<i32>) {
+        let out = std::process::Command::new(bin())
+            .arg("client")
+            .args(args)
+            .args(["--server", endpoint.as_str()])
+            .output()
+            .expect("run charon client");
+        let line = String::from_utf8_lossy(&out.stdout);
+        let v =
+            serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {line:?}"));
+        (v, out.status.code())
+    };
+    let (dry, code) = client(&["request", "--dry-run", "--copies", "4", "tokens", "d"]);
+    assert_eq!(code, Some(0), "{dry}");
+    assert_eq!(
+        (dry["granted"].as_u64(), dry["remaining"].as_u64()),
+        (Some(4), Some(6)),
+        "{dry}"
+    );
+    assert_eq!(dry["limit"], 10);
+    assert_eq!(dry["source"], "server");
+    let (charged, _) = client(&["charge", "--copies", "12", "tokens", "d"]);
+    assert_eq!(
+        (charged["granted"].as_u64(), charged["remaining"].as_u64()),
+        (Some(12), Some(0)),
+        "the dry run recorded nothing; the charge is never rejected: {charged}"
+    );
+    assert_eq!(charged["banned"], false);
+    let (refunded, _) = client(&["refund", "--copies", "5", "tokens", "d"]);
+    assert_eq!(
+        (refunded["granted"].as_u64(), refunded["remaining"].as_u64()),
+        (Some(5), Some(3)),
+        "{refunded}"
+    );
+    let (queued, _) = client(&["request", "q", "d"]);
+    assert_eq!(queued["delay_ms"], 0, "{queued}");
+    let (bad, code) = client(&["refund", "q", "d"]);
+    assert_eq!(code, Some(2), "{bad}");
+    assert_eq!(bad["error"], "client", "{bad}");
 }

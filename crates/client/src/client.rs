@@ -127,6 +127,71 @@ impl Client {
         RateCall {
             client: self.clone(),
             ask: Ask::new(resource.into(), domain.into()),
+            dry_run: false,
+        }
+    }
+
+    /// `charge(resource, domain, copies)` (SPEC §10): records a cost known
+    /// only after the work (LLM tokens once the answer is in), never
+    /// rejected; a bucket goes into debt that later requests pay back.
+    /// Buckets, windows and queues. Not degradable: a server error is
+    /// returned (the cost could not be recorded), whatever `fail_open` says.
+    pub async fn charge(
+        &self,
+        resource: impl Into<String>,
+        domain: impl Into<String>,
+        copies: u64,
+    ) -> Result<v1::RateReply, Error> {
+        self.charge_or_refund(resource.into(), domain.into(), copies, false)
+            .await
+    }
+
+    /// `refund(resource, domain, copies)` (SPEC §10): gives tokens back to
+    /// a bucket (work paid for in advance that did not happen). A client
+    /// error on any other kind. Not degradable, as [`Client::charge`].
+    pub async fn refund(
+        &self,
+        resource: impl Into<String>,
+        domain: impl Into<String>,
+        copies: u64,
+    ) -> Result<v1::RateReply, Error> {
+        self.charge_or_refund(resource.into(), domain.into(), copies, true)
+            .await
+    }
+
+    async fn charge_or_refund(
+        &self,
+        resource: String,
+        domain: String,
+        copies: u64,
+        refund: bool,
+    ) -> Result<v1::RateReply, Error> {
+        let req = v1::ChargeRequest {
+            resource,
+            domain,
+            copies,
+        };
+        let timeout = self.inner.options.request_timeout;
+        let mut grpc = self.inner.grpc.clone();
+        let call = async move {
+            if refund {
+                grpc.refund(req).await
+            } else {
+                grpc.charge(req).await
+            }
+        };
+        let reply = tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| Error::Server(format!("no answer within {timeout:?}")))?
+            .map_err(|s| Error::from_status(&s));
+        match reply {
+            Ok(r) => Ok(r.into_inner()),
+            Err(e) => {
+                if e.is_server() {
+                    self.count(|c| &c.server_errors);
+                }
+                Err(e)
+            }
         }
     }
 
@@ -238,7 +303,7 @@ impl Client {
         mut attempt: impl FnMut() -> Fut,
     ) -> Result<Ending<G, R>, Error>
     where
-        Fut: std::future::Future<Output = Result<Answer<G, R>, Error>>,
+        Fut: Future<Output = Result<Answer<G, R>, Error>>,
     {
         let started = Instant::now();
         let mut rejections = 0;
@@ -356,14 +421,27 @@ impl Ask {
 pub struct RateCall {
     client: Client,
     ask: Ask,
+    dry_run: bool,
 }
 
 ask_builder!(RateCall, "hits");
 
 impl RateCall {
+    /// Ask without recording anything (SPEC §10): the answer is the one
+    /// the request would get, so a client can check before it spends work
+    /// whose cost it will [`Client::charge`]. Buckets, windows and queues.
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
+    }
+
     /// Sends the request; see [`RateGrant`].
     pub async fn send(self) -> Result<RateGrant, Error> {
-        let Self { client, ask } = self;
+        let Self {
+            client,
+            ask,
+            dry_run,
+        } = self;
         check_amount(ask.copies, ask.min_copies)?;
         client.count(|c| &c.requests);
         let started = Instant::now();
@@ -372,6 +450,7 @@ impl RateCall {
             domain: ask.domain,
             copies: Some(ask.copies),
             min_copies: Some(ask.min_copies),
+            dry_run,
         };
         let timeout = client.inner.options.request_timeout;
         let ending = client

@@ -34,6 +34,23 @@ impl RateGrant {
         self.granted > 0
     }
 
+    /// When a request for `min_copies` would be granted if nothing else
+    /// arrived (SPEC §10; buckets, windows and queues): zero if now, `None`
+    /// if never, or if the server did not say.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.reply
+            .as_ref()
+            .and_then(|r| r.retry_after_ms)
+            .map(Duration::from_millis)
+    }
+
+    /// How long to wait before proceeding with what a queue granted (SPEC
+    /// §9): the queue throttles by delay instead of rejecting. Zero for
+    /// other kinds.
+    pub fn delay(&self) -> Duration {
+        Duration::from_millis(self.reply.as_ref().and_then(|r| r.delay_ms).unwrap_or(0))
+    }
+
     /// Whether the client granted without the server (degraded mode).
     pub fn is_degraded(&self) -> bool {
         self.source == Source::Degraded

@@ -5,6 +5,11 @@
 //!   `copies`/`min_copies` and `max_wait`: rejections are retried with the
 //!   back-off of paper §3.2, `min(max_wait − elapsed, jitter(base · 2^i))`
 //!   after the i-th rejection, jitter uniform in `[v − v/4, v + v/4)`.
+//!   On buckets, windows and queues (SPEC §7–§10) `.dry_run(true)` asks
+//!   without recording, and [`RateGrant::retry_after`] and
+//!   [`RateGrant::delay`] (a queue's) say when to come back or proceed;
+//!   [`Client::charge`] records a cost after the fact (never rejected) and
+//!   [`Client::refund`] gives a bucket's tokens back.
 //! - [`Client::reserve`] — copies of a copy-limited resource as a [`Hold`]:
 //!   a guard that releases what it still holds when dropped. A hold can
 //!   release part of its copies, or [`Hold::transfer`] them to another
@@ -140,6 +145,8 @@
 //! assert_eq!(client.stats().degraded_grants, 1);
 //! # Ok(()) }
 //! ```
+
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 mod backoff;
 mod client;

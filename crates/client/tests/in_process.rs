@@ -313,3 +313,63 @@ async fn the_kill_switch_turns_rejections_into_grants() {
     assert_eq!(c.stats().kill_switch_grants, 1);
     server.stop().await;
 }
+
+const METERS: &str = r#"
+resources:
+  - name: tokens
+    kind: bucket
+    burst: 10
+    count: 1
+    period: 1h
+  - name: exports
+    kind: queue
+    rate: 1
+    period: 1h
+    size: 3
+"#;
+
+#[tokio::test]
+async fn dry_run_charge_refund_and_the_reply_context() {
+    let server = InProcessServer::start(METERS).await;
+    let c = client(&server, false);
+    // A dry run before the work, a charge of what it cost after it.
+    let dry = c
+        .request("tokens", "d")
+        .copies(10)
+        .dry_run(true)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(dry.granted, 10);
+    let charged = c.charge("tokens", "d", 12).await.expect("charged");
+    assert_eq!((charged.granted, charged.remaining), (12, Some(0)));
+    let rejected = c.request("tokens", "d").send().await.expect("answer");
+    assert!(!rejected.is_granted());
+    let wait = rejected.retry_after().expect("a wait");
+    assert!(wait > Duration::from_secs(2 * 3600), "{wait:?}");
+    let refunded = c.refund("tokens", "d", 3).await.expect("refunded");
+    assert_eq!((refunded.granted, refunded.remaining), (3, Some(1)));
+    assert!(
+        c.request("tokens", "d")
+            .send()
+            .await
+            .expect("answer")
+            .is_granted()
+    );
+    // No refunds on a queue, a queue's delay.
+    assert!(matches!(
+        c.refund("exports", "d", 1).await,
+        Err(Error::Client(_))
+    ));
+    assert_eq!(
+        c.request("exports", "d")
+            .send()
+            .await
+            .expect("answer")
+            .delay(),
+        Duration::ZERO
+    );
+    let second = c.request("exports", "d").send().await.expect("answer");
+    assert!(second.delay() > Duration::from_secs(3500), "{second:?}");
+    server.stop().await;
+}

@@ -43,31 +43,42 @@ fn args() -> Result<Args, String> {
 
 async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let state = AppState::open(&a.db, Tokens::new().writer(&a.token)).await?;
-    let listener = tokio::net::TcpListener::bind(&a.listen).await?;
-    let addr = listener.local_addr()?;
     if let Some(seed) = a.seed {
-        // Through the API itself, as an operator would.
-        let client = charon_config_service::client::ConfigClient::new(
-            &format!("http://{addr}"),
-            Some(a.token.clone()),
-            std::time::Duration::from_secs(5),
-        )?;
-        let yaml = std::fs::read_to_string(&seed)?;
-        let app = router(state.clone());
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
-        client.import_yaml(&yaml, false, None).await?;
-        println!("listening on http://{addr}");
-        tokio::select! {
-            r = server => { r??; }
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        return Ok(());
+        import(&state, &a.token, std::fs::read_to_string(&seed)?).await?;
     }
-    println!("listening on http://{addr}");
+    let listener = tokio::net::TcpListener::bind(&a.listen).await?;
+    println!("listening on http://{}", listener.local_addr()?);
     charon_config_service::serve(listener, state, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;
+    Ok(())
+}
+
+/// `PUT /v1/config` through the API's own router, as an operator's
+/// `charon config apply` would send it (its client is the crate above this
+/// one, so it is not used here).
+async fn import(
+    state: &AppState,
+    token: &str,
+    yaml: String,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use axum::http::{Request, header};
+    use tower::ServiceExt;
+    let request = Request::put("/v1/config")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/yaml")
+        .body(axum::body::Body::from(yaml))?;
+    let response = router(state.clone()).oneshot(request).await?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
+        return Err(format!(
+            "seed refused ({status}): {}",
+            String::from_utf8_lossy(&body)
+        )
+        .into());
+    }
     Ok(())
 }
 

@@ -192,36 +192,24 @@ impl FromRequestParts<AppState> for Access {
     }
 }
 
-/// An extractor that lets a request through when it may read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Reader;
-
-impl FromRequestParts<AppState> for Reader {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state
-            .tokens()
-            .access(&parts.headers)
-            .require(Role::Read)
-            .map(|()| Reader)
-    }
-}
-
 /// An extractor that lets a request through when it may change the
-/// configuration.
+/// configuration (`WRITE`) or read it: [`Writer`], [`Reader`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Writer;
+pub(crate) struct Allowed<const WRITE: bool>;
 
-impl FromRequestParts<AppState> for Writer {
+/// Lets a request through when it may read.
+pub(crate) type Reader = Allowed<false>;
+
+/// Lets a request through when it may change the configuration.
+pub(crate) type Writer = Allowed<true>;
+
+impl<const WRITE: bool> FromRequestParts<AppState> for Allowed<WRITE> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state
-            .tokens()
-            .access(&parts.headers)
-            .require(Role::Write)
-            .map(|()| Writer)
+        let need = if WRITE { Role::Write } else { Role::Read };
+        let access = Access::from_request_parts(parts, state).await?;
+        access.require(need).map(|()| Allowed)
     }
 }
 

@@ -6,10 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use charon_core::config::{Config, ConfigErrors, parse_resource};
+use charon_core::config::{Adjustment, Config, ConfigErrors, ConfigIssue, parse_resource};
+use charon_core::fields::Path;
 use serde_json::{Map, Value};
-
-use crate::wire::{Adjustment, Problem};
 
 /// A resource document as the service stores it: validated and normalized.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,28 +41,6 @@ pub(crate) fn normalize_resource(doc: &Value) -> Result<Normalized, ConfigErrors
     })
 }
 
-/// The path of `key` under `parent`, written the way charon-core writes
-/// field paths (`domains.tenant-42`, `domains["a b"]`), so that its
-/// problems can be found and re-pathed. A test holds the two together.
-pub(crate) fn key_path(parent: &str, key: &str) -> String {
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    let segment = if plain {
-        key.to_owned()
-    } else {
-        format!("[{key:?}]")
-    };
-    if parent.is_empty() {
-        segment
-    } else if plain {
-        format!("{parent}.{segment}")
-    } else {
-        format!("{parent}{segment}")
-    }
-}
-
 /// `path` relative to `prefix`, if it lies under it (`""` for the prefix
 /// itself).
 fn relative(path: &str, prefix: &str) -> Option<String> {
@@ -81,7 +58,7 @@ fn relative(path: &str, prefix: &str) -> Option<String> {
 
 /// Core's problems with paths under `prefix` made relative to it; a
 /// problem at the prefix itself is reported at `whole`.
-pub(crate) fn remap(errors: ConfigErrors, prefix: &str, whole: &str) -> Vec<Problem> {
+pub(crate) fn remap(errors: ConfigErrors, prefix: &str, whole: &str) -> Vec<ConfigIssue> {
     errors
         .0
         .into_iter()
@@ -91,7 +68,7 @@ pub(crate) fn remap(errors: ConfigErrors, prefix: &str, whole: &str) -> Vec<Prob
                 Some(p) => p,
                 None => i.path,
             };
-            Problem {
+            ConfigIssue {
                 path,
                 message: i.message,
             }
@@ -101,7 +78,7 @@ pub(crate) fn remap(errors: ConfigErrors, prefix: &str, whole: &str) -> Vec<Prob
 
 /// Puts the name from the URL into a body that may carry it too; a body
 /// that names something else is refused.
-pub(crate) fn with_name(mut body: Value, url_name: &str, what: &str) -> Result<Value, Problem> {
+pub(crate) fn with_name(mut body: Value, url_name: &str, what: &str) -> Result<Value, ConfigIssue> {
     if let Value::Object(map) = &mut body {
         match map.get("name") {
             None | Some(Value::Null) => {
@@ -109,7 +86,7 @@ pub(crate) fn with_name(mut body: Value, url_name: &str, what: &str) -> Result<V
             }
             Some(Value::String(n)) if n == url_name => {}
             Some(other) => {
-                return Err(Problem {
+                return Err(ConfigIssue {
                     path: "name".to_owned(),
                     message: format!(
                         "{other} does not match the {what} name in the URL ({url_name:?}); \
@@ -161,11 +138,12 @@ pub(crate) fn get_override<'v>(doc: &'v Value, domain: &str) -> Option<&'v Value
 }
 
 /// The document with `body` as the override of `domain`, and the path
-/// prefix under which core will report its problems.
+/// prefix under which core will report its problems (written by core's
+/// own [`Path`], so that they can be found and re-pathed).
 pub(crate) fn set_override(doc: &Value, domain: &str, body: Value) -> (Value, String) {
     let mut doc = doc.clone();
     object_mut(&mut doc, "domains").insert(domain.to_owned(), body);
-    (doc, key_path("domains", domain))
+    (doc, Path::root().key("domains").key(domain).to_string())
 }
 
 /// The document without the override of `domain`; `None` if it had none.
@@ -257,19 +235,17 @@ mod tests {
 
     use super::*;
 
-    /// `key_path` must write paths exactly as core does, or problems would
-    /// not be re-pathed.
+    /// The prefix `set_override` gives must be the path core reports, or
+    /// problems would not be re-pathed.
     #[test]
-    fn key_paths_match_core() {
+    fn override_prefixes_match_core() {
+        let doc = json!({"name": "api/x", "kind": "copy", "domain_limit": 1});
         for domain in ["tenant-42", "a b", "é", "x.y", "_"] {
-            let doc = json!({
-                "name": "api/x", "kind": "copy", "domain_limit": 1,
-                "domains": { domain: { "domain_limit": "many" } }
-            });
+            let (doc, prefix) = set_override(&doc, domain, json!({ "domain_limit": "many" }));
             let errors = parse_resource(&doc).expect_err("invalid");
             assert_eq!(
                 errors.0[0].path,
-                format!("{}.domain_limit", key_path("domains", domain)),
+                format!("{prefix}.domain_limit"),
                 "domain {domain:?}"
             );
         }

@@ -4,10 +4,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use charon_core::config::ConfigErrors;
+use charon_core::config::{ConfigErrors, ConfigIssue};
 
 use crate::store::ConfigDbError;
-use crate::wire::{ErrorBody, Problem};
+use crate::wire::ErrorBody;
 
 /// An error answer: status, stable code, message, problems.
 #[derive(Debug)]
@@ -36,10 +36,9 @@ impl ApiError {
     }
 
     /// 400: the request is wrong; every problem with its path.
-    pub fn invalid(problems: Vec<Problem>) -> Self {
+    pub fn invalid(problems: Vec<ConfigIssue>) -> Self {
         let message = match problems.as_slice() {
-            [one] if one.path.is_empty() => one.message.clone(),
-            [one] => format!("{}: {}", one.path, one.message),
+            [one] => one.to_string(),
             many => format!("{} problems; nothing was changed", many.len()),
         };
         let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid", message);
@@ -49,7 +48,7 @@ impl ApiError {
 
     /// 400 with one problem.
     pub fn invalid_at(path: &str, message: impl Into<String>) -> Self {
-        Self::invalid(vec![Problem {
+        Self::invalid(vec![ConfigIssue {
             path: path.to_owned(),
             message: message.into(),
         }])
@@ -57,16 +56,7 @@ impl ApiError {
 
     /// 400 from core's validation, paths as core gives them.
     pub fn config(errors: ConfigErrors) -> Self {
-        Self::invalid(
-            errors
-                .0
-                .into_iter()
-                .map(|i| Problem {
-                    path: i.path,
-                    message: i.message,
-                })
-                .collect(),
-        )
+        Self::invalid(errors.0)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {

@@ -5,8 +5,9 @@
 //! PostgreSQL by URL), where every change is validated and normalized by
 //! charon-core before it is committed, every commit bumps one global
 //! version, and limiting servers keep their own view in sync by polling
-//! deltas ([`feed::ConfigFeed`]), keeping the last view when the service is
-//! down.
+//! deltas (`GET /v1/changes`). The JSON bodies of that contract are
+//! [`wire`]; the client side (the HTTP client of `charon config` and the
+//! feed of limiting servers) is the crate above, `charon-config-client`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,12 +20,15 @@
 //!
 //! See `docs/config-service.md` for the endpoints, versions and choices.
 
+// The wire bodies' fields are documented by `docs/config-service.md` and the
+// OpenAPI document, not yet item by item.
+#![allow(missing_docs)]
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 mod api;
 mod auth;
-pub mod client;
 mod edit;
 mod error;
-pub mod feed;
 mod store;
 pub mod wire;
 
@@ -35,8 +39,12 @@ pub use api::router;
 pub use auth::{Role, Tokens};
 pub use store::{ConfigDbError, StoreOptions};
 
-/// The OpenAPI 3 document served at `/openapi.json`.
-pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
+/// The OpenAPI 3.1 document served at `/openapi.json`, generated (by
+/// utoipa) from the handlers' attributes and the bodies' types, so that it
+/// cannot drift from what the API serves.
+pub fn openapi_json() -> &'static str {
+    api::openapi_json()
+}
 
 /// What the API needs: the database and the tokens. Cheap to clone; holds
 /// no global state, so several can live in one process (tests do).

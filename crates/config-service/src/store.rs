@@ -82,6 +82,9 @@ impl ConfigDbError {
 
 type Result<T, E = ConfigDbError> = std::result::Result<T, E>;
 
+/// A statement with some of its parameters bound.
+type Statement<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
 /// Which kind of entity a change touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Entity {
@@ -265,7 +268,7 @@ impl Db {
         let next = to_u64("version", version)?;
         let history_floor = to_u64("history_floor", history_floor)?;
         Ok(WriteTx {
-            tx,
+            read: ReadTx { tx },
             base: next - 1,
             next,
             history_floor,
@@ -296,8 +299,9 @@ fn parse_document(name: &str, text: &str) -> Result<Value> {
 }
 
 // Rows as the database holds them (integers for versions and flags, JSON
-// text for documents), read by `sqlx::FromRow`; the `TryFrom`s check
-// what the database cannot (no negative version, a document that parses).
+// text for documents), read by `sqlx::FromRow`; `TryFrom` and `checked`
+// check what the database cannot (no negative version, a document that
+// parses).
 
 /// A row of `charon_meta`.
 #[derive(Debug, sqlx::FromRow)]
@@ -327,15 +331,18 @@ struct ResourceRow {
     updated_version: i64,
 }
 
-impl TryFrom<ResourceRow> for (String, StoredResource) {
-    type Error = ConfigDbError;
-
-    fn try_from(row: ResourceRow) -> Result<Self> {
-        let resource = StoredResource {
-            document: parse_document(&row.name, &row.document)?,
-            updated_version: to_u64("updated_version", row.updated_version)?,
-        };
-        Ok((row.name, resource))
+impl ResourceRow {
+    /// The resource's name and what is stored, checked.
+    fn checked(self) -> Result<(String, StoredResource)> {
+        let document = parse_document(&self.name, &self.document)?;
+        let updated_version = to_u64("updated_version", self.updated_version)?;
+        Ok((
+            self.name,
+            StoredResource {
+                document,
+                updated_version,
+            },
+        ))
     }
 }
 
@@ -348,18 +355,21 @@ struct NamespaceRow {
     updated_version: i64,
 }
 
-impl TryFrom<NamespaceRow> for (String, StoredNamespace) {
-    type Error = ConfigDbError;
-
-    fn try_from(row: NamespaceRow) -> Result<Self> {
-        let namespace = StoredNamespace {
-            settings: NamespaceSettings {
-                allow_unconfigured: row.allow_unconfigured != 0,
-                ignore_configured: row.ignore_configured != 0,
-            },
-            updated_version: to_u64("updated_version", row.updated_version)?,
+impl NamespaceRow {
+    /// The namespace's name and its stored settings, checked.
+    fn checked(self) -> Result<(String, StoredNamespace)> {
+        let settings = NamespaceSettings {
+            allow_unconfigured: self.allow_unconfigured != 0,
+            ignore_configured: self.ignore_configured != 0,
         };
-        Ok((row.name, namespace))
+        let updated_version = to_u64("updated_version", self.updated_version)?;
+        Ok((
+            self.name,
+            StoredNamespace {
+                settings,
+                updated_version,
+            },
+        ))
     }
 }
 
@@ -409,17 +419,26 @@ async fn resource(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredR
     .bind(name)
     .fetch_optional(conn)
     .await?
-    .map(|row| <(String, StoredResource)>::try_from(row).map(|(_, r)| r))
+    .map(|row| row.checked().map(|(_, r)| r))
     .transpose()
 }
 
+/// Every row `sql` selects, checked, by name.
+async fn by_name<R, T>(
+    conn: &mut AnyConnection,
+    sql: &'static str,
+    checked: fn(R) -> Result<(String, T)>,
+) -> Result<BTreeMap<String, T>>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> + Send + Unpin,
+{
+    let rows = sqlx::query_as::<_, R>(sql).fetch_all(conn).await?;
+    rows.into_iter().map(checked).collect()
+}
+
 async fn resources(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredResource>> {
-    sqlx::query_as::<_, ResourceRow>("SELECT name, document, updated_version FROM charon_resources")
-        .fetch_all(conn)
-        .await?
-        .into_iter()
-        .map(TryFrom::try_from)
-        .collect()
+    let sql = "SELECT name, document, updated_version FROM charon_resources";
+    by_name(conn, sql, ResourceRow::checked).await
 }
 
 async fn namespace(conn: &mut AnyConnection, name: &str) -> Result<Option<StoredNamespace>> {
@@ -433,20 +452,14 @@ async fn namespace(conn: &mut AnyConnection, name: &str) -> Result<Option<Stored
     .bind(name)
     .fetch_optional(conn)
     .await?
-    .map(|row| <(String, StoredNamespace)>::try_from(row).map(|(_, n)| n))
+    .map(|row| row.checked().map(|(_, n)| n))
     .transpose()
 }
 
 async fn namespaces(conn: &mut AnyConnection) -> Result<BTreeMap<String, StoredNamespace>> {
-    sqlx::query_as::<_, NamespaceRow>(
-        "SELECT name, allow_unconfigured, ignore_configured, updated_version \
-         FROM charon_namespaces",
-    )
-    .fetch_all(conn)
-    .await?
-    .into_iter()
-    .map(TryFrom::try_from)
-    .collect()
+    let sql = "SELECT name, allow_unconfigured, ignore_configured, updated_version \
+               FROM charon_namespaces";
+    by_name(conn, sql, NamespaceRow::checked).await
 }
 
 /// Names of the entities of `entity` changed after `since`, with their
@@ -574,7 +587,9 @@ impl ReadTx {
 /// back and the version does not move.
 #[derive(Debug)]
 pub(crate) struct WriteTx {
-    tx: Tx,
+    /// The transaction, which reads as a [`ReadTx`] does (through
+    /// `Deref`).
+    read: ReadTx,
     /// The version before this commit.
     pub base: u64,
     /// The version this commit will have.
@@ -582,6 +597,20 @@ pub(crate) struct WriteTx {
     history_floor: u64,
     history_versions: u64,
     changed: BTreeSet<(Entity, String)>,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = ReadTx;
+
+    fn deref(&self) -> &ReadTx {
+        &self.read
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut ReadTx {
+        &mut self.read
+    }
 }
 
 /// What a finished write did.
@@ -599,22 +628,6 @@ impl WriteTx {
         self.history_floor
     }
 
-    pub async fn resource(&mut self, name: &str) -> Result<Option<StoredResource>> {
-        self.tx.run(async |c| resource(c, name).await).await
-    }
-
-    pub async fn resources(&mut self) -> Result<BTreeMap<String, StoredResource>> {
-        self.tx.run(async |c| resources(c).await).await
-    }
-
-    pub async fn namespace(&mut self, name: &str) -> Result<Option<StoredNamespace>> {
-        self.tx.run(async |c| namespace(c, name).await).await
-    }
-
-    pub async fn namespaces(&mut self) -> Result<BTreeMap<String, StoredNamespace>> {
-        self.tx.run(async |c| namespaces(c).await).await
-    }
-
     /// Whether a change to this entity was committed after `version`, as
     /// far as the kept history tells.
     pub async fn changed_after(
@@ -623,14 +636,16 @@ impl WriteTx {
         name: &str,
         version: u64,
     ) -> Result<bool> {
-        self.tx
+        self.read
+            .tx
             .run(async |c| changed_after(c, entity, name, version).await)
             .await
     }
 
     async fn record(&mut self, entity: Entity, name: &str) -> Result<()> {
         let version = to_i64(self.next);
-        self.tx
+        self.read
+            .tx
             .run(async |c| {
                 sqlx::query(
                     "INSERT INTO charon_changes (version, entity, name) VALUES ($1, $2, $3) \
@@ -648,27 +663,30 @@ impl WriteTx {
         Ok(())
     }
 
-    /// Creates or replaces a resource with a validated, normalized document.
-    pub async fn put_resource(&mut self, name: &str, kind: &str, document: &Value) -> Result<()> {
+    /// Runs `upsert` (of the entity `name`), its last parameter the
+    /// version this commit makes, and records the change.
+    async fn put(&mut self, entity: Entity, name: &str, upsert: Statement<'_>) -> Result<()> {
         let version = to_i64(self.next);
-        self.tx
+        self.read
+            .tx
             .run(async |c| {
-                sqlx::query(
-                    "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
-                     VALUES ($1, $2, $3, $4, $4) \
-                     ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
-                        document = excluded.document, updated_version = excluded.updated_version",
-                )
-                .bind(name)
-                .bind(kind)
-                .bind(document.to_string())
-                .bind(version)
-                .execute(c)
-                .await?;
+                upsert.bind(version).execute(c).await?;
                 Ok(())
             })
             .await?;
-        self.record(Entity::Resource, name).await
+        self.record(entity, name).await
+    }
+
+    /// Creates or replaces a resource with a validated, normalized document.
+    pub async fn put_resource(&mut self, name: &str, kind: &str, document: &Value) -> Result<()> {
+        let upsert = sqlx::query(
+            "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
+             VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
+                document = excluded.document, updated_version = excluded.updated_version",
+        );
+        let upsert = upsert.bind(name).bind(kind).bind(document.to_string());
+        self.put(Entity::Resource, name, upsert).await
     }
 
     /// Deletes a resource; false if there was none.
@@ -688,6 +706,7 @@ impl WriteTx {
             return Ok(false);
         }
         let done = self
+            .read
             .tx
             .run(async |c| Ok(sqlx::query(sql).bind(name).execute(c).await?))
             .await?;
@@ -700,26 +719,19 @@ impl WriteTx {
 
     /// Creates or replaces a namespace's switches.
     pub async fn put_namespace(&mut self, name: &str, settings: NamespaceSettings) -> Result<()> {
-        let version = to_i64(self.next);
-        self.tx
-            .run(async |c| {
-                sqlx::query(
-                    "INSERT INTO charon_namespaces (name, allow_unconfigured, ignore_configured, updated_version) \
-                     VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (name) DO UPDATE SET allow_unconfigured = excluded.allow_unconfigured, \
-                        ignore_configured = excluded.ignore_configured, \
-                        updated_version = excluded.updated_version",
-                )
-                .bind(name)
-                .bind(i64::from(settings.allow_unconfigured))
-                .bind(i64::from(settings.ignore_configured))
-                .bind(version)
-                .execute(c)
-                .await?;
-                Ok(())
-            })
-            .await?;
-        self.record(Entity::Namespace, name).await
+        let upsert = sqlx::query(
+            "INSERT INTO charon_namespaces (name, allow_unconfigured, ignore_configured, updated_version) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET allow_unconfigured = excluded.allow_unconfigured, \
+                ignore_configured = excluded.ignore_configured, \
+                updated_version = excluded.updated_version",
+        );
+        let (allow, ignore) = (settings.allow_unconfigured, settings.ignore_configured);
+        let upsert = upsert
+            .bind(name)
+            .bind(i64::from(allow))
+            .bind(i64::from(ignore));
+        self.put(Entity::Namespace, name, upsert).await
     }
 
     /// Deletes a namespace's switches; false if there were none.
@@ -737,7 +749,7 @@ impl WriteTx {
     /// once the commit is durable; on error nothing of it was committed.
     pub async fn commit(mut self) -> Result<Committed> {
         if self.changed.is_empty() {
-            self.tx.rollback().await?;
+            self.read.tx.rollback().await?;
             return Ok(Committed {
                 version: self.base,
                 changed: false,
@@ -745,7 +757,8 @@ impl WriteTx {
         }
         let cutoff = to_i64(self.next.saturating_sub(self.history_versions));
         if cutoff > to_i64(self.history_floor) {
-            self.tx
+            self.read
+                .tx
                 .run(async |c| {
                     sqlx::query("DELETE FROM charon_changes WHERE version <= $1")
                         .bind(cutoff)
@@ -759,7 +772,7 @@ impl WriteTx {
                 })
                 .await?;
         }
-        self.tx.commit().await?;
+        self.read.tx.commit().await?;
         Ok(Committed {
             version: self.next,
             changed: true,

@@ -1,72 +1,63 @@
 //! The JSON bodies of the API that are more than a configuration document,
 //! shared by the server, the HTTP client, the feed and the CLI so that both
-//! ends agree by construction. `docs/config-service.md` and
-//! `openapi.json` describe the same shapes.
+//! ends agree by construction. Their `ToSchema` derives make the OpenAPI
+//! document served at `/openapi.json`, so it describes these very types;
+//! `docs/config-service.md` describes the same shapes.
+//!
+//! Problems and adjustments are core's own [`ConfigIssue`] and
+//! [`Adjustment`]: the service reports what core found, in core's words.
 
 use std::collections::BTreeMap;
 
+pub use charon_core::config::{Adjustment, ConfigIssue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
-/// One problem with a request, at a field path (`tiers[0].window`) or, for
-/// a value taken from the URL, the name of the URL parameter (`domain`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    pub path: String,
-    pub message: String,
-}
+use crate::api::schema;
 
 /// Every error answer of the API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     /// A stable code: `invalid`, `unauthorized`, `forbidden`, `not_found`,
     /// `already_exists`, `wrong_kind`, `version_conflict`,
-    /// `unsupported_media_type`, `payload_too_large`, `unavailable`,
-    /// `internal`.
+    /// `unsupported_media_type`, `payload_too_large`, `method_not_allowed`,
+    /// `unavailable`, `internal`.
+    #[schema(value_type = schema::ErrorCode)]
     pub error: String,
     /// What went wrong, for a person.
     pub message: String,
     /// Every problem found (validation errors), possibly empty.
     #[serde(default)]
-    pub problems: Vec<Problem>,
+    #[schema(required = true, value_type = Vec<schema::Problem>)]
+    pub problems: Vec<ConfigIssue>,
     /// On `version_conflict`: the version the service is at now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = schema::Version)]
     pub current_version: Option<u64>,
 }
 
-/// A change normalization made (SPEC §2), at a field path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Adjustment {
-    pub path: String,
-    pub change: String,
-}
-
-impl From<charon_core::config::Adjustment> for Adjustment {
-    fn from(a: charon_core::config::Adjustment) -> Self {
-        Self {
-            path: a.path,
-            change: a.change,
-        }
-    }
-}
-
 /// What a write to one resource (or a part of it) answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ResourceCommit {
     /// The version the configuration is at after this request: the new
     /// version if something changed, the current one otherwise.
+    #[schema(value_type = schema::Version)]
     pub version: u64,
     /// False when the request asked for what was already there (no commit).
     pub changed: bool,
     /// The whole resource as stored, normalized.
+    #[schema(value_type = schema::Resource)]
     pub resource: Value,
     /// What normalization changed in what was sent.
+    #[schema(value_type = Vec<schema::Adjustment>)]
     pub adjustments: Vec<Adjustment>,
 }
 
 /// What a write to a namespace answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct NamespaceCommit {
+    #[schema(value_type = schema::Version)]
     pub version: u64,
     pub changed: bool,
     pub namespace: String,
@@ -74,14 +65,16 @@ pub struct NamespaceCommit {
 }
 
 /// What a delete answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeleteCommit {
+    #[schema(value_type = schema::Version)]
     pub version: u64,
     pub changed: bool,
 }
 
 /// The switches of one namespace (SPEC §4), as read back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[schema(as = NamespaceState)]
 pub struct NamespaceBody {
     pub allow_unconfigured: bool,
     pub ignore_configured: bool,
@@ -106,28 +99,33 @@ impl From<NamespaceBody> for charon_core::config::NamespaceSettings {
 }
 
 /// `GET /v1/resources`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ResourceList {
+    #[schema(value_type = schema::Version)]
     pub version: u64,
+    #[schema(value_type = Vec<schema::Resource>)]
     pub resources: Vec<Value>,
 }
 
 /// `GET /v1/namespaces`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct NamespaceList {
+    #[schema(value_type = schema::Version)]
     pub version: u64,
     pub namespaces: BTreeMap<String, NamespaceBody>,
 }
 
 /// `GET /v1/changes?since=V`: what changed after version V, or everything.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Changes {
     /// The random id of the database behind the service; a client that
     /// synced with another epoch must start over from a snapshot.
     pub epoch: String,
     /// The version this answer brings the client to.
+    #[schema(value_type = schema::Version)]
     pub version: u64,
     /// The `since` that was asked for.
+    #[schema(value_type = schema::Version)]
     pub since: u64,
     /// True: `resources` and `namespaces` are the whole configuration and
     /// replace the client's view (asked for 0, history no longer kept,
@@ -135,6 +133,7 @@ pub struct Changes {
     /// upserts on top of the view at `since`.
     pub snapshot: bool,
     /// Resources created or changed (the whole normalized document).
+    #[schema(value_type = Vec<schema::Resource>)]
     pub resources: Vec<Value>,
     /// Names of resources deleted (never on a snapshot).
     pub deleted_resources: Vec<String>,
@@ -146,34 +145,41 @@ pub struct Changes {
 
 /// One entry of the difference between the stored configuration and an
 /// imported one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DiffEntry {
     /// `resource` or `namespace`.
+    #[schema(value_type = schema::DiffKind)]
     pub kind: String,
     pub name: String,
     /// `add`, `change` or `remove`.
+    #[schema(value_type = schema::DiffOp)]
     pub op: String,
-    /// The stored document (absent on `add`).
+    /// The stored document (null on `add`).
     #[serde(default)]
+    #[schema(required = true, value_type = Option<Object>)]
     pub before: Option<Value>,
-    /// The imported document, normalized (absent on `remove`).
+    /// The imported document, normalized (null on `remove`).
     #[serde(default)]
+    #[schema(required = true, value_type = Option<Object>)]
     pub after: Option<Value>,
 }
 
 /// `PUT /v1/config`: the difference and, unless a dry run, its commit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ImportOutcome {
     pub dry_run: bool,
     /// Whether the configuration was (or, on a dry run, would be) changed.
     pub changed: bool,
     /// The version the difference was computed against; send it as
     /// `If-Match` to apply exactly this difference.
+    #[schema(value_type = schema::Version)]
     pub base_version: u64,
     /// The version after this request (`base_version` on a dry run or when
     /// nothing changed).
+    #[schema(value_type = schema::Version)]
     pub version: u64,
     pub diff: Vec<DiffEntry>,
     /// What normalization changed in the imported document, with paths in it.
+    #[schema(value_type = Vec<schema::Adjustment>)]
     pub adjustments: Vec<Adjustment>,
 }

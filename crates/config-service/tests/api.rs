@@ -28,6 +28,9 @@ on_both_databases!(
     import_refuses_bad_documents,
     concurrent_writes_get_distinct_versions,
     unknown_paths_and_methods_answer_json,
+    buckets_windows_and_queues_are_stored_normalized,
+    bad_buckets_windows_and_queues_answer_400_with_the_path,
+    the_new_kinds_import_and_export,
 );
 
 fn search() -> Value {
@@ -55,13 +58,13 @@ async fn resources_are_created_read_replaced_and_deleted(db: TestDb) {
     let path = resource_path("api/search");
     assert_eq!(path, "/v1/resources/api%2Fsearch");
 
-    let created = app.put(&path).json(search()).send().await.expect(201);
+    let created = app.put(&path).json(search()).expect(201).await;
     assert_eq!(created.json["version"], 1);
     assert_eq!(created.json["changed"], true);
     assert_eq!(created.etag(), 1);
     assert_eq!(created.json["resource"]["name"], "api/search");
     // Read back in the normalized, explicit form.
-    let read = app.get(&path).anonymous().send().await.expect(200);
+    let read = app.get(&path).anonymous().expect(200).await;
     assert_eq!(read.etag(), 1);
     assert_eq!(
         read.json,
@@ -75,33 +78,26 @@ async fn resources_are_created_read_replaced_and_deleted(db: TestDb) {
     );
 
     // The same again is not a commit.
-    let same = app
-        .put(&path)
-        .json(read.json.clone())
-        .send()
-        .await
-        .expect(200);
+    let same = app.put(&path).json(read.json.clone()).expect(200).await;
     assert_eq!(same.json["changed"], false);
     assert_eq!(same.json["version"], 1);
 
     // Replace: lower the first tier.
     let mut lower = search();
     lower["tiers"][0]["limit"] = json!(3);
-    let replaced = app.put(&path).json(lower).send().await.expect(200);
+    let replaced = app.put(&path).json(lower).expect(200).await;
     assert_eq!(replaced.json["version"], 2);
     assert_eq!(replaced.json["resource"]["tiers"][0]["limit"], 3);
 
     app.put(&resource_path("sandbox/vm"))
         .json(vm_doc())
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     app.put(&resource_path("top"))
         .json(vm_doc())
-        .send()
-        .await
-        .expect(201);
-    let list = app.get("/v1/resources").send().await.expect(200);
+        .expect(201)
+        .await;
+    let list = app.get("/v1/resources").expect(200).await;
     assert_eq!(list.json["version"], 4);
     let names: Vec<&str> = list.json["resources"]
         .as_array()
@@ -110,25 +106,17 @@ async fn resources_are_created_read_replaced_and_deleted(db: TestDb) {
         .map(|r| r["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["api/search", "sandbox/vm", "top"]);
-    let api = app
-        .get("/v1/resources?namespace=api")
-        .send()
-        .await
-        .expect(200);
+    let api = app.get("/v1/resources?namespace=api").expect(200).await;
     assert_eq!(api.json["resources"].as_array().unwrap().len(), 1);
-    let default = app
-        .get("/v1/resources?namespace=default")
-        .send()
-        .await
-        .expect(200);
+    let default = app.get("/v1/resources?namespace=default").expect(200).await;
     assert_eq!(default.json["resources"][0]["name"], "top");
 
-    let deleted = app.delete(&path).send().await.expect(200);
+    let deleted = app.delete(&path).expect(200).await;
     assert_eq!(deleted.json, json!({"version": 5, "changed": true}));
     assert_eq!(deleted.etag(), 5);
-    let gone = app.get(&path).send().await.expect(404);
+    let gone = app.get(&path).expect(404).await;
     assert_eq!(gone.json["error"], "not_found");
-    app.delete(&path).send().await.expect(404);
+    app.delete(&path).expect(404).await;
     assert_eq!(app.version().await, 5);
 }
 
@@ -139,24 +127,15 @@ async fn post_creates_once(db: TestDb) {
     let created = app
         .post("/v1/resources")
         .json(body.clone())
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(created.json["resource"]["name"], "sandbox/vm");
-    let again = app
-        .post("/v1/resources")
-        .json(body)
-        .send()
-        .await
-        .expect(409);
+    let again = app.post("/v1/resources").json(body).expect(409).await;
     assert_eq!(again.json["error"], "already_exists");
-    let nameless = app
-        .post("/v1/resources")
-        .json(vm_doc())
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(nameless.problem_paths(), ["name"]);
+    assert_eq!(
+        app.post("/v1/resources").json(vm_doc()).problems().await,
+        ["name"]
+    );
     assert_eq!(app.version().await, 1);
 }
 
@@ -180,9 +159,8 @@ async fn every_validation_problem_is_reported_and_nothing_changes(db: TestDb) {
                 "ok": {"hard_limit": 1, "extra": true}
             }
         }))
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     assert_eq!(bad.json["error"], "invalid");
     let mut paths = bad.problem_paths();
     paths.sort();
@@ -206,16 +184,16 @@ async fn every_validation_problem_is_reported_and_nothing_changes(db: TestDb) {
     }
 
     // Copy resources and the name.
-    let bad = app
-        .put(&resource_path("sandbox/vm"))
-        .json(json!({
-            "name": "sandbox/other",
-            "kind": "copy",
-        }))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["name"]);
+    assert_eq!(
+        app.put(&resource_path("sandbox/vm"))
+            .json(json!({
+                "name": "sandbox/other",
+                "kind": "copy",
+            }))
+            .problems()
+            .await,
+        ["name"]
+    );
     let bad = app
         .put(&resource_path("sandbox/vm"))
         .json(json!({
@@ -227,9 +205,8 @@ async fn every_validation_problem_is_reported_and_nothing_changes(db: TestDb) {
                 {"name": "g", "limit": "x"}
             ]
         }))
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     let mut paths = bad.problem_paths();
     paths.sort();
     assert_eq!(
@@ -242,59 +219,53 @@ async fn every_validation_problem_is_reported_and_nothing_changes(db: TestDb) {
             "tiers"
         ]
     );
-    let bad = app
-        .put(&resource_path("x"))
-        .json(json!({"kind": "scissors"}))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["kind"]);
-    let bad = app
-        .put(&resource_path("x"))
-        .json(json!([1, 2]))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), [""]);
+    assert_eq!(
+        app.put(&resource_path("x"))
+            .json(json!({"kind": "scissors"}))
+            .problems()
+            .await,
+        ["kind"]
+    );
+    assert_eq!(
+        app.put(&resource_path("x"))
+            .json(json!([1, 2]))
+            .problems()
+            .await,
+        [""]
+    );
     // A name the URL carries is checked too.
-    let bad = app
-        .put(&resource_path("/leading"))
-        .json(search())
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["name"]);
-    let bad = app
-        .put(&resource_path("bell\u{7}"))
-        .json(search())
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["name"]);
+    assert_eq!(
+        app.put(&resource_path("/leading"))
+            .json(search())
+            .problems()
+            .await,
+        ["name"]
+    );
+    assert_eq!(
+        app.put(&resource_path("bell\u{7}"))
+            .json(search())
+            .problems()
+            .await,
+        ["name"]
+    );
 
     // Not JSON, or not declared as JSON.
     let bad = app
         .put(&path)
         .body("application/json", "{\"kind\": ")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     assert!(
         bad.json["message"]
             .as_str()
             .unwrap()
             .contains("not valid JSON")
     );
-    let bad = app
-        .put(&path)
-        .body("text/html", "<p>")
-        .send()
-        .await
-        .expect(415);
+    let bad = app.put(&path).body("text/html", "<p>").expect(415).await;
     assert_eq!(bad.json["error"], "unsupported_media_type");
 
     assert_eq!(app.version().await, 0);
-    app.get(&path).send().await.expect(404);
+    app.get(&path).expect(404).await;
 }
 
 async fn normalization_is_visible_in_what_is_read_back(db: TestDb) {
@@ -310,9 +281,8 @@ async fn normalization_is_visible_in_what_is_read_back(db: TestDb) {
             ],
             "domains": {"t": {"tiers": [{"limit": 9, "window": "3s", "active": "7s"}]}}
         }))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     let adjusted: Vec<&str> = stored.json["adjustments"]
         .as_array()
         .unwrap()
@@ -328,11 +298,7 @@ async fn normalization_is_visible_in_what_is_read_back(db: TestDb) {
             "domains[\"t\"].tiers[0].active"
         ]
     );
-    let read = app
-        .get(&resource_path("api/burst"))
-        .send()
-        .await
-        .expect(200);
+    let read = app.get(&resource_path("api/burst")).expect(200).await;
     assert_eq!(
         read.json["tiers"],
         json!([
@@ -349,15 +315,10 @@ async fn normalization_is_visible_in_what_is_read_back(db: TestDb) {
             "domains": {"big": {"domain_limit": 20}},
             "groups": [{"name": "g", "limit": 30, "domains": ["big"]}]
         }))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(stored.json["adjustments"].as_array().unwrap().len(), 3);
-    let read = app
-        .get(&resource_path("sandbox/vm"))
-        .send()
-        .await
-        .expect(200);
+    let read = app.get(&resource_path("sandbox/vm")).expect(200).await;
     assert_eq!(read.json["domain_limit"], 10);
     assert_eq!(read.json["domains"]["big"]["domain_limit"], 10);
     assert_eq!(read.json["groups"][0]["limit"], 10);
@@ -366,21 +327,20 @@ async fn normalization_is_visible_in_what_is_read_back(db: TestDb) {
 async fn overrides_are_edited_one_domain_at_a_time(db: TestDb) {
     let app = db.app().await;
     let api = resource_path("api/search");
-    app.put(&api).json(search()).send().await.expect(201);
+    app.put(&api).json(search()).expect(201).await;
     let o = format!("{api}/domains/tenant-42");
 
     let created = app
         .put(&o)
         .json(json!({"hard_limit": 200, "tiers": [{"limit": 50, "window": "1s"}]}))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(created.json["version"], 2);
     assert_eq!(
         created.json["resource"]["domains"]["tenant-42"]["hard_limit"],
         200
     );
-    let read = app.get(&o).send().await.expect(200);
+    let read = app.get(&o).expect(200).await;
     assert_eq!(read.etag(), 2);
     assert_eq!(
         read.json,
@@ -389,21 +349,16 @@ async fn overrides_are_edited_one_domain_at_a_time(db: TestDb) {
     let replaced = app
         .put(&o)
         .json(json!({"hard_limit": 150}))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(
         replaced.json["resource"]["domains"]["tenant-42"],
         json!({"hard_limit": 150})
     );
     // A domain with characters that need encoding.
     let odd = format!("{api}/domains/{}", seg("team a/b"));
-    app.put(&odd)
-        .json(json!({"tiers": []}))
-        .send()
-        .await
-        .expect(201);
-    let list = app.get(&format!("{api}/domains")).send().await.expect(200);
+    app.put(&odd).json(json!({"tiers": []})).expect(201).await;
+    let list = app.get(&format!("{api}/domains")).expect(200).await;
     assert_eq!(list.json["version"], 4);
     let domains: Vec<&String> = list.json["domains"].as_object().unwrap().keys().collect();
     assert_eq!(domains, ["team a/b", "tenant-42"]);
@@ -414,38 +369,35 @@ async fn overrides_are_edited_one_domain_at_a_time(db: TestDb) {
         .json(
             json!({"hard_limit": -3, "tiers": [{"limit": 1, "window": "soon"}], "domain_limit": 3}),
         )
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     let mut paths = bad.problem_paths();
     paths.sort();
     assert_eq!(paths, ["domain_limit", "hard_limit", "tiers[0].window"]);
-    let bad = app
-        .put(&odd)
-        .json(json!({"tiers": "none"}))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["tiers"]);
-    let bad = app.put(&odd).json(json!(7)).send().await.expect(400);
-    assert_eq!(bad.problem_paths(), [""]);
-    let bad = app
-        .put(&format!("{api}/domains/{}", seg("tab\t")))
-        .json(json!({}))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["domain"]);
+    assert_eq!(
+        app.put(&odd)
+            .json(json!({"tiers": "none"}))
+            .problems()
+            .await,
+        ["tiers"]
+    );
+    assert_eq!(app.put(&odd).json(json!(7)).problems().await, [""]);
+    assert_eq!(
+        app.put(&format!("{api}/domains/{}", seg("tab\t")))
+            .json(json!({}))
+            .problems()
+            .await,
+        ["domain"]
+    );
 
     // Copy overrides are normalized against the global limit.
     let vm = resource_path("sandbox/vm");
-    app.put(&vm).json(vm_doc()).send().await.expect(201);
+    app.put(&vm).json(vm_doc()).expect(201).await;
     let capped = app
         .put(&format!("{vm}/domains/tenant-7"))
         .json(json!({"domain_limit": 500}))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(
         capped.json["resource"]["domains"]["tenant-7"]["domain_limit"],
         100
@@ -457,56 +409,52 @@ async fn overrides_are_edited_one_domain_at_a_time(db: TestDb) {
     let bad = app
         .put(&format!("{vm}/domains/tenant-7"))
         .json(json!({"tiers": []}))
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     let mut paths = bad.problem_paths();
     paths.sort();
     assert_eq!(paths, ["domain_limit", "tiers"]);
 
-    let deleted = app.delete(&o).send().await.expect(200);
+    let deleted = app.delete(&o).expect(200).await;
     assert!(
         deleted.json["resource"]["domains"]
             .get("tenant-42")
             .is_none()
     );
-    app.delete(&o).send().await.expect(404);
-    app.get(&o).send().await.expect(404);
-    app.delete(&odd).send().await.expect(200);
-    let read = app.get(&api).send().await.expect(200);
+    app.delete(&o).expect(404).await;
+    app.get(&o).expect(404).await;
+    app.delete(&odd).expect(200).await;
+    let read = app.get(&api).expect(200).await;
     assert!(read.json.get("domains").is_none());
 
     // On a resource that does not exist.
     app.put(&format!("{}/domains/x", resource_path("nope")))
         .json(json!({}))
-        .send()
-        .await
-        .expect(404);
+        .expect(404)
+        .await;
     app.get(&format!("{}/domains", resource_path("nope")))
-        .send()
-        .await
-        .expect(404);
+        .expect(404)
+        .await;
 }
 
 async fn groups_and_their_members(db: TestDb) {
     let app = db.app().await;
     let vm = resource_path("sandbox/vm");
-    app.put(&vm).json(vm_doc()).send().await.expect(201);
+    app.put(&vm).json(vm_doc()).expect(201).await;
     let trusted = format!("{vm}/groups/trusted");
 
     let created = app
         .put(&trusted)
         .json(json!({"limit": 50, "domains": ["a", "b"]}))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(created.json["version"], 2);
-    let read = app.get(&trusted).send().await.expect(200);
+    let read = app.get(&trusted).expect(200).await;
     assert_eq!(
         read.json,
         json!({"name": "trusted", "limit": 50, "domains": ["a", "b"]})
     );
-    let list = app.get(&format!("{vm}/groups")).send().await.expect(200);
+    let list = app.get(&format!("{vm}/groups")).expect(200).await;
     let names: Vec<&str> = list.json["groups"]
         .as_array()
         .unwrap()
@@ -519,9 +467,8 @@ async fn groups_and_their_members(db: TestDb) {
     let replaced = app
         .put(&trusted)
         .json(json!({"name": "trusted", "limit": 500}))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(
         replaced.json["resource"]["groups"][1],
         json!({"name": "trusted", "limit": 100, "domains": []})
@@ -530,76 +477,72 @@ async fn groups_and_their_members(db: TestDb) {
 
     // Membership.
     let member = format!("{vm}/groups/probation/domains/new-2");
-    let added = app.put(&member).send().await.expect(201);
+    let added = app.put(&member).expect(201).await;
     assert_eq!(
         added.json["resource"]["groups"][0]["domains"],
         json!(["new-1", "new-2"])
     );
     let version = added.json["version"].as_u64().unwrap();
-    let again = app.put(&member).send().await.expect(200);
+    let again = app.put(&member).expect(200).await;
     assert_eq!(again.json["changed"], false);
     assert_eq!(again.json["version"], version);
-    let removed = app.delete(&member).send().await.expect(200);
+    let removed = app.delete(&member).expect(200).await;
     assert_eq!(
         removed.json["resource"]["groups"][0]["domains"],
         json!(["new-1"])
     );
-    app.delete(&member).send().await.expect(404);
-    let bad = app
-        .put(&format!("{vm}/groups/probation/domains/{}", seg("nl\n")))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["domain"]);
+    app.delete(&member).expect(404).await;
+    assert_eq!(
+        app.put(&format!("{vm}/groups/probation/domains/{}", seg("nl\n")))
+            .problems()
+            .await,
+        ["domain"]
+    );
     app.put(&format!("{vm}/groups/nope/domains/x"))
-        .send()
-        .await
-        .expect(404);
+        .expect(404)
+        .await;
 
     // Problems relative to the group sent.
-    let bad = app
-        .put(&trusted)
-        .json(json!({"name": "other", "limit": 1}))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["name"]);
+    assert_eq!(
+        app.put(&trusted)
+            .json(json!({"name": "other", "limit": 1}))
+            .problems()
+            .await,
+        ["name"]
+    );
     let bad = app
         .put(&trusted)
         .json(json!({"limit": -1, "domains": ["x", "x", 3], "color": "red"}))
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     let mut paths = bad.problem_paths();
     paths.sort();
     assert_eq!(paths, ["color", "domains[1]", "domains[2]", "limit"]);
-    let bad = app
-        .put(&format!("{vm}/groups/{}", seg("del\u{7f}")))
-        .json(json!({"limit": 1}))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["name"]);
+    assert_eq!(
+        app.put(&format!("{vm}/groups/{}", seg("del\u{7f}")))
+            .json(json!({"limit": 1}))
+            .problems()
+            .await,
+        ["name"]
+    );
 
     // Groups belong to copy-limited resources.
     let api = resource_path("api/search");
-    app.put(&api).json(search()).send().await.expect(201);
+    app.put(&api).json(search()).expect(201).await;
     let wrong = app
         .put(&format!("{api}/groups/g"))
         .json(json!({"limit": 1}))
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
     assert_eq!(wrong.json["error"], "wrong_kind");
-    app.get(&format!("{api}/groups")).send().await.expect(422);
+    app.get(&format!("{api}/groups")).expect(422).await;
 
-    app.delete(&trusted).send().await.expect(200);
-    app.get(&trusted).send().await.expect(404);
-    app.delete(&trusted).send().await.expect(404);
+    app.delete(&trusted).expect(200).await;
+    app.get(&trusted).expect(404).await;
+    app.delete(&trusted).expect(404).await;
     app.get(&format!("{}/groups/g", resource_path("nope")))
-        .send()
-        .await
-        .expect(404);
+        .expect(404)
+        .await;
 }
 
 async fn namespaces_are_created_read_and_deleted(db: TestDb) {
@@ -607,9 +550,8 @@ async fn namespaces_are_created_read_and_deleted(db: TestDb) {
     let created = app
         .put("/v1/namespaces/billing")
         .json(json!({"allow_unconfigured": true}))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(
         created.json,
         json!({"version": 1, "changed": true, "namespace": "billing",
@@ -618,9 +560,8 @@ async fn namespaces_are_created_read_and_deleted(db: TestDb) {
     let read = app
         .get("/v1/namespaces/billing")
         .anonymous()
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(read.etag(), 1);
     assert_eq!(
         read.json,
@@ -629,16 +570,14 @@ async fn namespaces_are_created_read_and_deleted(db: TestDb) {
     let same = app
         .put("/v1/namespaces/billing")
         .json(json!({"allow_unconfigured": true, "ignore_configured": false}))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(same.json["changed"], false);
     app.put("/v1/namespaces/default")
         .json(json!({"ignore_configured": true}))
-        .send()
-        .await
-        .expect(201);
-    let list = app.get("/v1/namespaces").send().await.expect(200);
+        .expect(201)
+        .await;
+    let list = app.get("/v1/namespaces").expect(200).await;
     assert_eq!(
         list.json,
         json!({"version": 2, "namespaces": {
@@ -650,58 +589,49 @@ async fn namespaces_are_created_read_and_deleted(db: TestDb) {
     let bad = app
         .put("/v1/namespaces/billing")
         .json(json!({"allow_unconfigured": "yes", "strict": true}))
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     let mut paths = bad.problem_paths();
     paths.sort();
     assert_eq!(paths, ["allow_unconfigured", "strict"]);
-    let bad = app
-        .put(&format!("/v1/namespaces/{}", seg("a/b")))
-        .json(json!({}))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["namespace"]);
-    let bad = app
-        .put(&format!("/v1/namespaces/{}", seg("a/b")))
-        .json(json!([]))
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["namespace", ""]);
+    assert_eq!(
+        app.put(&format!("/v1/namespaces/{}", seg("a/b")))
+            .json(json!({}))
+            .problems()
+            .await,
+        ["namespace"]
+    );
+    assert_eq!(
+        app.put(&format!("/v1/namespaces/{}", seg("a/b")))
+            .json(json!([]))
+            .problems()
+            .await,
+        ["namespace", ""]
+    );
 
-    let deleted = app
-        .delete("/v1/namespaces/billing")
-        .send()
-        .await
-        .expect(200);
+    let deleted = app.delete("/v1/namespaces/billing").expect(200).await;
     assert_eq!(deleted.json, json!({"version": 3, "changed": true}));
-    app.get("/v1/namespaces/billing").send().await.expect(404);
-    app.delete("/v1/namespaces/billing")
-        .send()
-        .await
-        .expect(404);
+    app.get("/v1/namespaces/billing").expect(404).await;
+    app.delete("/v1/namespaces/billing").expect(404).await;
 }
 
 async fn stale_if_match_is_refused_with_412(db: TestDb) {
     let app = db.app().await;
     let api = resource_path("api/search");
     let vm = resource_path("sandbox/vm");
-    app.put(&api).json(search()).send().await.expect(201);
-    app.put(&vm).json(vm_doc()).send().await.expect(201);
+    app.put(&api).json(search()).expect(201).await;
+    app.put(&vm).json(vm_doc()).expect(201).await;
 
     // Operator A reads at version 2; operator B changes the resource.
-    let seen = app.get(&api).send().await.expect(200).etag();
+    let seen = app.get(&api).expect(200).await.etag();
     assert_eq!(seen, 2);
     let mut b = search();
     b["hard_limit"] = json!(7);
     app.put(&api)
         .if_match(format!("\"{seen}\""))
         .json(b)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     // A's write, based on version 2, is refused and changes nothing.
     let mut a = search();
     a["hard_limit"] = json!(9);
@@ -709,114 +639,92 @@ async fn stale_if_match_is_refused_with_412(db: TestDb) {
         .put(&api)
         .if_match(format!("\"{seen}\""))
         .json(a.clone())
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
     assert_eq!(refused.json["error"], "version_conflict");
     assert_eq!(refused.json["current_version"], 3);
-    assert_eq!(app.get(&api).send().await.expect(200).json["hard_limit"], 7);
+    assert_eq!(app.get(&api).expect(200).await.json["hard_limit"], 7);
     // So are edits of its parts and its deletion.
     app.put(&format!("{api}/domains/t"))
         .if_match(seen)
         .json(json!({}))
-        .send()
-        .await
-        .expect(412);
-    app.delete(&api).if_match(seen).send().await.expect(412);
+        .expect(412)
+        .await;
+    app.delete(&api).if_match(seen).expect(412).await;
     // A change to another resource does not conflict.
     app.put(&format!("{vm}/groups/probation/domains/new-9"))
         .if_match(seen)
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     // Based on the current version, it goes through.
-    let current = app.get(&api).send().await.expect(200).etag();
-    app.put(&api)
-        .if_match(current)
-        .json(a)
-        .send()
-        .await
-        .expect(200);
+    let current = app.get(&api).expect(200).await.etag();
+    app.put(&api).if_match(current).json(a).expect(200).await;
     // A version from the future never matches; several may be listed.
-    app.delete(&api).if_match(999).send().await.expect(412);
+    app.delete(&api).if_match(999).expect(412).await;
     // `*`: the target must exist.
     app.put(&resource_path("new"))
         .if_match("*")
         .json(search())
-        .send()
-        .await
-        .expect(412);
-    app.put(&api)
-        .if_match("*")
-        .json(search())
-        .send()
-        .await
-        .expect(200);
+        .expect(412)
+        .await;
+    app.put(&api).if_match("*").json(search()).expect(200).await;
     // A resource deleted after the version it was based on conflicts.
     let before_delete = app.version().await;
-    app.delete(&vm).send().await.expect(200);
+    app.delete(&vm).expect(200).await;
     app.put(&vm)
         .if_match(before_delete)
         .json(vm_doc())
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
     let v = app.version().await;
     app.put(&vm)
         .if_match(format!("\"1\", \"{v}\""))
         .json(vm_doc())
-        .send()
-        .await
-        .expect(201);
-    let bad = app
-        .put(&vm)
-        .if_match("W/\"3\"")
-        .json(vm_doc())
-        .send()
-        .await
-        .expect(400);
-    assert_eq!(bad.problem_paths(), ["If-Match"]);
+        .expect(201)
+        .await;
+    assert_eq!(
+        app.put(&vm)
+            .if_match("W/\"3\"")
+            .json(vm_doc())
+            .problems()
+            .await,
+        ["If-Match"]
+    );
 
     // Namespaces.
     let v = app
         .put("/v1/namespaces/ns")
         .json(json!({}))
-        .send()
-        .await
         .expect(201)
+        .await
         .etag();
     app.put("/v1/namespaces/ns")
         .if_match(v)
         .json(json!({"allow_unconfigured": true}))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     app.put("/v1/namespaces/ns")
         .if_match(v)
         .json(json!({}))
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
     app.delete("/v1/namespaces/ns")
         .if_match(v)
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
 
     // The whole configuration: any later commit conflicts.
     let v = app.version().await;
     app.put("/v1/config")
         .if_match(v - 1)
         .body("application/yaml", "resources: []\n")
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
     app.put("/v1/config?dry_run=true")
         .if_match(v - 1)
         .body("application/yaml", "resources: []\n")
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
     assert_eq!(app.version().await, v);
 }
 
@@ -856,20 +764,20 @@ async fn writes_need_a_write_token(db: TestDb) {
             }
             c
         };
-        let none = call(None).send().await.expect(401);
+        let none = call(None).expect(401).await;
         assert_eq!(none.json["error"], "unauthorized", "{method} {path}");
         assert_eq!(
             none.headers[header::WWW_AUTHENTICATE],
             "Bearer realm=\"charon-config\""
         );
-        let wrong = call(Some("guess")).send().await.expect(401);
+        let wrong = call(Some("guess")).expect(401).await;
         assert!(
             wrong.headers[header::WWW_AUTHENTICATE]
                 .to_str()
                 .unwrap()
                 .contains("invalid_token")
         );
-        let read_only = call(Some(READER)).send().await.expect(403);
+        let read_only = call(Some(READER)).expect(403).await;
         assert_eq!(read_only.json["error"], "forbidden");
     }
     // Not `Bearer`.
@@ -877,21 +785,15 @@ async fn writes_need_a_write_token(db: TestDb) {
         .anonymous()
         .header("authorization", "Basic d3JpdGVyOnRva2Vu")
         .json(json!({}))
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
     // Reads are open; a dry run only needs to read.
-    app.get("/v1/resources")
-        .anonymous()
-        .send()
-        .await
-        .expect(200);
+    app.get("/v1/resources").anonymous().expect(200).await;
     app.put("/v1/config?dry_run=true")
         .anonymous()
         .json(json!({"resources": []}))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(app.version().await, 0);
 
     // With no write token configured, nothing can be written.
@@ -899,9 +801,8 @@ async fn writes_need_a_write_token(db: TestDb) {
     let refused = closed
         .put("/v1/namespaces/n")
         .json(json!({}))
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
     assert!(
         refused.json["message"]
             .as_str()
@@ -944,9 +845,8 @@ async fn credentials_are_checked_before_the_request(db: TestDb) {
     app.delete(&format!("{api}/groups/g/domains/d"))
         .anonymous()
         .if_match("not a version")
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
 
     let closed = db
         .app_with(
@@ -958,8 +858,8 @@ async fn credentials_are_checked_before_the_request(db: TestDb) {
         )
         .await;
     for path in ["/v1/changes?since=minus-one", "/v1/config?format=xml"] {
-        closed.get(path).anonymous().send().await.expect(401);
-        closed.get(path).token(READER).send().await.expect(400);
+        closed.get(path).anonymous().expect(401).await;
+        closed.get(path).token(READER).expect(400).await;
     }
 }
 
@@ -976,21 +876,17 @@ async fn reads_may_need_a_token(db: TestDb) {
         "/v1/config",
         "/v1/changes?since=0",
     ] {
-        app.get(path).anonymous().send().await.expect(401);
-        app.get(path).token(READER).send().await.expect(200);
-        app.get(path).send().await.expect(200);
+        app.get(path).anonymous().expect(401).await;
+        app.get(path).token(READER).expect(200).await;
+        app.get(path).expect(200).await;
     }
     // The OpenAPI document stays open.
-    app.get("/openapi.json")
-        .anonymous()
-        .send()
-        .await
-        .expect(200);
+    app.get("/openapi.json").anonymous().expect(200).await;
 }
 
 async fn changes_since_give_deltas_and_snapshots(db: TestDb) {
     let app = db.app().await;
-    let empty = app.get("/v1/changes?since=0").send().await.expect(200);
+    let empty = app.get("/v1/changes?since=0").expect(200).await;
     assert_eq!(empty.json["snapshot"], true);
     assert_eq!(empty.json["version"], 0);
     let epoch = empty.json["epoch"].as_str().unwrap().to_owned();
@@ -998,20 +894,18 @@ async fn changes_since_give_deltas_and_snapshots(db: TestDb) {
 
     let api = resource_path("api/search");
     let vm = resource_path("sandbox/vm");
-    app.put(&api).json(search()).send().await.expect(201); // 1
-    app.put(&vm).json(vm_doc()).send().await.expect(201); // 2
+    app.put(&api).json(search()).expect(201).await; // 1
+    app.put(&vm).json(vm_doc()).expect(201).await; // 2
     app.put("/v1/namespaces/api")
         .json(json!({"allow_unconfigured": true}))
-        .send()
-        .await
-        .expect(201); // 3
+        .expect(201)
+        .await; // 3
     app.put("/v1/namespaces/old")
         .json(json!({}))
-        .send()
-        .await
-        .expect(201); // 4
+        .expect(201)
+        .await; // 4
 
-    let snapshot = app.get("/v1/changes").send().await.expect(200);
+    let snapshot = app.get("/v1/changes").expect(200).await;
     assert_eq!(snapshot.json["snapshot"], true);
     assert_eq!(snapshot.json["since"], 0);
     assert_eq!(snapshot.json["resources"].as_array().unwrap().len(), 2);
@@ -1022,29 +916,25 @@ async fn changes_since_give_deltas_and_snapshots(db: TestDb) {
     // and a namespace deleted, a namespace changed.
     let mut lower = search();
     lower["tiers"][0]["limit"] = json!(2);
-    app.put(&api).json(lower).send().await.expect(200); // 5
+    app.put(&api).json(lower).expect(200).await; // 5
     app.put(&format!("{vm}/groups/probation/domains/new-2"))
-        .send()
-        .await
-        .expect(201); // 6
-    app.delete(&vm).send().await.expect(200); // 7
+        .expect(201)
+        .await; // 6
+    app.delete(&vm).expect(200).await; // 7
     app.put(&resource_path("x/y"))
         .json(search())
-        .send()
-        .await
-        .expect(201); // 8
-    app.delete("/v1/namespaces/old").send().await.expect(200); // 9
+        .expect(201)
+        .await; // 8
+    app.delete("/v1/namespaces/old").expect(200).await; // 9
     app.put("/v1/namespaces/api")
         .json(json!({"ignore_configured": true}))
-        .send()
-        .await
-        .expect(200); // 10
+        .expect(200)
+        .await; // 10
 
     let delta = app
         .get(&format!("/v1/changes?since=4&epoch={epoch}"))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(delta.etag(), 10);
     assert_eq!(
         delta.json,
@@ -1069,34 +959,30 @@ async fn changes_since_give_deltas_and_snapshots(db: TestDb) {
         })
     );
     // The member added at 6 is in the delta since 5.
-    let delta = app.get("/v1/changes?since=5").send().await.expect(200);
+    let delta = app.get("/v1/changes?since=5").expect(200).await;
     assert_eq!(delta.json["snapshot"], false);
     assert_eq!(delta.json["deleted_resources"], json!(["sandbox/vm"]));
-    let delta = app.get("/v1/changes?since=6").send().await.expect(200);
+    let delta = app.get("/v1/changes?since=6").expect(200).await;
     assert_eq!(delta.json["deleted_resources"], json!(["sandbox/vm"]));
     assert_eq!(delta.json["resources"][0]["name"], "x/y");
 
     // Up to date: an empty delta.
-    let none = app.get("/v1/changes?since=10").send().await.expect(200);
+    let none = app.get("/v1/changes?since=10").expect(200).await;
     assert_eq!(none.json["snapshot"], false);
     assert_eq!(none.json["resources"], json!([]));
     assert_eq!(none.json["deleted_resources"], json!([]));
     assert_eq!(none.json["namespaces"], json!({}));
     // A version the service never had, or another epoch: a snapshot.
-    let ahead = app.get("/v1/changes?since=11").send().await.expect(200);
+    let ahead = app.get("/v1/changes?since=11").expect(200).await;
     assert_eq!(ahead.json["snapshot"], true);
     assert_eq!(ahead.json["resources"].as_array().unwrap().len(), 2);
-    let other = app
-        .get("/v1/changes?since=4&epoch=0123")
-        .send()
-        .await
-        .expect(200);
+    let other = app.get("/v1/changes?since=4&epoch=0123").expect(200).await;
     assert_eq!(other.json["snapshot"], true);
     assert_eq!(other.json["deleted_resources"], json!([]));
 
-    let bad = app.get("/v1/changes?since=-1").send().await.expect(400);
+    let bad = app.get("/v1/changes?since=-1").expect(400).await;
     assert_eq!(bad.json["error"], "invalid");
-    app.get("/v1/changes?since=soon").send().await.expect(400);
+    app.get("/v1/changes?since=soon").expect(400).await;
 }
 
 async fn history_older_than_kept_gives_a_snapshot(db: TestDb) {
@@ -1108,15 +994,14 @@ async fn history_older_than_kept_gives_a_snapshot(db: TestDb) {
     for i in 0..6 {
         app.put(&resource_path(&format!("r/{i}")))
             .json(search())
-            .send()
-            .await
-            .expect(201);
+            .expect(201)
+            .await;
     }
     // Versions 4..=6 are kept: deltas from 3 on, snapshots before.
-    let delta = app.get("/v1/changes?since=3").send().await.expect(200);
+    let delta = app.get("/v1/changes?since=3").expect(200).await;
     assert_eq!(delta.json["snapshot"], false);
     assert_eq!(delta.json["resources"].as_array().unwrap().len(), 3);
-    let old = app.get("/v1/changes?since=2").send().await.expect(200);
+    let old = app.get("/v1/changes?since=2").expect(200).await;
     assert_eq!(old.json["snapshot"], true);
     assert_eq!(old.json["resources"].as_array().unwrap().len(), 6);
     // If-Match on an absent resource further back than the history cannot
@@ -1124,16 +1009,14 @@ async fn history_older_than_kept_gives_a_snapshot(db: TestDb) {
     app.put(&resource_path("fresh"))
         .if_match(1)
         .json(search())
-        .send()
-        .await
-        .expect(412);
+        .expect(412)
+        .await;
     // On an existing resource its own version decides.
     app.put(&resource_path("r/0"))
         .if_match(1)
         .json(vm_doc())
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
 }
 
 const FILE: &str = "\
@@ -1162,22 +1045,19 @@ async fn import_and_export_round_trip(db: TestDb) {
     let app = db.app().await;
     app.put(&resource_path("old/one"))
         .json(search())
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     app.put(&resource_path("sandbox/vm"))
         .json(vm_doc())
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
 
     // A dry run shows the difference and changes nothing.
     let dry = app
         .put("/v1/config?dry_run=true")
         .body("application/yaml", FILE)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(dry.json["dry_run"], true);
     assert_eq!(dry.json["changed"], true);
     assert_eq!(dry.json["base_version"], 2);
@@ -1216,15 +1096,14 @@ async fn import_and_export_round_trip(db: TestDb) {
         .put("/v1/config")
         .if_match(2)
         .body("application/yaml", FILE)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(applied.json["dry_run"], false);
     assert_eq!(applied.json["version"], 3);
     assert_eq!(applied.json["diff"].as_array().unwrap().len(), 4);
     assert_eq!(app.version().await, 3);
-    app.get(&resource_path("old/one")).send().await.expect(404);
-    let delta = app.get("/v1/changes?since=2").send().await.expect(200);
+    app.get(&resource_path("old/one")).expect(404).await;
+    let delta = app.get("/v1/changes?since=2").expect(200).await;
     assert_eq!(delta.json["deleted_resources"], json!(["old/one"]));
     assert_eq!(delta.json["resources"].as_array().unwrap().len(), 2);
 
@@ -1232,9 +1111,8 @@ async fn import_and_export_round_trip(db: TestDb) {
     let yaml = app
         .get("/v1/config?format=yaml")
         .anonymous()
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(yaml.headers[header::CONTENT_TYPE], "application/yaml");
     assert_eq!(yaml.etag(), 3);
     let (expected, _) = charon_core::config::Config::from_yaml(FILE).unwrap();
@@ -1242,30 +1120,27 @@ async fn import_and_export_round_trip(db: TestDb) {
     let by_accept = app
         .get("/v1/config")
         .header("accept", "application/yaml")
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(by_accept.text, yaml.text);
-    let json_export = app.get("/v1/config").send().await.expect(200);
+    let json_export = app.get("/v1/config").expect(200).await;
     assert_eq!(json_export.json, expected.to_value());
-    app.get("/v1/config?format=toml").send().await.expect(400);
+    app.get("/v1/config?format=toml").expect(400).await;
 
     // Importing the export changes nothing; nor does JSON of the same.
     let again = app
         .put("/v1/config")
         .body("application/yaml", &yaml.text)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(again.json["changed"], false);
     assert_eq!(again.json["version"], 3);
     assert_eq!(again.json["diff"], json!([]));
     let again = app
         .put("/v1/config")
         .json(json_export.json.clone())
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(again.json["changed"], false);
     assert_eq!(app.version().await, 3);
 
@@ -1276,15 +1151,14 @@ async fn import_and_export_round_trip(db: TestDb) {
             "application/yaml",
             "resources:\n  - {name: a, kind: rate, tiers: [{limit: 1, window: 10s, active: 5s}]}\n",
         )
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(
         adjusted.json["adjustments"][0]["path"],
         "resources[0].tiers[0].window"
     );
     assert_eq!(adjusted.json["version"], 4);
-    let exported = app.get("/v1/config").send().await.expect(200);
+    let exported = app.get("/v1/config").expect(200).await;
     assert_eq!(exported.json["resources"].as_array().unwrap().len(), 1);
     assert!(exported.json.get("namespaces").is_none());
 }
@@ -1297,9 +1171,7 @@ async fn import_refuses_bad_documents(db: TestDb) {
             "application/yaml",
             "namespaces:\n  bad/ns: {}\nresources:\n  - {name: a, kind: rate, tiers: [{limit: x, window: 1s}]}\n  - {name: a, kind: copy, domain_limit: 1}\n  - {kind: copy}\n",
         )
-        .send()
-        .await
-        .expect(400);
+        .expect(400).await;
     let mut paths = bad.problem_paths();
     paths.sort();
     assert_eq!(
@@ -1314,9 +1186,8 @@ async fn import_refuses_bad_documents(db: TestDb) {
     let bad = app
         .put("/v1/config")
         .body("application/yaml", "resources: [\n")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     assert!(bad.json["message"].as_str().unwrap().contains("YAML"));
     let dup = app
         .put("/v1/config")
@@ -1324,32 +1195,26 @@ async fn import_refuses_bad_documents(db: TestDb) {
             "application/yaml",
             "resources:\n  - {name: a, kind: copy, domain_limit: 1}\n  - {name: a, kind: copy, domain_limit: 2}\n",
         )
-        .send()
-        .await
-        .expect(400);
+        .expect(400).await;
     assert_eq!(dup.problem_paths(), ["resources[1].name"]);
     let empty = app
         .put("/v1/config")
         .body("application/yaml", "  \n")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     assert!(empty.json["message"].as_str().unwrap().contains("empty"));
     app.put("/v1/config")
         .body("application/json", "{")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     app.put("/v1/config")
         .body("image/png", "resources: []")
-        .send()
-        .await
-        .expect(415);
+        .expect(415)
+        .await;
     app.put("/v1/config?dry_run=maybe")
         .body("application/yaml", "resources: []")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
     assert_eq!(app.version().await, 0);
 }
 
@@ -1362,9 +1227,8 @@ async fn concurrent_writes_get_distinct_versions(db: TestDb) {
             let r = app
                 .put(&resource_path(&format!("c/{i}")))
                 .json(search())
-                .send()
-                .await
-                .expect(201);
+                .expect(201)
+                .await;
             r.json["version"].as_u64().unwrap()
         }));
     }
@@ -1400,42 +1264,39 @@ async fn concurrent_writes_get_distinct_versions(db: TestDb) {
 
 async fn unknown_paths_and_methods_answer_json(db: TestDb) {
     let app = db.app().await;
-    let unencoded = app.get("/v1/resources/api/search").send().await.expect(404);
+    let unencoded = app.get("/v1/resources/api/search").expect(404).await;
     assert!(unencoded.json["message"].as_str().unwrap().contains("%2F"));
-    app.get("/v1/nothing").send().await.expect(404);
+    app.get("/v1/nothing").expect(404).await;
     // Names no one can store (PostgreSQL refuses NUL in text) are simply
     // not there, or invalid when written.
-    app.get(&resource_path("a\0b")).send().await.expect(404);
-    app.delete(&resource_path("a\0b")).send().await.expect(404);
-    app.get("/v1/namespaces/%00").send().await.expect(404);
-    app.delete("/v1/namespaces/%00").send().await.expect(404);
+    app.get(&resource_path("a\0b")).expect(404).await;
+    app.delete(&resource_path("a\0b")).expect(404).await;
+    app.get("/v1/namespaces/%00").expect(404).await;
+    app.delete("/v1/namespaces/%00").expect(404).await;
     app.put("/v1/namespaces/%00")
         .json(json!({}))
-        .send()
-        .await
-        .expect(400);
-    app.get("/v1/resources?namespace=%00")
-        .send()
-        .await
-        .expect(200);
-    app.get("/v1/changes?since=1&epoch=%00")
-        .send()
-        .await
-        .expect(200);
-    let wrong = app
-        .method(Method::PATCH, "/v1/changes")
-        .send()
-        .await
-        .expect(405);
+        .expect(400)
+        .await;
+    app.get("/v1/resources?namespace=%00").expect(200).await;
+    app.get("/v1/changes?since=1&epoch=%00").expect(200).await;
+    let wrong = app.method(Method::PATCH, "/v1/changes").expect(405).await;
     assert_eq!(wrong.json["error"], "method_not_allowed");
     assert!(wrong.headers.contains_key(header::ALLOW));
     // The same on the routes of a resource's parts.
     for path in ["domains", "domains/d", "groups", "groups/g"] {
         let path = format!("{}/{path}", resource_path("api/search"));
-        let wrong = app.method(Method::PATCH, &path).send().await.expect(405);
+        let wrong = app.method(Method::PATCH, &path).expect(405).await;
         assert_eq!(wrong.json["error"], "method_not_allowed", "{path}");
         assert!(wrong.headers.contains_key(header::ALLOW), "{path}");
     }
+}
+
+/// A documented path with its parameters filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{name}", "api%2Fsearch")
+        .replace("{domain}", "d")
+        .replace("{group}", "g")
+        .replace("{namespace}", "n")
 }
 
 /// Every operation the OpenAPI document lists exists (a request to it is
@@ -1445,15 +1306,11 @@ async fn unknown_paths_and_methods_answer_json(db: TestDb) {
 async fn every_documented_operation_is_served() {
     let db = TestDb::sqlite();
     let app = db.app().await;
-    let doc: Value = serde_json::from_str(charon_config_service::OPENAPI_JSON).unwrap();
-    assert_eq!(app.get("/openapi.json").send().await.expect(200).json, doc);
+    let doc: Value = serde_json::from_str(charon_config_service::openapi_json()).unwrap();
+    assert_eq!(app.get("/openapi.json").expect(200).await.json, doc);
     let mut count = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
-        let concrete = path
-            .replace("{name}", "api%2Fsearch")
-            .replace("{domain}", "d")
-            .replace("{group}", "g")
-            .replace("{namespace}", "n");
+        let concrete = concrete(path);
         for method in item.as_object().unwrap().keys() {
             if method == "parameters" {
                 continue;
@@ -1470,6 +1327,103 @@ async fn every_documented_operation_is_served() {
         }
     }
     assert_eq!(count, 23, "operations documented");
+}
+
+/// Every `$ref` in `v`, with where it is.
+fn refs<'v>(v: &'v Value, out: &mut Vec<&'v str>) {
+    match v {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get("$ref") {
+                out.push(r);
+            }
+            map.values().for_each(|v| refs(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+/// The generated OpenAPI document is valid JSON, OpenAPI 3.1, and lists
+/// exactly the routes the router serves (a method it does not list answers
+/// 405); every `$ref` resolves; every operation has the answers all
+/// operations of its kind share.
+#[tokio::test]
+async fn the_openapi_document_describes_the_router() {
+    let db = TestDb::sqlite();
+    let app = db.app().await;
+    let doc: Value = serde_json::from_str(charon_config_service::openapi_json()).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    let routed = [
+        "/openapi.json",
+        "/v1/resources",
+        "/v1/resources/{name}",
+        "/v1/resources/{name}/domains",
+        "/v1/resources/{name}/domains/{domain}",
+        "/v1/resources/{name}/groups",
+        "/v1/resources/{name}/groups/{group}",
+        "/v1/resources/{name}/groups/{group}/domains/{domain}",
+        "/v1/namespaces",
+        "/v1/namespaces/{namespace}",
+        "/v1/config",
+        "/v1/changes",
+    ];
+    assert_eq!(paths.keys().collect::<Vec<_>>(), routed);
+
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    for r in all {
+        let pointer = r.strip_prefix('#').unwrap();
+        assert!(doc.pointer(pointer).is_some(), "{r} does not resolve");
+    }
+    for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+        if schema.get("properties").is_some() {
+            assert_eq!(schema["additionalProperties"], false, "{name} is open");
+        }
+    }
+
+    for (path, item) in paths {
+        let concrete = concrete(path);
+        for method in ["get", "put", "post", "delete"] {
+            let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let status = app.method(m, &concrete).send().await.status;
+            let Some(op) = item.get(method) else {
+                assert_eq!(status, 405, "{method} {path} is served but not documented");
+                continue;
+            };
+            assert_ne!(status, 405, "{method} {path}");
+            if path == "/openapi.json" {
+                continue;
+            }
+            let answers = op["responses"].as_object().unwrap();
+            let write = method != "get";
+            let mut shared = vec!["400", "401", "503"];
+            if write {
+                shared.extend(["403", "412"]);
+                assert!(
+                    op["parameters"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&json!({"$ref": "#/components/parameters/IfMatch"})),
+                    "{method} {path} takes If-Match"
+                );
+            }
+            if op.get("requestBody").is_some() {
+                shared.extend(["413", "415"]);
+            }
+            for status in shared {
+                assert!(answers.contains_key(status), "{method} {path}: no {status}");
+            }
+            for (status, answer) in answers {
+                if status.starts_with('2') {
+                    assert!(
+                        answer["headers"].get("ETag").is_some(),
+                        "{method} {path} {status}: no ETag"
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The router mounts in a host router beside its own routes and fallback.
@@ -1527,13 +1481,12 @@ async fn a_sqlite_file_survives_a_restart() {
     let app = db.app().await;
     app.put(&resource_path("api/search"))
         .json(search())
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     let epoch = app.get("/v1/changes").send().await.json["epoch"].clone();
     app.state.close().await;
     let app = db.app().await;
-    let changes = app.get("/v1/changes").send().await.expect(200);
+    let changes = app.get("/v1/changes").expect(200).await;
     assert_eq!(changes.json["epoch"], epoch);
     assert_eq!(changes.json["version"], 1);
     assert_eq!(changes.json["resources"][0]["name"], "api/search");
@@ -1545,13 +1498,320 @@ async fn an_unreachable_database_answers_503() {
     let db = TestDb::sqlite();
     let app = db.app().await;
     app.state.close().await;
-    let reply = app.get("/v1/resources").send().await.expect(503);
+    let reply = app.get("/v1/resources").expect(503).await;
     assert_eq!(reply.json["error"], "unavailable");
     let reply = app
         .put("/v1/namespaces/n")
         .json(json!({}))
-        .send()
-        .await
-        .expect(503);
+        .expect(503)
+        .await;
     assert_eq!(reply.json["error"], "unavailable");
+}
+
+// ---- kind: bucket | window | queue, soft_limit, ban (SPEC §7–10) ----
+
+fn orders() -> Value {
+    json!({
+        "kind": "bucket", "burst": 300, "count": 300, "period": "180m",
+        "soft_limit": "80%", "domains": {"12345678": {"count": 600}}
+    })
+}
+
+async fn buckets_windows_and_queues_are_stored_normalized(db: TestDb) {
+    let app = db.app().await;
+    let bucket = resource_path("acme/new-orders");
+    let created = app.put(&bucket).json(orders()).expect(201).await;
+    assert_eq!(created.json["resource"]["kind"], "bucket");
+    let read = app.get(&bucket).expect(200).await;
+    assert_eq!(
+        read.json,
+        json!({
+            "name": "acme/new-orders", "kind": "bucket", "burst": 300, "count": 300,
+            "period": "3h", "soft_limit": "80%", "domains": {"12345678": {"count": 600}}
+        })
+    );
+    // The normalized form is a fixed point.
+    let same = app.put(&bucket).json(read.json.clone()).expect(200).await;
+    assert_eq!(same.json["changed"], false);
+
+    let window = resource_path("edge/login");
+    app.put(&window)
+        .json(
+            json!({"kind": "window", "algorithm": "sliding_counter", "limit": 2000,
+                     "window": "20m", "ban": "1h"}),
+        )
+        .expect(201)
+        .await;
+    let read = app.get(&window).expect(200).await;
+    assert_eq!(
+        read.json,
+        json!({"name": "edge/login", "kind": "window", "algorithm": "sliding_counter",
+               "limit": 2000, "window": "20m", "ban": "1h"})
+    );
+
+    let queue = resource_path("batch/exports");
+    app.put(&queue)
+        .json(json!({"kind": "queue", "rate": 10, "period": "1000ms", "size": 50}))
+        .expect(201)
+        .await;
+    assert_eq!(
+        app.get(&queue).expect(200).await.json,
+        json!({"name": "batch/exports", "kind": "queue", "rate": 10, "period": "1s", "size": 50})
+    );
+
+    // Rate resources keep soft_limit and ban, per override too.
+    let rate = resource_path("api/search");
+    let mut search = search();
+    search["soft_limit"] = json!("90%");
+    search["ban"] = json!("15m");
+    app.put(&rate).json(search).expect(201).await;
+    let read = app.get(&rate).expect(200).await;
+    assert_eq!(
+        (&read.json["soft_limit"], &read.json["ban"]),
+        (&json!("90%"), &json!("15m"))
+    );
+
+    // Overrides, one domain at a time.
+    let o = format!("{bucket}/domains/slow");
+    let put = app
+        .put(&o)
+        .json(json!({"burst": 10, "ban": "60s"}))
+        .expect(201)
+        .await;
+    assert_eq!(
+        put.json["resource"]["domains"]["slow"],
+        json!({"burst": 10, "ban": "1m"})
+    );
+    assert_eq!(
+        app.get(&o).expect(200).await.json,
+        json!({"burst": 10, "ban": "1m"})
+    );
+    let list = app.get(&format!("{bucket}/domains")).expect(200).await;
+    let domains: Vec<&String> = list.json["domains"].as_object().unwrap().keys().collect();
+    assert_eq!(domains, ["12345678", "slow"]);
+    app.put(&format!("{window}/domains/x"))
+        .json(json!({"algorithm": "fixed", "soft_limit": "50%"}))
+        .expect(201)
+        .await;
+    app.put(&format!("{rate}/domains/x"))
+        .json(json!({"soft_limit": "50%"}))
+        .expect(201)
+        .await;
+    // Groups stay copy-only.
+    let wrong = app
+        .put(&format!("{queue}/groups/g"))
+        .json(json!({"limit": 1}))
+        .expect(422)
+        .await;
+    assert_eq!(wrong.json["error"], "wrong_kind");
+}
+
+async fn bad_buckets_windows_and_queues_answer_400_with_the_path(db: TestDb) {
+    let app = db.app().await;
+    let bucket = resource_path("acme/new-orders");
+    let bad = app
+        .put(&bucket)
+        .json(
+            json!({"kind": "bucket", "burst": 0, "count": 1, "period": "0s",
+                     "soft_limit": "120%", "ban": "0s", "tiers": []}),
+        )
+        .expect(400)
+        .await;
+    let mut problems: Vec<String> = bad.json["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: {}",
+                p["path"].as_str().unwrap(),
+                p["message"].as_str().unwrap()
+            )
+        })
+        .collect();
+    problems.sort();
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(
+        problems[0].starts_with("ban: \"0s\" must be positive"),
+        "{problems:#?}"
+    );
+    assert_eq!(problems[1], "burst: 0 must be at least 1");
+    assert!(
+        problems[2].starts_with("soft_limit: \"120%\" must be above 0% and at most 100%"),
+        "{problems:#?}"
+    );
+    assert!(
+        problems[3].starts_with("tiers: not a field of a bucket resource"),
+        "{problems:#?}"
+    );
+    // Bounds are checked in the order of Params::new: burst, then period.
+    let bad = app
+        .put(&bucket)
+        .json(json!({"kind": "bucket", "burst": 0, "count": 1, "period": "1s"}))
+        .expect(400)
+        .await;
+    assert_eq!(bad.json["problems"][0]["path"], "burst");
+    assert_eq!(bad.json["problems"][0]["message"], "0 must be at least 1");
+    assert_eq!(
+        app.put(&bucket)
+            .json(json!({"kind": "bucket", "burst": 1, "count": 1, "period": "0s"}))
+            .problems()
+            .await,
+        ["period"]
+    );
+    assert_eq!(
+        app.put(&bucket)
+            .json(json!({"kind": "bucket", "burst": 9_007_199_254_740_991_u64, "count": 1, "period": "1s"}))
+            .problems()
+            .await,
+        ["burst"]
+    );
+    assert_eq!(
+        app.put(&resource_path("w"))
+            .json(json!({"kind": "window", "algorithm": "sliding_counter",
+                         "limit": 9_007_199_254_740_991_u64, "window": "1m"}))
+            .problems()
+            .await,
+        ["limit"]
+    );
+    assert_eq!(
+        app.put(&resource_path("q"))
+            .json(json!({"kind": "queue", "rate": 1, "period": "1s"}))
+            .problems()
+            .await,
+        ["size"]
+    );
+    assert_eq!(app.version().await, 0, "nothing stored");
+
+    // An override: problems relative to the body sent.
+    app.put(&bucket).json(orders()).expect(201).await;
+    let o = format!("{bucket}/domains/x");
+    let mut paths = app
+        .put(&o)
+        .json(json!({"count": 0, "soft_limit": 80, "hard_limit": 1}))
+        .problems()
+        .await;
+    paths.sort();
+    assert_eq!(paths, ["count", "hard_limit", "soft_limit"]);
+    assert_eq!(
+        app.put(&o).json(json!({"count": 0})).problems().await,
+        ["count"]
+    );
+    // A combination that breaks an exactness bound is the override's.
+    assert_eq!(
+        app.put(&o)
+            .json(json!({"burst": 9_007_199_254_740_991_u64}))
+            .problems()
+            .await,
+        ["burst"]
+    );
+    assert_eq!(app.version().await, 1, "only the valid resource");
+}
+
+const KINDS_FILE: &str = "resources:
+  - { name: b, kind: bucket, burst: 5, count: 1, period: 1s, ban: 1h, domains: { d: { count: 2 } } }
+  - { name: w, kind: window, algorithm: fixed, limit: 7, window: 1m, soft_limit: 80% }
+  - { name: q, kind: queue, rate: 10, period: 1s, size: 5 }
+  - { name: r, kind: rate, soft_limit: 50%, tiers: [ { limit: 1, window: 1s } ] }
+";
+
+async fn the_new_kinds_import_and_export(db: TestDb) {
+    let app = db.app().await;
+    app.put("/v1/config")
+        .body("application/yaml", KINDS_FILE)
+        .expect(200)
+        .await;
+    let exported = app.get("/v1/config?format=json").expect(200).await;
+    let kinds: Vec<&str> = exported.json["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["bucket", "queue", "rate", "window"]);
+    let version = app.version().await;
+    // Importing what was exported changes nothing.
+    let again = app
+        .put("/v1/config")
+        .json(exported.json.clone())
+        .expect(200)
+        .await;
+    assert_eq!(again.json["changed"], false, "{}", again.text);
+    assert_eq!(app.version().await, version);
+    assert_eq!(
+        exported.json["resources"][0]["domains"]["d"],
+        json!({"count": 2})
+    );
+    assert_eq!(exported.json["resources"][3]["soft_limit"], "80%");
+}
+
+/// A database created before the bucket, window and queue kinds (only
+/// migration 0001, whose `CHECK` admitted `rate` and `copy`) is migrated on
+/// open: what it holds is kept, and the new kinds are accepted.
+#[tokio::test]
+async fn a_database_from_before_the_new_kinds_is_migrated() {
+    use sqlx::ConnectOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.db");
+    let first = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/0001_initial.sql"),
+        first.path().join("0001_initial.sql"),
+    )
+    .unwrap();
+    let document = json!({"name": "api/search", "kind": "rate", "tiers": [
+        {"limit": 5, "window": "1s", "cooldown": "0s", "skippable": false}]});
+    {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&file)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::migrate::Migrator::new(first.path())
+            .await
+            .unwrap()
+            .run(&mut conn)
+            .await
+            .unwrap();
+        for statement in [
+            "INSERT INTO charon_meta (id, version, history_floor, epoch) VALUES (1, 1, 0, 'before')",
+            "INSERT INTO charon_changes (version, entity, name) VALUES (1, 'resource', 'api/search')",
+        ] {
+            sqlx::query(statement).execute(&mut conn).await.unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
+             VALUES ('api/search', 'rate', $1, 1, 1)",
+        )
+        .bind(document.to_string())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let refused = sqlx::query(
+            "INSERT INTO charon_resources (name, kind, document, created_version, updated_version) \
+             VALUES ('b', 'bucket', '{}', 1, 1)",
+        )
+        .execute(&mut conn)
+        .await;
+        assert!(refused.is_err(), "0001 admits rate and copy only");
+    }
+    let db = TestDb::at(&file);
+    let app = db.app().await;
+    assert_eq!(
+        app.get(&resource_path("api/search")).expect(200).await.json,
+        document
+    );
+    assert_eq!(app.version().await, 1);
+    app.put(&resource_path("acme/new-orders"))
+        .json(orders())
+        .expect(201)
+        .await;
+    assert_eq!(
+        app.get(&resource_path("acme/new-orders"))
+            .expect(200)
+            .await
+            .json["kind"],
+        "bucket"
+    );
 }

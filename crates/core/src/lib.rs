@@ -3,24 +3,38 @@
 //! Everything that decides lives here: the configuration model and its
 //! normalization (SPEC §2, §6), the burst-tier algorithm for rate-limited
 //! resources (SPEC §2), the copy-limit algorithm (SPEC §3) and namespace
-//! resolution (SPEC §4). There is no I/O, no async runtime and no clock
-//! reading: stores pass state and `now` in, and swap the new state in
-//! atomically however they can (a mutex, a Redis script).
+//! resolution (SPEC §4); and the other rate-like kinds of SPEC §7–10, each
+//! exact in integers: token buckets ([`bucket`]), fixed and sliding-counter
+//! windows ([`window`]) and queues ([`queue`]), with what they share (soft
+//! limits, bans, dry runs, charge and refund) in [`meter`]. There is no
+//! I/O, no async runtime and no clock reading: stores pass state and `now`
+//! in, and swap the new state in atomically however they can (a mutex, a
+//! Redis script).
 //!
 //! Core also owns how input and output look: [`fields`] is the one checker
 //! of JSON/YAML fields every input path uses, and the replies and issues
 //! derive `Serialize` in the field names of SPEC §6.
 
+// The fields of the configuration, reply and state types are documented by
+// SPEC §2, §3 and §6, not yet item by item.
+#![allow(missing_docs)]
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod bound;
+pub mod bucket;
 pub mod config;
 pub mod copy;
+pub mod drain;
 pub mod error;
 pub mod fields;
+pub mod meter;
+pub mod queue;
 pub mod rate;
 pub mod request;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod time;
+pub mod window;
 mod wire;
 
 pub use error::ClientError;

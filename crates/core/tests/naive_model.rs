@@ -37,7 +37,7 @@ struct Naive {
 }
 
 fn inside(t: u64, now: u64, span: u64) -> bool {
-    (now as i128) - (span as i128) <= t as i128 && t <= now
+    i128::from(now) - i128::from(span) <= i128::from(t) && t <= now
 }
 
 impl Naive {

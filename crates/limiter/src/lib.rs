@@ -1,27 +1,34 @@
 //! The limiting service without a protocol.
 //!
 //! A [`Limiter`] holds the configuration in force (swapped atomically on
-//! reload) and a store; a [`Session`] is one client's session of SPEC §3,
-//! owning the holds it made or seized and releasing them all when it ends.
+//! reload) and a store, and decides every rate-like kind
+//! ([`Limiter::decide`], [`Limiter::charge`], [`Limiter::refund`]); a
+//! [`Session`] is one client's session of SPEC §3, owning the holds it made
+//! or seized and releasing them all when it ends.
 //! The gRPC server, the simulator and the HTTP simulator endpoint are thin
 //! shells around these two types, so every protocol decides the same way.
 
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
+mod decision;
 mod error;
 mod holds;
 mod session;
-pub mod simulation;
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use charon_core::config::Config;
+use charon_core::ClientError;
+use charon_core::config::{Config, Enforcement, RateLike};
 use charon_core::copy::{CopyStatus, Hold};
+use charon_core::meter::{Meter, Op};
 use charon_core::rate::RateReply;
-use charon_core::request::{Amount, check_name};
+use charon_core::request::{Amount, check_name, positive_count};
 use charon_store::{HoldSource, Store};
 
 use self::holds::Registry;
 
+pub use decision::{Decision, RequestOptions};
 pub use error::LimitError;
 pub use session::Session;
 
@@ -67,8 +74,11 @@ impl Limiter {
         &self.store
     }
 
-    /// `request(resource, domain, copies, min_copies)` for a rate-limited
-    /// resource (SPEC §2). Needs no session: hits are never given back.
+    /// `request(resource, domain, copies, min_copies)` for a resource of
+    /// `kind: rate` (burst tiers, SPEC §2), kept for callers that only know
+    /// the tiers' reply; a bucket, window or queue is a wrong-kind client
+    /// error here. [`Limiter::decide`] serves every rate-like kind. Needs
+    /// no session: hits are never given back.
     pub async fn request(
         &self,
         resource: &str,
@@ -84,6 +94,112 @@ impl Limiter {
             .store
             .request(resource, domain, limits, amount, enforcement)
             .await?)
+    }
+
+    /// `request(resource, domain, copies, min_copies)` on any rate-like
+    /// resource (SPEC §2, §7–§10): a bucket, window or queue (its domain's
+    /// override applied) is decided by [`Store::meter`], `kind: rate` by the
+    /// burst tiers as [`Limiter::request`] does. `options.dry_run` records
+    /// nothing; the burst tiers cannot dry-run yet (a client error).
+    ///
+    /// Under `ignore_configured` a bucket, window or queue grants the whole
+    /// request and records it as a charge (never rejected, no ban), which is
+    /// what SPEC §4 asks: granted, accesses still recorded.
+    pub async fn decide(
+        &self,
+        resource: &str,
+        domain: &str,
+        amount: Amount,
+        options: RequestOptions,
+    ) -> Result<Decision, LimitError> {
+        check_name("resource", resource)?;
+        check_name("domain", domain)?;
+        let config = self.config.load();
+        let operation = if options.dry_run {
+            "dry_run"
+        } else {
+            "request"
+        };
+        let (meter, enforcement) = match config.rate_like(resource, domain, operation)? {
+            (RateLike::Meter(meter), enforcement) => (meter, enforcement),
+            (RateLike::Tiers(_), _) if options.dry_run => {
+                return Err(tiers_cannot(operation).into());
+            }
+            (RateLike::Tiers(rate), enforcement) => {
+                let limits = rate.limits_for(domain);
+                let reply = self
+                    .store
+                    .request(resource, domain, limits, amount, enforcement)
+                    .await?;
+                return Ok(Decision::Tiers(reply));
+            }
+        };
+        let ignored = enforcement == Enforcement::Ignore;
+        let op = match (ignored, options.dry_run) {
+            (false, dry_run) => Op::Request { amount, dry_run },
+            (true, false) => Op::Charge(amount.copies()),
+            (true, true) => Op::dry_run(amount),
+        };
+        let mut reply = self.store.meter(resource, domain, &meter, op).await?;
+        if ignored {
+            reply.granted = amount.copies();
+        }
+        Ok(Decision::Meter { reply, ignored })
+    }
+
+    /// `charge(resource, domain, copies)` (SPEC §10): a cost recorded after
+    /// the fact (LLM tokens once the answer is known), never rejected; a
+    /// bucket goes into debt that later requests pay. Not yet for the burst
+    /// tiers (a client error).
+    pub async fn charge(
+        &self,
+        resource: &str,
+        domain: &str,
+        copies: u64,
+    ) -> Result<Decision, LimitError> {
+        self.meter_op(resource, domain, "charge", Op::Charge(copies))
+            .await
+    }
+
+    /// `refund(resource, domain, copies)` (SPEC §10): tokens given back to
+    /// a bucket. A client error on every other kind: hits already counted
+    /// cannot be un-requested.
+    pub async fn refund(
+        &self,
+        resource: &str,
+        domain: &str,
+        copies: u64,
+    ) -> Result<Decision, LimitError> {
+        self.meter_op(resource, domain, "refund", Op::Refund(copies))
+            .await
+    }
+
+    async fn meter_op(
+        &self,
+        resource: &str,
+        domain: &str,
+        operation: &'static str,
+        op: Op,
+    ) -> Result<Decision, LimitError> {
+        check_name("resource", resource)?;
+        check_name("domain", domain)?;
+        if let Op::Charge(n) | Op::Refund(n) = op {
+            positive_count("copies", n)?;
+        }
+        let config = self.config.load();
+        let (meter, enforcement) = match config.rate_like(resource, domain, operation)? {
+            (RateLike::Meter(meter), enforcement) => (meter, enforcement),
+            (RateLike::Tiers(_), _) => return Err(tiers_cannot(operation).into()),
+        };
+        let ignored = enforcement == Enforcement::Ignore;
+        let reply = self.store.meter(resource, domain, &meter, op).await?;
+        Ok(Decision::Meter { reply, ignored })
+    }
+
+    /// The parameters a bucket, window or queue decides with for `domain`
+    /// (its override applied); `None` for any other resource.
+    pub fn meter(&self, resource: &str, domain: &str) -> Option<Meter> {
+        self.config.load().meter(resource, domain)
     }
 
     /// Opens a session (SPEC §3): the owner of holds.
@@ -109,4 +225,18 @@ impl Limiter {
             self.holds.remove_ended(hold, *n);
         }
     }
+}
+
+/// The error for `operation` (charge, refund, dry_run) on the burst
+/// tiers: not supported yet, but for refunds, which SPEC §10 keeps to
+/// buckets.
+fn tiers_cannot(operation: &'static str) -> ClientError {
+    if operation == "refund" {
+        return ClientError::invalid(
+            "refund is only for kind bucket: hits already counted cannot be un-requested",
+        );
+    }
+    ClientError::invalid(format!(
+        "{operation} is not supported for kind rate yet (only for kind bucket, window and queue)"
+    ))
 }

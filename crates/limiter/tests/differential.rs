@@ -14,12 +14,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
 
 use charon_core::config::{Config, Tier};
 use charon_core::copy::Hold;
@@ -28,7 +25,7 @@ use charon_core::request::Amount;
 use charon_core::testing::{self, Draw};
 use charon_core::{MAX_COUNT, ManualClock};
 use charon_limiter::{LimitError, Limiter, Session};
-use charon_store::{MemoryStore, RedisOptions, RedisStore};
+use charon_store::MemoryStore;
 use charon_testkit::RedisServer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -351,7 +348,7 @@ impl Scenario {
                     Ok(r) if r.granted == 0 => self.saw("request rejected"),
                     Ok(r) if r.burst => self.saw(format!("request burst into tier {}", r.tier)),
                     Ok(r) if r.hard_limited || r.global_limited => {
-                        self.saw("request granted, limited by H/G")
+                        self.saw("request granted, limited by H/G");
                     }
                     Ok(r) if r.granted < copies => self.saw("request granted partly"),
                     Ok(r) if r.granted > 7 => self.saw("request granted, huge"),
@@ -512,14 +509,7 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         config.clone(),
         Arc::new(MemoryStore::with_sequential_ids(clock.clone())),
     );
-    let options = RedisOptions {
-        clock: Some(clock.clone()),
-        // Every seed in its own keys, so seeds can share one redis-server.
-        key_prefix: format!("diff{seed}"),
-        ..common::options(None, &format!("seed{seed}"), Duration::from_secs(10))
-    };
-    let store = RedisStore::connect(&redis.url(), options).await.unwrap();
-    let maintain = common::spawn_maintain(&store);
+    let (store, maintain) = charon_testkit::stores::seed_store(redis, &clock, "diff", seed).await;
     let redis = Limiter::new(config, store);
     let mut scenario = Scenario {
         clock,
@@ -543,24 +533,12 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_and_redis_give_identical_replies() {
     let redis = RedisServer::start();
-    let seeds: Vec<u64> = match std::env::var("CHARON_DIFF_SEED") {
-        Ok(s) => vec![s.parse().unwrap()],
-        Err(_) => {
-            let n = std::env::var("CHARON_DIFF_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(24);
-            (1..=n).collect()
-        }
-    };
+    let seeds = charon_testkit::stores::diff_seeds();
     let mut seen = BTreeMap::new();
     for seed in seeds {
         run(seed, 600, &redis, &mut seen).await;
     }
-    println!("outcomes compared:");
-    for (k, v) in &seen {
-        println!("  {v:6}  {k}");
-    }
+    charon_testkit::stores::print_outcomes(&seen);
     for must in [
         "request burst into tier 2",
         "request burst into tier 3",

@@ -110,5 +110,5 @@ macro_rules! senders {
     };
 }
 
-senders!(true: RateRequest, SessionRequest);
+senders!(true: RateRequest, ChargeRequest, SessionRequest);
 senders!(false: RateReply, SessionReply);

@@ -6,6 +6,7 @@
 pub mod codec;
 
 /// Package `charon.v1`.
+#[allow(unused_qualifications)] // generated code names paths in full
 pub mod v1 {
     tonic::include_proto!("charon.v1");
 

@@ -15,8 +15,11 @@ use crate::ConfigReport;
 /// environment variables take precedence; they are read at start-up only.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileServerSettings {
+    /// `server.store`: `memory` or a `redis://` URL.
     pub store: Option<String>,
+    /// `server.listen`: the gRPC address.
     pub listen: Option<String>,
+    /// `server.http_listen`: the HTTP address (metrics, health, pages).
     pub http_listen: Option<String>,
 }
 
@@ -50,7 +53,8 @@ pub fn parse_text(
                     match v {
                         serde_json::Value::String(s) => *slot = Some(s),
                         other => {
-                            problems.push(format!("server.{key}: expected a string, found {other}"))
+                            problems
+                                .push(format!("server.{key}: expected a string, found {other}"));
                         }
                     }
                 }

@@ -15,6 +15,8 @@
 //!   argument parsing plus a call, and tests start whole servers
 //!   in-process.
 
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod config_file;
 pub mod file_reload;
 mod grpc;
@@ -34,8 +36,8 @@ use tracing::{error, info, warn};
 
 pub use grpc::LimiterService;
 pub use root::{
-    ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error, Exit, Listeners,
-    Settings, StoreSettings, run, terminated, token_file,
+    ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error, Exit, GrpcIncoming,
+    Listeners, Settings, StoreSettings, run, run_observed, terminated, token_file,
 };
 pub use shutdown::Shutdown;
 
@@ -73,8 +75,11 @@ impl Default for ServerOptions {
 /// What the server shares between its protocols.
 #[derive(Debug)]
 pub struct ServerState {
+    /// The limiter every protocol decides through.
     pub limiter: Arc<Limiter>,
+    /// What the server was started with.
     pub options: ServerOptions,
+    /// Shutdown, for every task that must stop with the server.
     pub shutdown: Shutdown,
     ready: AtomicBool,
     config: arc_swap::ArcSwap<ConfigReport>,
@@ -119,11 +124,11 @@ impl ServerState {
     /// Records where the configuration in force came from.
     pub fn report_config(&self, report: ConfigReport) {
         metrics::config_version(report.version);
-        self.config.store(std::sync::Arc::new(report));
+        self.config.store(Arc::new(report));
     }
 
     /// Where the configuration in force came from.
-    pub fn config_report(&self) -> std::sync::Arc<ConfigReport> {
+    pub fn config_report(&self) -> Arc<ConfigReport> {
         self.config.load_full()
     }
 

@@ -6,6 +6,11 @@
 //!   `server_error`; `resource` is the configured name, `(unconfigured)` for
 //!   resources admitted by `allow_unconfigured` (unbounded names must not
 //!   become unbounded label values) and `(unknown)` for refused ones;
+//!   `operation` is `request`, `dry_run`, `charge`, `refund` or a copy
+//!   operation (a charge or refund counts as `granted`);
+//! - `charon_warnings_total{operation, resource}` — replies over a soft
+//!   limit, and `charon_banned_total{operation, resource}` — replies to a
+//!   banned domain (buckets, windows and queues, SPEC §10);
 //! - `charon_decision_duration_seconds{operation}` — a histogram;
 //! - `charon_errors_total{operation, class}`;
 //! - `charon_sessions_open`, `charon_copies_held` (by this server's
@@ -50,10 +55,15 @@ pub fn install() -> &'static PrometheusHandle {
 /// How an operation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Everything asked for was granted.
     Granted,
+    /// Fewer copies than asked for, at least `min_copies`.
     Partial,
+    /// Refused by a limit.
     Rejected,
+    /// The caller's fault (SPEC §5 class `client`).
     ClientError,
+    /// Charon's fault (SPEC §5 class `server`); clients degrade.
     ServerError,
 }
 
@@ -101,6 +111,20 @@ pub fn observe(operation: &'static str, resource: String, outcome: Outcome, elap
         _ => return,
     };
     counter!("charon_errors_total", "operation" => operation, "class" => class).increment(1);
+}
+
+/// The SPEC §10 flags of one reply, counted by resource so an operator
+/// sees which limits clients are running into before they are rejected
+/// (warnings) and who is being shut out (bans).
+pub fn reply_flags(operation: &'static str, resource: &str, warning: bool, banned: bool) {
+    if warning {
+        counter!("charon_warnings_total", "operation" => operation, "resource" => resource.to_owned())
+            .increment(1);
+    }
+    if banned {
+        counter!("charon_banned_total", "operation" => operation, "resource" => resource.to_owned())
+            .increment(1);
+    }
 }
 
 /// A session opened (+1) or ended (−1).

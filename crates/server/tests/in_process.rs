@@ -1,8 +1,9 @@
 //! Whole servers in this process, started through [`charon_server::run`]
 //! on loopback listeners and driven with tonic: every RPC of
-//! `charon.v1.Limiter` (unary `Request`; `Session` with reserve, release,
-//! transfer, seize and rate requests), every error class, the HTTP side
-//! (`/metrics`, `/healthz`, `/readyz`) and graceful shutdown.
+//! `charon.v1.Limiter` (unary `Request`, `Charge`, `Refund`; `Session` with
+//! reserve, release, transfer, seize, rate requests, charges and refunds), every error class, the HTTP side
+//! (`/metrics`, `/healthz`, `/readyz`) and graceful shutdown; buckets,
+//! windows and queues with `dry_run`, `Charge` and `Refund` (SPEC §7–§10).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
-use charon_server::{ConfigSource, Error, Exit, Listeners, Settings};
+use charon_server::{ConfigSource, Error, Exit, GrpcIncoming, Listeners, Settings};
+use charon_testkit::InProcessServer;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -39,38 +41,25 @@ struct Running {
     http: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<Exit, Error>>,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Running {
-    /// A server on `LIMITS` (a file) with `settings` changed by `change`.
+    /// A server on `LIMITS` (a file) with `settings` changed by `change`,
+    /// once it serves.
     async fn start(change: impl FnOnce(&mut Settings)) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("limits.yaml");
         std::fs::write(&path, LIMITS).expect("write the configuration");
         let mut settings = Settings::new(ConfigSource::File(path));
         change(&mut settings);
-        let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let (grpc_addr, http_addr) = (
-            grpc.local_addr().expect("addr"),
-            http.local_addr().expect("addr"),
-        );
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(charon_server::run(
-            settings,
-            Listeners::Bound { grpc, http },
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        let server = Self {
-            grpc: grpc_addr,
-            http: http_addr,
-            stop: Some(stop),
-            task,
-            _dir: dir,
-        };
+        let server = Self::launch(settings, Some(dir)).await;
+        server.until_serving().await
+    }
+
+    /// `self` once `/healthz` answers.
+    async fn until_serving(self) -> Self {
+        let server = self;
         // Serving once /healthz answers.
         for _ in 0..200 {
             if server.get("/healthz").await.is_ok() {
@@ -79,6 +68,41 @@ impl Running {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         panic!("the server did not start");
+    }
+
+    /// `run` with `settings` on bound loopback listeners, not waited for;
+    /// `dir` is kept until the server is dropped.
+    async fn launch(settings: Settings, dir: Option<tempfile::TempDir>) -> Self {
+        let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let grpc_addr = grpc.local_addr().expect("addr");
+        Self::launch_on(settings, grpc_addr, Listeners::Bound { grpc, http }, dir)
+    }
+
+    /// `run` with `settings` on `listeners` (gRPC at `grpc_addr`).
+    fn launch_on(
+        settings: Settings,
+        grpc_addr: SocketAddr,
+        listeners: Listeners,
+        dir: Option<tempfile::TempDir>,
+    ) -> Self {
+        let http_addr = match &listeners {
+            Listeners::Bound { http, .. } | Listeners::Incoming { http, .. } => {
+                http.local_addr().expect("addr")
+            }
+            Listeners::AtSettings => panic!("tests bind their listeners"),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(charon_server::run(settings, listeners, async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            grpc: grpc_addr,
+            http: http_addr,
+            stop: Some(stop),
+            task,
+            _dir: dir,
+        }
     }
 
     async fn client(&self) -> LimiterClient<Channel> {
@@ -98,9 +122,15 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             stop.send(()).expect("the server is running");
         }
-        tokio::time::timeout(Duration::from_secs(15), &mut self.task)
+        self.ended(Duration::from_secs(15)).await
+    }
+
+    /// What `run` returned by itself (nobody resolved the shutdown
+    /// future), within `within`.
+    async fn ended(mut self, within: Duration) -> Result<Exit, Error> {
+        tokio::time::timeout(within, &mut self.task)
             .await
-            .expect("run returns within the grace period")
+            .expect("run returns in time")
             .expect("the task")
     }
 }
@@ -150,6 +180,7 @@ fn rate(resource: &str, domain: &str, copies: Option<u64>) -> v1::RateRequest {
         domain: domain.to_owned(),
         copies,
         min_copies: None,
+        dry_run: false,
     }
 }
 
@@ -168,6 +199,45 @@ fn class(status: &tonic::Status) -> &str {
         .get(CLASS_KEY)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("none")
+}
+
+/// The error a unary rate request gets, checked to be of `want` (code,
+/// class).
+async fn request_error(
+    c: &mut LimiterClient<Channel>,
+    request: v1::RateRequest,
+    want: (Code, &str),
+) -> tonic::Status {
+    let e = c.request(request).await.expect_err("an error");
+    assert_error(&e, want);
+    e
+}
+
+/// Checks that `e` is of `want` (code, class).
+fn assert_error(e: &tonic::Status, want: (Code, &str)) {
+    assert_eq!((e.code(), class(e)), want, "{e:?}");
+}
+
+fn release(domain: &str, copies: u64) -> Op {
+    Op::Release(v1::ReleaseRequest {
+        resource: "vm".to_owned(),
+        domain: domain.to_owned(),
+        copies,
+        groups: vec![],
+    })
+}
+
+/// A server that cannot decide: a unary request and a session's reserve
+/// are server errors (so clients may degrade), and it is not ready. The
+/// body of `/readyz`.
+async fn assert_cannot_decide(server: &Running, c: &mut LimiterClient<Channel>) -> String {
+    request_error(c, rate("api", "d", None), (Code::Unavailable, "server")).await;
+    let mut s = Session::open(c).await;
+    let e = session_error(s.call(reserve("d", 1)).await);
+    assert_eq!(e.class, v1::error::Class::Server as i32, "{e:?}");
+    let (status, body) = server.get("/readyz").await.expect("readyz");
+    assert_eq!(status, 503, "{body}");
+    body
 }
 
 fn session_error(reply: Reply) -> v1::Error {
@@ -214,15 +284,7 @@ async fn a_session_reserves_releases_transfers_seizes_and_requests() {
         (r.granted, r.domain_holds, r.domain_limit, r.global_limit),
         (3, 3, Some(3), Some(4))
     );
-    let Reply::Release(r) = a
-        .call(Op::Release(v1::ReleaseRequest {
-            resource: "vm".to_owned(),
-            domain: "d".to_owned(),
-            copies: 1,
-            groups: vec![],
-        }))
-        .await
-    else {
+    let Reply::Release(r) = a.call(release("d", 1)).await else {
         panic!("a release reply")
     };
     assert_eq!((r.released, r.domain_holds), (1, 2));
@@ -280,45 +342,27 @@ async fn client_errors_are_classified_client() {
     let server = Running::start(|_| {}).await;
     let mut c = server.client().await;
     // Unknown resource.
-    let e = c
-        .request(rate("nope", "d", None))
-        .await
-        .expect_err("unknown");
-    assert_eq!((e.code(), class(&e)), (Code::NotFound, "client"), "{e:?}");
+    request_error(&mut c, rate("nope", "d", None), (Code::NotFound, "client")).await;
     // Invalid argument.
-    let e = c
-        .request(rate("api", "d", Some(0)))
-        .await
-        .expect_err("invalid");
-    assert_eq!(
-        (e.code(), class(&e)),
+    let e = request_error(
+        &mut c,
+        rate("api", "d", Some(0)),
         (Code::InvalidArgument, "client"),
-        "{e:?}"
-    );
+    )
+    .await;
     assert!(e.message().contains("copies must be at least 1"), "{e:?}");
     // The wrong kind: a rate request on a copy resource.
-    let e = c
-        .request(rate("vm", "d", None))
-        .await
-        .expect_err("wrong kind");
-    assert_eq!(
-        (e.code(), class(&e)),
+    request_error(
+        &mut c,
+        rate("vm", "d", None),
         (Code::FailedPrecondition, "client"),
-        "{e:?}"
-    );
+    )
+    .await;
     // On a session: errors are replies, the session goes on.
     let mut s = Session::open(&mut c).await;
     let e = session_error(s.call(Op::Request(rate("nope", "d", None))).await);
     assert_eq!(e.class, v1::error::Class::Client as i32, "{e:?}");
-    let e = session_error(
-        s.call(Op::Release(v1::ReleaseRequest {
-            resource: "vm".to_owned(),
-            domain: "d".to_owned(),
-            copies: 1,
-            groups: vec![],
-        }))
-        .await,
-    );
+    let e = session_error(s.call(release("d", 1)).await);
     assert_eq!(e.class, v1::error::Class::Client as i32, "not held: {e:?}");
     let Reply::Reserve(r) = s.call(reserve("d", 1)).await else {
         panic!("the session goes on")
@@ -389,11 +433,7 @@ async fn a_malformed_request_is_a_client_error() {
         )
         .await
         .expect_err("malformed");
-    assert_eq!(
-        (e.code(), class(&e)),
-        (Code::InvalidArgument, "client"),
-        "{e:?}"
-    );
+    assert_error(&e, (Code::InvalidArgument, "client"));
     assert!(e.message().contains("malformed"), "{e:?}");
     assert_eq!(server.stop().await.expect("stops"), Exit::Stopped);
 }
@@ -415,20 +455,7 @@ async fn no_configuration_loaded_is_a_server_error_and_not_ready() {
     })
     .await;
     let mut c = server.client().await;
-    let e = c
-        .request(rate("api", "d", None))
-        .await
-        .expect_err("no configuration");
-    assert_eq!(
-        (e.code(), class(&e)),
-        (Code::Unavailable, "server"),
-        "{e:?}"
-    );
-    let mut s = Session::open(&mut c).await;
-    let e = session_error(s.call(reserve("d", 1)).await);
-    assert_eq!(e.class, v1::error::Class::Server as i32, "{e:?}");
-    let (status, body) = server.get("/readyz").await.expect("readyz");
-    assert_eq!(status, 503, "{body}");
+    let body = assert_cannot_decide(&server, &mut c).await;
     assert!(body.contains("no configuration loaded yet"), "{body}");
     assert_eq!(server.stop().await.expect("stops"), Exit::Stopped);
 }
@@ -449,20 +476,7 @@ async fn a_store_that_does_not_answer_is_a_server_error() {
         .into_inner();
     assert_eq!(ok.granted, 1);
     redis.stop();
-    let e = c
-        .request(rate("api", "d", None))
-        .await
-        .expect_err("Redis stopped");
-    assert_eq!(
-        (e.code(), class(&e)),
-        (Code::Unavailable, "server"),
-        "{e:?}"
-    );
-    let mut s = Session::open(&mut c).await;
-    let e = session_error(s.call(reserve("d", 1)).await);
-    assert_eq!(e.class, v1::error::Class::Server as i32, "{e:?}");
-    let (status, body) = server.get("/readyz").await.expect("readyz");
-    assert_eq!(status, 503, "{body}");
+    assert_cannot_decide(&server, &mut c).await;
     redis.resume();
     assert_eq!(server.stop().await.expect("stops"), Exit::Stopped);
 }
@@ -494,9 +508,7 @@ async fn health_readiness_and_metrics() {
         assert!(metrics.contains(name), "{name} missing:\n{metrics}");
     }
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("charon_") && l.contains("resource=\"api\"")),
+        has_sample(&metrics, "charon_", &["resource=\"api\""]),
         "the Request RPC observed by resource:\n{metrics}"
     );
     assert_eq!(server.stop().await.expect("stops"), Exit::Stopped);
@@ -538,15 +550,7 @@ async fn graceful_shutdown_ends_sessions_and_releases_their_holds() {
         panic!("a reserve reply")
     };
     assert_eq!(r.granted, 1, "3 of 4 held");
-    let Reply::Release(_) = probe
-        .call(Op::Release(v1::ReleaseRequest {
-            resource: "vm".to_owned(),
-            domain: "e".to_owned(),
-            copies: 1,
-            groups: vec![],
-        }))
-        .await
-    else {
+    let Reply::Release(_) = probe.call(release("e", 1)).await else {
         panic!("a release reply")
     };
 
@@ -662,33 +666,6 @@ async fn shutdown_releases_each_sessions_holds_before_serve_returns() {
     assert_eq!(r.granted, 3, "global limit 4: the 4 held are free again");
 }
 
-/// A server with `source` on bound loopback listeners, stopped by the
-/// returned sender.
-async fn start_with(
-    source: ConfigSource,
-) -> (
-    SocketAddr,
-    SocketAddr,
-    oneshot::Sender<()>,
-    JoinHandle<Result<Exit, Error>>,
-) {
-    let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addrs = (
-        grpc.local_addr().expect("addr"),
-        http.local_addr().expect("addr"),
-    );
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(charon_server::run(
-        Settings::new(source),
-        Listeners::Bound { grpc, http },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    (addrs.0, addrs.1, stop, task)
-}
-
 async fn wait_for_status(url: &str, want: u16) -> String {
     for _ in 0..400 {
         if let Ok(r) = reqwest::get(url).await
@@ -707,24 +684,13 @@ async fn the_embedded_configuration_service_feeds_the_limiter() {
     let db = dir.path().join("charon.db").display().to_string();
     let mut service = charon_server::EmbeddedService::new(db.clone());
     service.tokens = Some("s3cret".to_owned());
-    let (grpc, http, stop, task) = start_with(ConfigSource::Embedded(service)).await;
-    let body = wait_for_status(&format!("http://{http}/readyz"), 200).await;
+    let server = Running::launch(Settings::new(ConfigSource::Embedded(service)), None).await;
+    let body = wait_for_status(&format!("http://{}/readyz", server.http), 200).await;
     assert!(body.contains("config: service http://127.0.0.1:"), "{body}");
     // An empty configuration: every resource is unknown (a client error).
-    let mut c = LimiterClient::connect(format!("http://{grpc}"))
-        .await
-        .expect("connect");
-    let e = c
-        .request(rate("api", "d", None))
-        .await
-        .expect_err("unknown");
-    assert_eq!((e.code(), class(&e)), (Code::NotFound, "client"), "{e:?}");
-    stop.send(()).expect("running");
-    let exit = tokio::time::timeout(Duration::from_secs(15), task)
-        .await
-        .expect("stops")
-        .expect("the task");
-    assert_eq!(exit.expect("a clean stop"), Exit::Stopped);
+    let mut c = server.client().await;
+    request_error(&mut c, rate("api", "d", None), (Code::NotFound, "client")).await;
+    assert_eq!(server.stop().await.expect("a clean stop"), Exit::Stopped);
     assert!(
         !charon_server::token_file(&db).exists(),
         "tokens given: none made up"
@@ -735,24 +701,598 @@ async fn the_embedded_configuration_service_feeds_the_limiter() {
 async fn the_configuration_service_alone() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("charon.db").display().to_string();
-    let (grpc, http, stop, task) = start_with(ConfigSource::ApiOnly(
-        charon_server::EmbeddedService::new(db.clone()),
-    ))
-    .await;
+    let service = charon_server::EmbeddedService::new(db.clone());
+    let server = Running::launch(Settings::new(ConfigSource::ApiOnly(service)), None).await;
     assert_eq!(
-        wait_for_status(&format!("http://{http}/healthz"), 200).await,
+        wait_for_status(&format!("http://{}/healthz", server.http), 200).await,
         "ok\n"
     );
     assert!(
-        tokio::net::TcpStream::connect(grpc).await.is_err(),
+        tokio::net::TcpStream::connect(server.grpc).await.is_err(),
         "no gRPC: its listener was dropped"
     );
     let token = std::fs::read_to_string(charon_server::token_file(&db)).expect("a token made up");
     assert_eq!(token.trim().len(), 32, "{token:?}");
-    stop.send(()).expect("running");
-    let exit = tokio::time::timeout(Duration::from_secs(15), task)
+    assert_eq!(server.stop().await.expect("a clean stop"), Exit::Stopped);
+}
+
+/// Settings with `limits` (YAML) given by value.
+fn inline(limits: &str) -> Settings {
+    let (config, _) = charon_core::config::Config::from_yaml(limits).expect("valid");
+    Settings::new(ConfigSource::Inline(config))
+}
+
+#[tokio::test]
+async fn run_returns_stopped_when_its_shutdown_future_resolves() {
+    let server = Running::launch(inline(LIMITS), None)
         .await
-        .expect("stops")
-        .expect("the task");
-    assert_eq!(exit.expect("a clean stop"), Exit::Stopped);
+        .until_serving()
+        .await;
+    let (grpc, http) = (server.grpc, server.http);
+    let mut c = server.client().await;
+    c.request(rate("api", "d", None)).await.expect("granted");
+    assert_eq!(server.stop().await.expect("a clean stop"), Exit::Stopped);
+    for addr in [grpc, http] {
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "nothing listens on {addr} any more"
+        );
+    }
+}
+
+#[tokio::test]
+async fn run_fails_naming_the_grpc_side_when_its_listener_stops() {
+    // The gRPC side's listener is this test: it accepts one connection and
+    // hands it over, then goes away (the stream of connections ends), as a
+    // listener whose socket was closed under the server would.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (conns, incoming) = mpsc::channel::<std::io::Result<tokio::net::TcpStream>>(1);
+    let acceptor = tokio::spawn(async move {
+        let (conn, _) = listener.accept().await.expect("accept");
+        conns.send(Ok(conn)).await.expect("the server takes it");
+        // A failed accept is no reason to stop: the next connection is
+        // served (it is taken only after the failure was).
+        conns
+            .send(Err(std::io::Error::other("a failed accept")))
+            .await
+            .expect("the server takes it");
+        let (conn, _) = listener.accept().await.expect("accept");
+        conns.send(Ok(conn)).await.expect("the server takes it");
+        conns
+    });
+    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listeners = Listeners::Incoming {
+        grpc: GrpcIncoming::new(addr, ReceiverStream::new(incoming)),
+        http,
+    };
+    let server = Running::launch_on(inline(LIMITS), addr, listeners, None)
+        .until_serving()
+        .await;
+    let http_addr = server.http;
+    for connection in ["the first", "the one after the failed accept"] {
+        let mut c = server.client().await;
+        let r = c
+            .request(rate("api", "d", None))
+            .await
+            .unwrap_or_else(|e| panic!("served on {connection} connection: {e:?}"))
+            .into_inner();
+        assert_eq!(r.granted, 1);
+    }
+    let conns = acceptor.await.expect("the acceptor");
+    // A listener that is gone is a reason: `run` fails, naming the side.
+    drop(conns);
+    let e = server
+        .ended(Duration::from_secs(15))
+        .await
+        .expect_err("a server that lost its gRPC listener fails");
+    assert_eq!(
+        e.to_string(),
+        format!("the gRPC server on {addr} stopped: its listener stopped accepting connections")
+    );
+    assert!(
+        tokio::net::TcpStream::connect(http_addr).await.is_err(),
+        "the HTTP side was shut down as well"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_returns_resigned_when_another_server_removes_its_membership() {
+    let redis = charon_testkit::RedisServer::start();
+    let ttl = Duration::from_secs(1);
+    let server = Running::start(|s| {
+        s.store.url = Some(redis.url());
+        s.store.liveness_ttl = ttl;
+    })
+    .await;
+    let mut raw = redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("a raw connection");
+    let registry: Vec<String> = redis::cmd("KEYS")
+        .arg("*{%m}:servers")
+        .query(&mut raw)
+        .expect("KEYS");
+    let [registry] = registry.as_slice() else {
+        panic!("one membership registry: {registry:?}")
+    };
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(registry)
+        .query(&mut raw)
+        .expect("SMEMBERS");
+    assert_eq!(
+        members.len(),
+        1,
+        "the server is the one member: {members:?}"
+    );
+    // What a server that fenced this one does first (fence.lua): the
+    // member is no longer registered, its holds no longer count.
+    let removed = std::time::Instant::now();
+    let n: u64 = redis::cmd("SREM")
+        .arg(registry)
+        .arg(&members[0])
+        .query(&mut raw)
+        .expect("SREM");
+    assert_eq!(n, 1);
+    let exit = server
+        .ended(ttl * 5)
+        .await
+        .expect("a resignation is no error");
+    assert_eq!(exit, Exit::Resigned);
+    let took = removed.elapsed();
+    assert!(
+        took < ttl * 2,
+        "resigned at its next renewal (every ttl/3), took {took:?}"
+    );
+}
+
+/// A TCP proxy in front of `upstream` that delivers every byte `delay`
+/// after it arrived, in each direction: a slow network or a slow Redis
+/// (every command answered `2 * delay` late), with no limit on throughput.
+async fn delaying_proxy(upstream: SocketAddr, delay: Duration) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(delay_line(client_read, server_write, delay));
+            tokio::spawn(delay_line(server_read, client_write, delay));
+        }
+    });
+    addr
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it was read.
+async fn delay_line(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (chunks, mut delayed) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((read_at, bytes)) = delayed.recv().await {
+            tokio::time::sleep_until(read_at + delay).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0; 64 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        if chunks
+            .send((tokio::time::Instant::now(), buf[..n].to_vec()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(chunks);
+    let _ = writer.await;
+}
+
+const FLOOD_LIMITS: &str = r#"
+resources:
+  - name: vm
+    kind: copy
+    domain_limit: 10
+    global_limit: 200
+"#;
+
+/// Reserves of up to `copies` in `domain` on `s` until copy reserves are
+/// open (a new Redis generation refuses them with server errors until its
+/// counts are complete), for at most `within`; the reply.
+async fn first_grant(
+    s: &mut Session,
+    domain: &str,
+    copies: u64,
+    within: Duration,
+) -> v1::ReserveReply {
+    let start = std::time::Instant::now();
+    loop {
+        match s.call(reserve(domain, copies)).await {
+            Reply::Reserve(r) => return r,
+            Reply::Error(e)
+                if e.class == v1::error::Class::Server as i32 && start.elapsed() < within =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("a reserve reply, not {other:?}"),
+        }
+    }
+}
+
+/// `op` on `s`, its time added to `latencies`: the reply as a line
+/// (`reserve 5`, `release 5`, or whatever came).
+async fn timed(s: &mut Session, op: Op, latencies: &mut Vec<Duration>) -> String {
+    let asked = std::time::Instant::now();
+    let reply = s.call(op).await;
+    latencies.push(asked.elapsed());
+    match reply {
+        Reply::Reserve(r) => format!("reserve {}", r.granted),
+        Reply::Release(r) => format!("release {}", r.released),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_slow_within_the_timeout_during_a_session_flood() {
+    const SESSIONS: usize = 40;
+    const ROUNDS: usize = 15;
+    // Every Redis command answered 300 ms late: under a third of the
+    // store's time limit per operation (1 s) and of the renewal's (ttl / 4).
+    let one_way = Duration::from_millis(150);
+    let redis = charon_testkit::RedisServer::start();
+    let upstream: SocketAddr = ([127, 0, 0, 1], redis.port()).into();
+    let proxy = delaying_proxy(upstream, one_way).await;
+    let mut settings = inline(FLOOD_LIMITS);
+    settings.store.url = Some(format!("redis://{proxy}"));
+    settings.store.liveness_ttl = Duration::from_secs(4);
+    let op_timeout = settings.store.op_timeout;
+    let server = Running::launch(settings, None).await.until_serving().await;
+    let client = server.client().await;
+    let mut warm = Session::open(&mut client.clone()).await;
+    let warmed = first_grant(&mut warm, "warm", 1, Duration::from_secs(15)).await;
+    assert_eq!(warmed.granted, 1);
+    let Reply::Release(_) = warm.call(release("warm", 1)).await else {
+        panic!("a release reply")
+    };
+
+    // The flood: every session reserves its domain's share, checks it got
+    // all of it (200 in all: a copy counted twice or never released would
+    // leave someone short), releases it, again; the odd ones end holding
+    // theirs (the server releases them when the stream ends).
+    let started = std::time::Instant::now();
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..SESSIONS {
+        let mut c = client.clone();
+        flood.spawn(async move {
+            let domain = format!("d{i}");
+            let mut s = Session::open(&mut c).await;
+            let mut seen = Vec::new();
+            let mut latencies = Vec::new();
+            for round in 0..ROUNDS {
+                seen.push(timed(&mut s, reserve(&domain, 5), &mut latencies).await);
+                if round + 1 == ROUNDS && i % 2 == 1 {
+                    break;
+                }
+                seen.push(timed(&mut s, release(&domain, 5), &mut latencies).await);
+            }
+            (i, seen, latencies)
+        });
+    }
+    let mut unexpected = Vec::new();
+    let mut latencies = Vec::new();
+    while let Some(done) = flood.join_next().await {
+        let (i, seen, took) = done.expect("a session task");
+        latencies.extend(took);
+        let wanted = |op: &str| op == "reserve 5" || op == "release 5";
+        if let Some(bad) = seen.iter().find(|op| !wanted(op)) {
+            unexpected.push(format!("session {i}: {bad}"));
+        }
+    }
+    let flood_took = started.elapsed();
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
+    let slowest = latencies.last().copied().unwrap_or_default();
+
+    // What the sessions that ended holding had is free again: nobody
+    // holds anything but the probe.
+    let mut probe = Session::open(&mut client.clone()).await;
+    let mut free = (0, 0);
+    let back = std::time::Instant::now();
+    while back.elapsed() < Duration::from_secs(10) {
+        let r = first_grant(&mut probe, "probe", 10, Duration::from_secs(5)).await;
+        free = (r.granted, r.global_holds);
+        let Reply::Release(_) = probe.call(release("probe", r.granted)).await else {
+            panic!("a release reply")
+        };
+        if free == (10, 10) {
+            break;
+        }
+    }
+    let (status, readyz) = server.get("/readyz").await.expect("readyz");
+    println!(
+        "FAULT redis_slow_session_flood: injected a proxy delaying every Redis command's round          trip by {:?} (store time limit {op_timeout:?}, liveness ttl 4 s) under {SESSIONS}          sessions each reserving and releasing 5 copies {ROUNDS} times (all 200 of the global          limit held at once at most), half of them ending while holding; expected no server          error, every reserve granted in full and every release exact, the held copies free          after the sessions ended, the server still a member; observed {} operations in          {flood_took:?} (median {median:?}, slowest {slowest:?}), {} unexpected replies {:?},          a new session granted 10 with {} held in all, /readyz {status}",
+        one_way * 2,
+        latencies.len(),
+        unexpected.len(),
+        unexpected.iter().take(3).collect::<Vec<_>>(),
+        free.1,
+    );
+    assert!(unexpected.is_empty(), "{unexpected:?}");
+    assert!(slowest < op_timeout * 4, "no hang: {slowest:?}");
+    assert_eq!(
+        free,
+        (10, 10),
+        "(granted, held in all): the copies of the ended sessions were released"
+    );
+    assert_eq!(status, 200, "still a ready member: {readyz}");
+    assert_eq!(server.stop().await.expect("a clean stop"), Exit::Stopped);
+}
+
+const METERS: &str = r#"
+resources:
+  - name: b
+    kind: bucket
+    burst: 3
+    count: 1
+    period: 1h
+    soft_limit: 60%
+  - name: debt
+    kind: bucket
+    burst: 2
+    count: 1
+    period: 1h
+  - name: q
+    kind: queue
+    rate: 1
+    period: 1h
+    size: 2
+  - name: w
+    kind: window
+    algorithm: fixed
+    limit: 1
+    window: 24h
+    ban: 1h
+  - name: api
+    kind: rate
+    tiers: [ { limit: 5, window: 10s } ]
+"#;
+
+const HOUR: u64 = 3_600_000;
+
+/// The servers decide on the real clock: a wait told `ms` after the
+/// decision that set it is within this much of it.
+fn about(got: Option<u64>, want: u64) -> bool {
+    got.is_some_and(|g| g <= want && g + 10_000 > want)
+}
+
+async fn meter_client(server: &InProcessServer) -> LimiterClient<Channel> {
+    LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect")
+}
+
+/// The server's `/metrics` text.
+async fn scrape(server: &InProcessServer) -> String {
+    reqwest::get(format!("http://{}/metrics", server.http))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body")
+}
+
+/// Whether `metrics` has a sample of `name` with every one of `labels`.
+fn has_sample(metrics: &str, name: &str, labels: &[&str]) -> bool {
+    metrics
+        .lines()
+        .any(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
+}
+
+fn charge(resource: &str, domain: &str, copies: u64) -> v1::ChargeRequest {
+    v1::ChargeRequest {
+        resource: resource.to_owned(),
+        domain: domain.to_owned(),
+        copies,
+    }
+}
+
+#[tokio::test]
+async fn a_bucket_bursts_then_rejects_with_retry_after_and_warns() {
+    let server = InProcessServer::start(METERS).await;
+    let mut c = meter_client(&server).await;
+    let r = c
+        .request(rate("b", "d", Some(3)))
+        .await
+        .expect("granted")
+        .into_inner();
+    assert_eq!((r.granted, r.limit, r.remaining), (3, Some(3), Some(0)));
+    assert!(r.warning, "3 of 3 used is over 60 %: {r:?}");
+    assert_eq!(
+        (r.tier_limit, r.tier, r.burst),
+        (None, 0, false),
+        "no tier fields"
+    );
+    let r = c
+        .request(rate("b", "d", None))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!((r.granted, r.banned), (0, false), "{r:?}");
+    assert!(about(r.retry_after_ms, HOUR), "{r:?}");
+    assert!(about(r.reset_after_ms, 3 * HOUR), "{r:?}");
+    assert_eq!(r.delay_ms, None);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_queue_delays_then_rejects_when_full() {
+    let server = InProcessServer::start(METERS).await;
+    let mut c = meter_client(&server).await;
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        replies.push(
+            c.request(rate("q", "d", None))
+                .await
+                .expect("answered")
+                .into_inner(),
+        );
+    }
+    assert_eq!((replies[0].granted, replies[0].delay_ms), (1, Some(0)));
+    assert_eq!(replies[1].granted, 1);
+    assert!(about(replies[1].delay_ms, HOUR), "{:?}", replies[1]);
+    assert_eq!(replies[2].granted, 0, "the queue is full: {:?}", replies[2]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_records_nothing_and_a_charge_goes_into_debt_a_refund_pays_it() {
+    let server = InProcessServer::start(METERS).await;
+    let mut c = meter_client(&server).await;
+    let dry = v1::RateRequest {
+        dry_run: true,
+        ..rate("debt", "d", Some(2))
+    };
+    for _ in 0..3 {
+        let r = c.request(dry.clone()).await.expect("answered").into_inner();
+        assert_eq!((r.granted, r.remaining), (2, Some(0)), "{r:?}");
+    }
+    // Charged 5 into a bucket of 2: a debt of 3 tokens, one more to wait for.
+    let r = c
+        .charge(charge("debt", "d", 5))
+        .await
+        .expect("charged")
+        .into_inner();
+    assert_eq!((r.granted, r.remaining), (5, Some(0)), "{r:?}");
+    assert!(about(r.retry_after_ms, 4 * HOUR), "{r:?}");
+    let r = c
+        .request(rate("debt", "d", None))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(r.granted, 0, "in debt: {r:?}");
+    let r = c
+        .refund(charge("debt", "d", 4))
+        .await
+        .expect("refunded")
+        .into_inner();
+    assert_eq!((r.granted, r.remaining), (4, Some(1)), "{r:?}");
+    let r = c
+        .request(rate("debt", "d", None))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(r.granted, 1, "{r:?}");
+
+    let metrics = scrape(&server).await;
+    for operation in ["charge", "refund", "dry_run"] {
+        let labels = [
+            format!(r#"operation="{operation}""#),
+            r#"resource="debt""#.to_owned(),
+            r#"outcome="granted""#.to_owned(),
+        ];
+        let labels = labels.each_ref().map(String::as_str);
+        assert!(
+            has_sample(&metrics, "charon_decisions_total", &labels),
+            "{operation} in {metrics}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_window_bans_and_refuses_refunds_kind_rate_refuses_what_it_cannot_do_yet() {
+    let server = InProcessServer::start(METERS).await;
+    let mut c = meter_client(&server).await;
+    let r = c
+        .request(rate("w", "d", None))
+        .await
+        .expect("granted")
+        .into_inner();
+    assert_eq!((r.granted, r.limit, r.banned), (1, Some(1), false));
+    for _ in 0..2 {
+        let r = c
+            .request(rate("w", "d", None))
+            .await
+            .expect("answered")
+            .into_inner();
+        assert_eq!((r.granted, r.banned), (0, true), "{r:?}");
+        // The later of the ban's end and the window's.
+        assert!(r.retry_after_ms.is_some_and(|t| t + 10_000 > HOUR), "{r:?}");
+    }
+    let e = c.refund(charge("w", "d", 1)).await.expect_err("no refunds");
+    assert_error(&e, (Code::InvalidArgument, "client"));
+    let e = c
+        .charge(charge("w", "d", 0))
+        .await
+        .expect_err("charge of 0");
+    assert_error(&e, (Code::InvalidArgument, "client"));
+
+    let e = c.charge(charge("api", "d", 1)).await.expect_err("not yet");
+    assert_error(&e, (Code::InvalidArgument, "client"));
+    assert!(
+        e.message().contains("not supported for kind rate yet"),
+        "{e:?}"
+    );
+    let dry = v1::RateRequest {
+        dry_run: true,
+        ..rate("api", "d", None)
+    };
+    let e = request_error(&mut c, dry, (Code::InvalidArgument, "client")).await;
+    assert!(e.message().contains("dry_run"), "{e:?}");
+    let e = c.charge(charge("nope", "d", 1)).await.expect_err("unknown");
+    assert_error(&e, (Code::NotFound, "client"));
+    // Kind rate answers as before, the new fields unset.
+    let r = c
+        .request(rate("api", "d", None))
+        .await
+        .expect("granted")
+        .into_inner();
+    assert_eq!(
+        (r.granted, r.tier_limit, r.limit, r.retry_after_ms),
+        (1, Some(5), None, None)
+    );
+
+    let metrics = scrape(&server).await;
+    assert!(
+        has_sample(&metrics, "charon_banned_total", &[r#"resource="w""#]),
+        "{metrics}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_charges_refunds_and_dry_runs() {
+    let server = InProcessServer::start(METERS).await;
+    let mut c = meter_client(&server).await;
+    let mut s = Session::open(&mut c).await;
+    let dry = v1::RateRequest {
+        dry_run: true,
+        ..rate("debt", "s", Some(2))
+    };
+    match s.call(Op::Request(dry)).await {
+        Reply::Request(r) => assert_eq!((r.granted, r.remaining), (2, Some(0)), "{r:?}"),
+        other => panic!("a request reply, not {other:?}"),
+    }
+    match s.call(Op::Charge(charge("debt", "s", 3))).await {
+        Reply::Charge(r) => assert_eq!((r.granted, r.remaining), (3, Some(0)), "{r:?}"),
+        other => panic!("a charge reply, not {other:?}"),
+    }
+    match s.call(Op::Refund(charge("debt", "s", 2))).await {
+        Reply::Refund(r) => assert_eq!((r.granted, r.remaining), (2, Some(1)), "{r:?}"),
+        other => panic!("a refund reply, not {other:?}"),
+    }
+    let e = session_error(s.call(Op::Refund(charge("q", "s", 1))).await);
+    assert_eq!(e.class, v1::error::Class::Client as i32, "{e:?}");
+    // The session goes on.
+    match s.call(Op::Request(rate("debt", "s", None))).await {
+        Reply::Request(r) => assert_eq!(r.granted, 1, "{r:?}"),
+        other => panic!("a request reply, not {other:?}"),
+    }
+    server.stop().await;
 }

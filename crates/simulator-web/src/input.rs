@@ -63,7 +63,7 @@ impl Setup {
         match &self.config.resources()[0].kind {
             ResourceKind::Rate(r) => r,
             // `setup` builds the value with `kind: rate` itself.
-            ResourceKind::Copy(_) => unreachable!("the simulator builds rate resources only"),
+            _ => unreachable!("the simulator builds rate resources only"),
         }
     }
 }

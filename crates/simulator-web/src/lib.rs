@@ -12,6 +12,8 @@
 //! The router uses absolute paths: mount it at the root of the HTTP server
 //! with `Router::merge`.
 
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 mod api;
 mod input;
 mod presets;

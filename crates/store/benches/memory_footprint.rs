@@ -4,38 +4,19 @@
 //!
 //! Run: `cargo bench -p charon-store --bench memory_footprint`
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use charon_core::ManualClock;
 use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::rate::DORMANT_GRACE;
 use charon_core::request::Amount;
 use charon_store::{MemoryStore, Store};
+use footprint::{listing, ready, rss_bytes};
 
-fn ready<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => unreachable!("the memory store does not wait"),
-    }
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
+mod footprint;
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        println!("memory_footprint: bench");
+    if listing("memory_footprint") {
         return;
     }
     const DOMAINS: u64 = 1_000_000;

@@ -5,6 +5,8 @@
 //! own clock. The in-memory store is the embedded default; the Redis store
 //! shares one authoritative state between limiting servers.
 
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 mod clock;
 mod error;
 mod holds;
@@ -15,6 +17,7 @@ use async_trait::async_trait;
 use charon_core::Millis;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::meter::{Meter, Op, Reply};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 
@@ -42,6 +45,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         amount: Amount,
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError>;
+
+    /// Decides and records one operation (request, dry run, charge,
+    /// refund) on a (resource, domain) pair of a rate-like kind (SPEC
+    /// §7–10): the store swaps the pair's state, `charon_core::meter`
+    /// decides. The state is written only on a grant, a charge, a refund or
+    /// a new ban, and is forgotten once it is idle. Bad input (a refund on a
+    /// window, a charge of 0, debt beyond the exact bound) is
+    /// [`StoreError::Refused`] with core's error, and changes nothing.
+    async fn meter(
+        &self,
+        resource: &str,
+        domain: &str,
+        meter: &Meter,
+        op: Op,
+    ) -> Result<Reply, StoreError>;
 
     /// Decides and records `reserve(resource, domain, amount)`; the group set
     /// of the hold is the names of `limits.groups`.

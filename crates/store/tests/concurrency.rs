@@ -22,7 +22,7 @@ fn run_threads(f: impl Fn(usize) + Sync) {
     });
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+fn block_on<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")

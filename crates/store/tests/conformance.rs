@@ -5,15 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 use charon_core::copy::Hold;
 use charon_core::rate::{DORMANT_GRACE, RateReply};
 use charon_core::request::Amount;
 use charon_core::{MAX_COUNT, UNBOUNDED};
 use charon_store::StoreError;
-use common::Fixture;
+use charon_testkit::stores::Fixture;
+use charon_testkit::{BOUND, refusal_at_bound};
 
 fn amount(copies: u64, min: u64) -> Amount {
     Amount::new(copies, min).unwrap()
@@ -63,11 +62,62 @@ fn brief(r: &RateReply) -> (u64, usize, u64, bool) {
     (r.granted, r.tier, r.tier_hits, r.burst)
 }
 
+/// [`ask`] at `t` for `(copies, min)`, checking the reply's [`brief`].
+async fn step(
+    f: &Fixture,
+    t: u64,
+    domain: &str,
+    l: RateLimits<'_>,
+    (copies, min): (u64, u64),
+    want: (u64, usize, u64, bool),
+    why: &str,
+) -> RateReply {
+    let r = ask(f, t, domain, l, copies, min).await;
+    assert_eq!(brief(&r), want, "{why}");
+    r
+}
+
+/// A reserve of `(copies, min)` of `vm` by `domain` that must be answered.
+async fn reserve(
+    f: &Fixture,
+    domain: &str,
+    l: &CopyLimits,
+    (copies, min): (u64, u64),
+    enforcement: Enforcement,
+) -> charon_core::copy::ReserveReply {
+    f.store
+        .reserve("vm", domain, l, amount(copies, min), enforcement)
+        .await
+        .unwrap()
+}
+
+/// A rate request of `resource` by domain `d` that must be answered.
+async fn request(
+    f: &Fixture,
+    resource: &str,
+    l: RateLimits<'_>,
+    (copies, min): (u64, u64),
+    enforcement: Enforcement,
+) -> RateReply {
+    f.store
+        .request(resource, "d", l, amount(copies, min), enforcement)
+        .await
+        .unwrap()
+}
+
 async fn rate_window_boundaries(f: &Fixture) {
     let tiers = [tier(2, 1_000, None, 0, false)];
     let l = limits(&tiers);
-    let r = ask(f, 500, "d", l, 2, 2).await;
-    assert_eq!(brief(&r), (2, 1, 2, true), "first request enters tier 1");
+    let r = step(
+        f,
+        500,
+        "d",
+        l,
+        (2, 2),
+        (2, 1, 2, true),
+        "first request enters tier 1",
+    )
+    .await;
     assert_eq!(
         (
             r.domain_hits_last_second,
@@ -76,15 +126,27 @@ async fn rate_window_boundaries(f: &Fixture) {
         ),
         (2, 2, 2)
     );
-    let r = ask(f, 1_500, "d", l, 1, 1).await;
-    assert_eq!(
-        brief(&r),
+    let r = step(
+        f,
+        1_500,
+        "d",
+        l,
+        (1, 1),
         (0, 1, 2, false),
-        "hits at 500 are in the window at 1500"
-    );
+        "hits at 500 are in the window at 1500",
+    )
+    .await;
     assert_eq!(r.domain_hits_last_second, 2, "and in the last second");
-    let r = ask(f, 1_501, "d", l, 1, 1).await;
-    assert_eq!(brief(&r), (1, 1, 1, false), "fell out at 1501");
+    let r = step(
+        f,
+        1_501,
+        "d",
+        l,
+        (1, 1),
+        (1, 1, 1, false),
+        "fell out at 1501",
+    )
+    .await;
     assert_eq!(r.domain_hits_last_second, 1);
 }
 
@@ -95,36 +157,53 @@ async fn rate_multi_hit_through_tiers(f: &Fixture) {
         tier(4, 1_000, Some(2_000), 0, false),
     ];
     let l = limits(&tiers);
-    let r = ask(f, 0, "d", l, 7, 1).await;
-    assert_eq!(
-        brief(&r),
+    step(
+        f,
+        0,
+        "d",
+        l,
+        (7, 1),
         (7, 3, 2, true),
-        "2 in tier 1, 3 in tier 2, 2 in tier 3"
-    );
-    let r = ask(f, 10, "d", l, 5, 3).await;
-    assert_eq!(
-        brief(&r),
+        "2 in tier 1, 3 in tier 2, 2 in tier 3",
+    )
+    .await;
+    step(
+        f,
+        10,
+        "d",
+        l,
+        (5, 3),
         (0, 3, 2, false),
-        "only 2 more fit: below min_copies, nothing changes"
-    );
-    let r = ask(f, 10, "d", l, 5, 1).await;
-    assert_eq!(brief(&r), (2, 3, 4, false));
+        "only 2 more fit: below min_copies, nothing changes",
+    )
+    .await;
+    step(f, 10, "d", l, (5, 1), (2, 3, 4, false), "").await;
     // Tier 3's active period ends at 2000: fallback to tier 2, whose window
     // is empty by now.
-    let r = ask(f, 2_000, "d", l, 1, 1).await;
-    assert_eq!(brief(&r), (1, 2, 1, false));
+    step(f, 2_000, "d", l, (1, 1), (1, 2, 1, false), "").await;
     // Tier 2 ends at 5000 and cools down until 6000: tier 1 is current,
     // full bursts cannot pass tier 2.
-    let r = ask(f, 5_000, "d", l, 3, 1).await;
-    assert_eq!(brief(&r), (2, 1, 2, false));
-    let r = ask(f, 5_999, "d", l, 1, 1).await;
-    assert_eq!(
-        brief(&r),
+    step(f, 5_000, "d", l, (3, 1), (2, 1, 2, false), "").await;
+    step(
+        f,
+        5_999,
+        "d",
+        l,
+        (1, 1),
         (0, 1, 2, false),
-        "tier 2 cools down and is not skippable"
-    );
-    let r = ask(f, 6_000, "d", l, 1, 1).await;
-    assert_eq!(brief(&r), (1, 2, 1, true), "cooldown over at exactly 6000");
+        "tier 2 cools down and is not skippable",
+    )
+    .await;
+    step(
+        f,
+        6_000,
+        "d",
+        l,
+        (1, 1),
+        (1, 2, 1, true),
+        "cooldown over at exactly 6000",
+    )
+    .await;
 }
 
 async fn rate_skippable_and_zero_tiers(f: &Fixture) {
@@ -135,28 +214,47 @@ async fn rate_skippable_and_zero_tiers(f: &Fixture) {
         tier(2, 1_000, Some(1_000), 0, false),
     ];
     let l = limits(&tiers);
-    let r = ask(f, 0, "d", l, 2, 1).await;
-    assert_eq!(brief(&r), (2, 3, 1, true), "tier 2 (limit 0) is skipped");
-    let r = ask(f, 1, "d", l, 1, 1).await;
-    assert_eq!(brief(&r), (1, 4, 1, true));
-    let r = ask(f, 1_000, "d", l, 3, 1).await;
-    assert_eq!(
-        brief(&r),
+    step(
+        f,
+        0,
+        "d",
+        l,
+        (2, 1),
+        (2, 3, 1, true),
+        "tier 2 (limit 0) is skipped",
+    )
+    .await;
+    step(f, 1, "d", l, (1, 1), (1, 4, 1, true), "").await;
+    step(
+        f,
+        1_000,
+        "d",
+        l,
+        (3, 1),
         (1, 4, 2, false),
-        "tier 3 cools down, tier 4 still active"
-    );
-    let r = ask(f, 1_001, "d", l, 1, 1).await;
-    assert_eq!(
-        brief(&r),
+        "tier 3 cools down, tier 4 still active",
+    )
+    .await;
+    step(
+        f,
+        1_001,
+        "d",
+        l,
+        (1, 1),
         (1, 1, 1, false),
-        "tier 1's hit at 0 fell out at 1001"
-    );
-    let r = ask(f, 1_002, "d", l, 1, 1).await;
-    assert_eq!(
-        brief(&r),
+        "tier 1's hit at 0 fell out at 1001",
+    )
+    .await;
+    step(
+        f,
+        1_002,
+        "d",
+        l,
+        (1, 1),
         (1, 4, 1, true),
-        "tier 3 cools down and is skipped; tier 4 is inactive again"
-    );
+        "tier 3 cools down and is skipped; tier 4 is inactive again",
+    )
+    .await;
 }
 
 async fn rate_hard_and_global_limits(f: &Fixture) {
@@ -201,46 +299,23 @@ async fn rate_hard_and_global_limits(f: &Fixture) {
 async fn rate_ignored_and_unbounded(f: &Fixture) {
     let tiers = [tier(1, 1_000, None, 0, false)];
     f.clock.set(0);
-    let r = f
-        .store
-        .request(
-            "api/x",
-            "d",
-            limits(&tiers),
-            amount(3, 1),
-            Enforcement::Ignore,
-        )
-        .await
-        .unwrap();
+    let r = request(f, "api/x", limits(&tiers), (3, 1), Enforcement::Ignore).await;
     assert_eq!(
         (r.granted, r.ignored, r.tier_hits, r.domain_hits_last_second),
         (3, true, 1, 3)
     );
-    let r = f
-        .store
-        .request(
-            "api/x",
-            "d",
-            limits(&tiers),
-            amount(1, 1),
-            Enforcement::Enforce,
-        )
-        .await
-        .unwrap();
+    let r = request(f, "api/x", limits(&tiers), (1, 1), Enforcement::Enforce).await;
     assert_eq!(r.granted, 0, "the ignored hits were recorded");
 
     let permissive = [tier(UNBOUNDED, 1_000, None, 0, false)];
-    let r = f
-        .store
-        .request(
-            "free/x",
-            "d",
-            limits(&permissive),
-            amount(MAX_COUNT, 1),
-            Enforcement::Enforce,
-        )
-        .await
-        .unwrap();
+    let r = request(
+        f,
+        "free/x",
+        limits(&permissive),
+        (MAX_COUNT, 1),
+        Enforcement::Enforce,
+    )
+    .await;
     assert_eq!(
         (r.granted, r.tier_limit, r.tier_hits),
         (MAX_COUNT, UNBOUNDED, MAX_COUNT)
@@ -275,12 +350,16 @@ async fn rate_a_rejection_can_move_the_forget_time(f: &Fixture) {
     assert_eq!(brief(&ask(f, 100, "d", l, 1, 1).await), (1, 2, 1, true));
     let r = ask(f, 5_100, "d", l, 7, 7).await;
     assert_eq!((r.granted, r.hard_limited), (0, true));
-    let r = ask(f, 1_001 + DORMANT_GRACE + 50, "d", l, 1, 1).await;
-    assert_eq!(
-        brief(&r),
+    step(
+        f,
+        1_001 + DORMANT_GRACE + 50,
+        "d",
+        l,
+        (1, 1),
         (1, 1, 1, true),
-        "forgotten from 1001 + grace, not 1101 + grace"
-    );
+        "forgotten from 1001 + grace, not 1101 + grace",
+    )
+    .await;
 }
 
 fn copy_limits() -> CopyLimits {
@@ -303,10 +382,7 @@ fn copy_limits() -> CopyLimits {
 async fn copies_respect_domain_group_and_global_limits(f: &Fixture) {
     let l = copy_limits();
     let s = &f.store;
-    let r = s
-        .reserve("vm", "a", &l, amount(5, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "a", &l, (5, 1), Enforcement::Enforce).await;
     assert_eq!(
         (r.granted, r.domain_holds, r.global_holds),
         (3, 3, 3),
@@ -323,39 +399,24 @@ async fn copies_respect_domain_group_and_global_limits(f: &Fixture) {
         groups: vec![l.groups[0].clone()],
         ..l.clone()
     };
-    let r = s
-        .reserve("vm", "b", &only_g1, amount(4, 3), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "b", &only_g1, (4, 3), Enforcement::Enforce).await;
     assert_eq!(r.granted, 0, "g1 has 2 left, below min_copies");
-    let r = s
-        .reserve("vm", "b", &only_g1, amount(4, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "b", &only_g1, (4, 1), Enforcement::Enforce).await;
     assert_eq!((r.granted, r.global_holds, r.groups[0].holds), (2, 5, 5));
     let ungrouped = CopyLimits {
         groups: vec![],
         ..l.clone()
     };
-    let r = s
-        .reserve("vm", "c", &ungrouped, amount(4, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "c", &ungrouped, (4, 1), Enforcement::Enforce).await;
     assert_eq!((r.granted, r.global_holds), (1, 6), "global limit 6");
-    let r = s
-        .reserve("vm", "c", &ungrouped, amount(1, 1), Enforcement::Ignore)
-        .await
-        .unwrap();
+    let r = reserve(f, "c", &ungrouped, (1, 1), Enforcement::Ignore).await;
     assert_eq!((r.granted, r.global_holds, r.ignored), (1, 7, true));
 
     let hold = Hold::new("vm", "a", ["g2".to_owned(), "g1".to_owned()]);
     let st = s.release(&hold, 2).await.unwrap();
     assert_eq!((st.domain_holds, st.global_holds), (1, 5));
     assert_eq!(st.groups, [("g1".to_owned(), 3), ("g2".to_owned(), 1)]);
-    let r = s
-        .reserve("vm", "a", &l, amount(9, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "a", &l, (9, 1), Enforcement::Enforce).await;
     assert_eq!((r.granted, r.domain_holds), (1, 2), "global 6 again");
 
     let free = CopyLimits {
@@ -379,9 +440,7 @@ async fn copies_respect_domain_group_and_global_limits(f: &Fixture) {
 async fn release_beyond_held_is_refused_and_changes_nothing(f: &Fixture) {
     let l = copy_limits();
     let s = &f.store;
-    s.reserve("vm", "a", &l, amount(2, 2), Enforcement::Enforce)
-        .await
-        .unwrap();
+    reserve(f, "a", &l, (2, 2), Enforcement::Enforce).await;
     let hold = Hold::new("vm", "a", ["g1".to_owned(), "g2".to_owned()]);
     assert!(matches!(
         s.release(&hold, 3).await,
@@ -402,10 +461,7 @@ async fn release_beyond_held_is_refused_and_changes_nothing(f: &Fixture) {
         s.release(&never, 1).await,
         Err(StoreError::BadData(_))
     ));
-    let r = s
-        .reserve("vm", "a", &l, amount(3, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "a", &l, (3, 1), Enforcement::Enforce).await;
     assert!(
         r.domain_holds <= 3 && r.global_holds <= 3,
         "no count went negative: {r:?}"
@@ -416,18 +472,13 @@ async fn transfers_stage_expire_and_seize(f: &Fixture) {
     let l = copy_limits();
     let s = &f.store;
     f.clock.set(1_000);
-    s.reserve("vm", "a", &l, amount(3, 3), Enforcement::Enforce)
-        .await
-        .unwrap();
+    reserve(f, "a", &l, (3, 3), Enforcement::Enforce).await;
     let hold = Hold::new("vm", "a", ["g1".to_owned(), "g2".to_owned()]);
     let id = s.transfer(&hold, 2, 100).await.unwrap();
     let short = s.transfer(&hold, 1, 50).await.unwrap();
     assert_ne!(id, short);
     f.clock.set(1_049);
-    let r = s
-        .reserve("vm", "a", &l, amount(1, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "a", &l, (1, 1), Enforcement::Enforce).await;
     assert_eq!(
         (r.granted, r.domain_holds),
         (0, 3),
@@ -439,10 +490,7 @@ async fn transfers_stage_expire_and_seize(f: &Fixture) {
         None,
         "expired at exactly t + ttl"
     );
-    let r = s
-        .reserve("vm", "a", &l, amount(3, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "a", &l, (3, 1), Enforcement::Enforce).await;
     assert_eq!(
         (r.granted, r.domain_holds),
         (1, 3),
@@ -462,25 +510,17 @@ async fn transfers_stage_expire_and_seize(f: &Fixture) {
     let st = s.release(&hold, 3).await.unwrap();
     assert_eq!((st.domain_holds, st.global_holds), (0, 0));
     // A transfer nobody seizes gives its copies back when its ttl passes.
-    s.reserve("vm", "b", &l, amount(2, 2), Enforcement::Enforce)
-        .await
-        .unwrap();
+    reserve(f, "b", &l, (2, 2), Enforcement::Enforce).await;
     let hb = Hold::new("vm", "b", ["g1".to_owned(), "g2".to_owned()]);
     let _ = s.transfer(&hb, 2, 10).await.unwrap();
     f.clock.set(1_060);
-    let r = s
-        .reserve("vm", "b", &l, amount(9, 1), Enforcement::Enforce)
-        .await
-        .unwrap();
+    let r = reserve(f, "b", &l, (9, 1), Enforcement::Enforce).await;
     assert_eq!(
         (r.granted, r.global_holds),
         (3, 3),
         "expired on the next access"
     );
 }
-
-/// What every refusal at the bound says (issue 9, defect 8).
-const BOUND: &str = "beyond 9007199254740991 (2^53-1), the largest count Charon keeps";
 
 /// One step's outcome as a line: granted with the counts after, refused at
 /// the bound as a client error (naming the count), or anything else as it
@@ -577,22 +617,17 @@ async fn huge_copy_counts_stop_at_the_bound(f: &Fixture) {
         ))
     ));
 
-    let refusal = |count: &str, held: u64, n: u64| {
-        format!(
-            "refused: granting {n} would take {count} to {}, {BOUND}",
-            u128::from(held) + u128::from(n)
-        )
-    };
+    let refusal =
+        |count: &str, held: u64, n: u64| format!("refused: {}", refusal_at_bound(count, held, n));
+    // The second and the third reserve of 2^52 + 1 by `a` are refused alike.
+    let a_refused = format!(
+        "reserve(a, {big}): {}",
+        refusal("the copies held by domain \"a\"", big, big)
+    );
     let expected = vec![
         format!("reserve(a, {big}): granted {big}, domain {big}, global {big}"),
-        format!(
-            "reserve(a, {big}): {}",
-            refusal("the copies held by domain \"a\"", big, big)
-        ),
-        format!(
-            "reserve(a, {big}): {}",
-            refusal("the copies held by domain \"a\"", big, big)
-        ),
+        a_refused.clone(),
+        a_refused,
         format!("reserve(b, {rest}): granted {rest}, domain {rest}, global {MAX_COUNT}"),
         format!(
             "reserve(b, 1): {}",
@@ -653,12 +688,8 @@ async fn huge_hit_counts_stop_at_the_bound(f: &Fixture) {
         seen(r, hits)
     ));
 
-    let refusal = |count: &str, held: u64, n: u64| {
-        format!(
-            "refused: granting {n} would take {count} to {}, {BOUND}",
-            u128::from(held) + u128::from(n)
-        )
-    };
+    let refusal =
+        |count: &str, held: u64, n: u64| format!("refused: {}", refusal_at_bound(count, held, n));
     let expected = vec![
         format!("request(a, {big}): granted {big}, domain {big}, global {big}"),
         format!(
@@ -683,13 +714,179 @@ async fn huge_hit_counts_stop_at_the_bound(f: &Fixture) {
     assert_eq!(observed, expected);
 }
 
+// Buckets, windows and queues (SPEC §7-10): the cookbook of issue 11, the
+// same replies from both stores.
+
+fn meter_reply(r: &charon_core::meter::Reply) -> String {
+    format!(
+        "granted {} remaining {} retry {:?} reset {} delay {:?}{}{}",
+        r.granted,
+        r.remaining,
+        r.retry_after_ms,
+        r.reset_after_ms,
+        r.delay_ms,
+        if r.warning { " warning" } else { "" },
+        if r.banned { " banned" } else { "" },
+    )
+}
+
+async fn meter_at(
+    f: &Fixture,
+    t: u64,
+    domain: &str,
+    m: &charon_core::meter::Meter,
+    op: charon_core::meter::Op,
+) -> String {
+    f.clock.set(t);
+    match f.store.meter("cookbook", domain, m, op).await {
+        Ok(r) => meter_reply(&r),
+        Err(StoreError::Refused(e)) => format!("client error: {e}"),
+        Err(e) => panic!("store failed: {e}"),
+    }
+}
+
+async fn meters_cookbook(f: &Fixture) {
+    use charon_core::meter::{Ban, Meter, Op, Policy, SoftLimit};
+    use charon_core::window::Algorithm;
+    use charon_core::{bucket, queue, window};
+    let req = |n| Op::request(amount(n, n));
+    let t0 = 1_700_000_040_000;
+
+    // Seed 002: burst 20, count 20 per second; the 21st waits 50 ms.
+    let b = Meter::Bucket(bucket::Params::new(20, 20, 1_000, Policy::default()).unwrap());
+    for i in 0..20 {
+        let r = meter_at(f, t0, "ip", &b, req(1)).await;
+        assert!(r.starts_with("granted 1 "), "request {i}: {r}");
+    }
+    assert_eq!(
+        meter_at(f, t0, "ip", &b, req(1)).await,
+        "granted 0 remaining 0 retry Some(50) reset 1000 delay None"
+    );
+    assert_eq!(
+        meter_at(f, t0 + 50, "ip", &b, req(1)).await,
+        "granted 1 remaining 0 retry Some(50) reset 1000 delay None"
+    );
+
+    // Seed 004: 100 credits, one a minute; 3 × 20 at 00:10, 2 at 00:20.
+    let credits = Meter::Bucket(bucket::Params::new(100, 1, 60_000, Policy::default()).unwrap());
+    for _ in 0..3 {
+        meter_at(f, t0 + 10 * 60_000, "acct", &credits, req(20)).await;
+    }
+    let r = meter_at(f, t0 + 20 * 60_000, "acct", &credits, req(2)).await;
+    assert!(r.starts_with("granted 2 remaining 48 "), "{r}");
+
+    // Seed 001: sliding counter, 7 a minute, 5 then 3 hits, at 30 %.
+    let w = Meter::Window(
+        window::Params::new(Algorithm::SlidingCounter, 7, 60_000, Policy::default()).unwrap(),
+    );
+    let m0 = 28_333_334 * 60_000;
+    meter_at(f, m0 + 1_000, "s", &w, req(5)).await;
+    // 3 + floor(5 × 50/60) = 7 at 10 s in, then 3 + floor(5 × 0.7) = 6.
+    meter_at(f, m0 + 70_000, "s", &w, req(3)).await;
+    assert_eq!(
+        meter_at(f, m0 + 60_000 + 18_000, "s", &w, req(1)).await,
+        "granted 1 remaining 0 retry Some(6001) reset 42000 delay None"
+    );
+
+    // A queue, 10 per second, 5 places: delays 0..400 ms, then rejected.
+    let q = Meter::Queue(queue::Params::new(10, 1_000, 5, Policy::default()).unwrap());
+    let mut delays = Vec::new();
+    for _ in 0..6 {
+        delays.push(meter_at(f, t0, "q", &q, req(1)).await);
+    }
+    assert_eq!(
+        delays,
+        [
+            "granted 1 remaining 4 retry Some(0) reset 100 delay Some(0)",
+            "granted 1 remaining 3 retry Some(0) reset 200 delay Some(100)",
+            "granted 1 remaining 2 retry Some(0) reset 300 delay Some(200)",
+            "granted 1 remaining 1 retry Some(0) reset 400 delay Some(300)",
+            "granted 1 remaining 0 retry Some(100) reset 500 delay Some(400)",
+            "granted 0 remaining 0 retry Some(100) reset 500 delay Some(0)",
+        ]
+    );
+
+    // Seed 001: 2 000 per 1 200 s with a one-hour ban and a soft limit.
+    let policy = Policy {
+        soft_limit: Some(SoftLimit::percent(90).unwrap()),
+        ban: Some(Ban::new(3_600_000).unwrap()),
+    };
+    let throttle =
+        Meter::Window(window::Params::new(Algorithm::Fixed, 2_000, 1_200_000, policy).unwrap());
+    let w0 = 1_416_667 * 1_200_000;
+    assert!(
+        meter_at(f, w0, "bot", &throttle, req(2_000))
+            .await
+            .ends_with(" warning")
+    );
+    assert_eq!(
+        meter_at(f, w0 + 1, "bot", &throttle, Op::dry_run(amount(1, 1))).await,
+        "granted 0 remaining 0 retry Some(3600000) reset 1199999 delay None warning banned"
+    );
+    assert_eq!(
+        meter_at(f, w0 + 1, "bot", &throttle, req(1)).await,
+        "granted 0 remaining 0 retry Some(3600000) reset 1199999 delay None warning banned"
+    );
+    assert_eq!(
+        meter_at(f, w0 + 3_600_000, "bot", &throttle, req(1)).await,
+        "granted 0 remaining 2000 retry Some(1) reset 1200000 delay None banned",
+        "the ban's last millisecond, three windows on"
+    );
+    assert_eq!(
+        meter_at(f, w0 + 3_600_001, "bot", &throttle, req(1)).await,
+        "granted 1 remaining 1999 retry Some(0) reset 1199999 delay None"
+    );
+
+    // LLM tokens: a dry run, the call, then a charge of what it used.
+    let tokens =
+        Meter::Bucket(bucket::Params::new(1_000, 1_000, 60_000, Policy::default()).unwrap());
+    assert!(
+        meter_at(f, t0, "llm", &tokens, Op::dry_run(amount(1, 1)))
+            .await
+            .starts_with("granted 1 remaining 999 ")
+    );
+    assert_eq!(
+        meter_at(f, t0, "llm", &tokens, Op::Charge(1_500)).await,
+        "granted 1500 remaining 0 retry Some(30060) reset 90000 delay None"
+    );
+    assert!(
+        meter_at(f, t0 + 30_059, "llm", &tokens, req(1))
+            .await
+            .starts_with("granted 0 ")
+    );
+    assert!(
+        meter_at(f, t0 + 30_060, "llm", &tokens, req(1))
+            .await
+            .starts_with("granted 1 ")
+    );
+
+    // Bad input: the client error of core, nothing changed.
+    for (m, op) in [
+        (&w, Op::Refund(1)),
+        (&q, Op::Refund(1)),
+        (&b, Op::Charge(0)),
+    ] {
+        let r = meter_at(f, t0 + 60, "ip", m, op).await;
+        assert!(r.starts_with("client error: "), "{r}");
+    }
+    assert_eq!(
+        meter_at(f, t0 + 60, "ip", &b, Op::Refund(0)).await,
+        "client error: copies must be at least 1"
+    );
+    assert_eq!(
+        meter_at(f, t0 + 60, "ip", &b, Op::dry_run(amount(1, 1))).await,
+        "granted 0 remaining 0 retry Some(40) reset 990 delay None",
+        "unchanged by the errors, a refund on a window of another kind included"
+    );
+}
+
 macro_rules! conformance {
     ($store:ident: $($test:ident),* $(,)?) => {
         mod $store {
             $(
                 #[tokio::test]
                 async fn $test() {
-                    let f = crate::common::$store().await;
+                    let f = charon_testkit::stores::$store().await;
                     crate::$test(&f).await;
                 }
             )*
@@ -713,6 +910,7 @@ macro_rules! suite {
                 transfers_stage_expire_and_seize,
                 huge_copy_counts_stop_at_the_bound,
                 huge_hit_counts_stop_at_the_bound,
+                meters_cookbook,
             );
         )*
     };

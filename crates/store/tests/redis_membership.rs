@@ -5,9 +5,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
@@ -15,7 +12,9 @@ use charon_core::copy::Hold;
 use charon_core::request::Amount;
 use charon_store::{CopyLog, RedisOptions, RedisStore, Store, StoreError};
 use charon_testkit::RedisServer;
-use common::{options, spawn_maintain};
+use charon_testkit::stores::{
+    copy_log as log, eventually, member as connect, options, raw, spawn_maintain,
+};
 
 const TTL: Duration = Duration::from_millis(1_000);
 
@@ -38,64 +37,12 @@ fn hold(domain: &str) -> Hold {
     Hold::new("vm", domain, ["g1".to_owned()])
 }
 
-/// A member with the production rebuild grace (half the ttl), once it
-/// can serve copies: the first member of a new Redis waits out the window
-/// in which servers holding copies could still show up.
-async fn connect(redis: &RedisServer, id: &str, ttl: Duration) -> Arc<RedisStore> {
-    let s = RedisStore::connect(
-        &redis.url(),
-        RedisOptions {
-            rebuild_grace: None,
-            ..options(None, id, ttl)
-        },
-    )
-    .await
-    .unwrap();
-    let maintain = spawn_maintain(&s);
-    let ready = eventually(ttl * 3, async || s.ping().await.is_ok()).await;
-    maintain.abort();
-    assert!(ready.is_some(), "{id} can serve copies");
-    s
-}
-
 async fn reserve(s: &RedisStore, domain: &str, n: u64) {
     let r = s
         .reserve("vm", domain, &limits(), amount(n), Enforcement::Enforce)
         .await
         .unwrap();
     assert_eq!(r.granted, n);
-}
-
-fn raw(redis: &RedisServer) -> redis::Connection {
-    redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap()
-}
-
-fn log(global: u64, domains: &[(&str, u64)], g1: u64) -> CopyLog {
-    CopyLog {
-        global,
-        domains: domains.iter().map(|(d, n)| ((*d).to_owned(), *n)).collect(),
-        groups: if g1 > 0 {
-            [("g1".to_owned(), g1)].into()
-        } else {
-            Default::default()
-        },
-    }
-}
-
-/// Polls `f` until it returns true or `within` passes; returns how long it
-/// took.
-async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < within {
-        if f().await {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

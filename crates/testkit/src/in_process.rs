@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use charon_core::config::Config;
 use charon_limiter::Limiter;
-use charon_server::{ServerOptions, ServerState};
-use charon_store::{MemoryStore, SystemClock};
+use charon_server::{ConfigSource, Error, Exit, Listeners, ServerOptions, ServerState, Settings};
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// A real `charon` server (gRPC + HTTP on 127.0.0.1, free ports, the
-/// in-memory store) running in this process.
+/// in-memory store) running in this process, started through
+/// [`charon_server::run_observed`] as `charon serve` starts one.
 #[derive(Debug)]
 pub struct InProcessServer {
     /// The gRPC address.
@@ -19,7 +20,8 @@ pub struct InProcessServer {
     /// The HTTP address.
     pub http: SocketAddr,
     state: Arc<ServerState>,
-    task: JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<Exit, Error>>,
 }
 
 impl InProcessServer {
@@ -31,21 +33,43 @@ impl InProcessServer {
     /// Starts a server enforcing `config` with `options`.
     pub async fn start_with_options(config: &str, options: ServerOptions) -> Self {
         let (config, _) = Config::from_yaml(config).expect("a valid test configuration");
-        let store = Arc::new(MemoryStore::new(Arc::new(SystemClock::new())));
-        let state = ServerState::new(Limiter::new(config, store), options);
+        let settings = Settings {
+            keepalive: options.keepalive,
+            shutdown_grace: options.shutdown_grace,
+            max_message_bytes: options.max_message_bytes,
+            session_concurrency: options.session_concurrency,
+            ..Settings::new(ConfigSource::Inline(config))
+        };
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
         let http = TcpListener::bind("127.0.0.1:0").await.expect("bind HTTP");
         let (grpc_addr, http_addr) = (
             grpc.local_addr().expect("addr"),
             http.local_addr().expect("addr"),
         );
-        let task = tokio::spawn(
-            charon_server::serve(state.clone(), grpc, http, axum::Router::new()).map_ok(),
-        );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (started, state) = oneshot::channel();
+        let mut task = tokio::spawn(charon_server::run_observed(
+            settings,
+            Listeners::Bound { grpc, http },
+            async move {
+                let _ = stopped.await;
+            },
+            move |state| {
+                let _ = started.send(state);
+            },
+        ));
+        // The state is made unless `run` failed first: say why.
+        let Ok(state) = state.await else {
+            panic!(
+                "the in-process server did not start: {:?}",
+                (&mut task).await
+            )
+        };
         Self {
             grpc: grpc_addr,
             http: http_addr,
             state,
+            stop,
             task,
         }
     }
@@ -77,19 +101,11 @@ impl InProcessServer {
         });
     }
 
-    /// Shuts the server down gracefully and waits until it has stopped.
+    /// Shuts the server down gracefully (its shutdown future resolves) and
+    /// waits until it has stopped.
     pub async fn stop(self) {
-        self.state.shutdown.trigger();
-        let _ = self.task.await;
-    }
-}
-
-trait MapOk {
-    fn map_ok(self) -> impl std::future::Future<Output = ()> + Send;
-}
-
-impl<F: std::future::Future<Output = std::io::Result<()>> + Send> MapOk for F {
-    async fn map_ok(self) {
-        let _ = self.await;
+        let _ = self.stop.send(());
+        let stopped = self.task.await.expect("the server task");
+        assert_eq!(stopped.expect("a clean stop"), Exit::Stopped);
     }
 }

@@ -137,3 +137,60 @@ pub async fn within(
     }
     None
 }
+
+/// The limits of the fleet and Redis fault tests: a rate resource nobody
+/// exhausts, and a copy resource of 10 (per domain and in all).
+pub const FLEET_LIMITS: &str = r#"
+resources:
+  - name: api
+    kind: rate
+    tiers: [ { limit: 1000000, window: 1s } ]
+  - name: vm
+    kind: copy
+    domain_limit: 10
+    global_limit: 10
+"#;
+
+/// A `PUT` of `body` as JSON with `token` to the configuration API: the
+/// response, whatever its status (the API must answer).
+pub async fn put_json(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: &Value,
+) -> reqwest::Response {
+    http.put(url)
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .expect("the API answers")
+}
+
+/// A raw gRPC client of `server`'s limiter (no retries, no degraded mode).
+pub async fn grpc(
+    server: &charon_testkit::CharonProcess,
+) -> charon_proto::v1::limiter_client::LimiterClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    charon_proto::v1::limiter_client::LimiterClient::new(channel)
+}
+
+/// `charon serve --config-api-only` on a database of its own, accepting
+/// `token`: a configuration service for limiters to follow (`--config-url`).
+pub fn config_service(token: &str) -> charon_testkit::CharonProcess {
+    charon_testkit::CharonProcess::start_args(
+        bin(),
+        &[
+            "--config-api-only",
+            "--db",
+            "{dir}/config.db",
+            "--config-token",
+            token,
+        ],
+        "/healthz",
+    )
+}

@@ -4,10 +4,11 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::QueryParams;
+use super::schema::Version;
 use super::{Snapshot, versioned};
 use crate::auth::Reader;
 use crate::error::ApiError;
-use crate::wire::{Changes, NamespaceBody};
+use crate::wire::Changes;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ChangesQuery {
@@ -18,9 +19,14 @@ pub(super) struct ChangesQuery {
     epoch: Option<String>,
 }
 
-/// A delta since `since` when the kept history covers it; otherwise (0, a
-/// version older than the history, newer than the service, or another
-/// epoch) the whole configuration as a snapshot.
+/// What changed after version `since`, or a full snapshot.
+#[utoipa::path(get, path = "/v1/changes", operation_id = "changes", tag = "sync",
+    params(
+        ("since" = inline(Option<Version>), Query,
+            description = "The version of the client's view; 0 or absent: a snapshot."),
+        ("epoch" = Option<String>, Query,
+            description = "The epoch of the client's view; another epoch gets a snapshot.")),
+    responses((status = 200, description = "OK", body = Changes)))]
 pub(super) async fn changes(
     _: Reader,
     QueryParams(q): QueryParams<ChangesQuery>,
@@ -46,12 +52,7 @@ pub(super) async fn changes(
             .into_values()
             .map(|r| r.document)
             .collect();
-        changes.namespaces = tx
-            .namespaces()
-            .await?
-            .into_iter()
-            .map(|(n, s)| (n, NamespaceBody::from(s.settings)))
-            .collect();
+        changes.namespaces = super::namespaces::all(&mut tx).await?;
     } else if q.since < meta.version {
         for (name, doc) in tx.changed_resources(q.since).await? {
             match doc {

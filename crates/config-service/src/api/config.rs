@@ -12,12 +12,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::extract::{IfMatch, QueryParams, RawBody};
+use super::schema::{ConfigDocument, ExportFormat, ExportedConfig};
 use super::{Target, etag, precondition, snapshot, versioned};
 use crate::AppState;
 use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
 use crate::store::{ConfigDbError, Meta, StoredNamespace, StoredResource};
-use crate::wire::{Adjustment, DiffEntry, ImportOutcome, NamespaceBody};
+use crate::wire::{DiffEntry, ImportOutcome, NamespaceBody};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ExportQuery {
@@ -85,7 +86,12 @@ fn assemble(
         .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
 }
 
-/// `GET /v1/config`.
+/// The whole configuration (SPEC §6), as JSON or, with `format=yaml` or
+/// `Accept: application/yaml`, YAML.
+#[utoipa::path(get, path = "/v1/config", operation_id = "exportConfig", tag = "config",
+    params(("format" = inline(Option<ExportFormat>), Query)),
+    responses((status = 200, description = "The configuration.", content(
+        (ExportedConfig = "application/json"), (ExportedConfig = "application/yaml")))))]
 pub(super) async fn export(
     _: Reader,
     State(state): State<AppState>,
@@ -232,7 +238,18 @@ fn diff(
     out
 }
 
-/// `PUT /v1/config[?dry_run=true]`: replaces the whole configuration.
+/// Replace the whole configuration as one commit; `dry_run=true` only computes
+/// the difference (and needs only read access).
+#[utoipa::path(put, path = "/v1/config", operation_id = "importConfig", tag = "config",
+    description = "A write needs a write token; a dry run is a read. The difference is computed \
+        on the server, by resource and namespace name. With `If-Match` set to the \
+        `base_version` of a dry run, exactly the difference shown is applied, or 412.",
+    params(("dry_run" = Option<bool>, Query)),
+    request_body(content((ConfigDocument = "application/yaml"),
+        (ConfigDocument = "application/json"))),
+    security(("bearerAuth" = []), ()),
+    responses((status = 200, description = "The difference, applied unless a dry run.",
+        body = ImportOutcome)))]
 pub(super) async fn import(
     access: Access,
     State(state): State<AppState>,
@@ -244,7 +261,6 @@ pub(super) async fn import(
     access.require(if q.dry_run { Role::Read } else { Role::Write })?;
     let if_match = IfMatch::from_headers(&headers)?;
     let (config, adjustments) = parse_import(&headers, &body)?;
-    let adjustments: Vec<Adjustment> = adjustments.into_iter().map(Into::into).collect();
     let wanted = Wanted::of(&config);
 
     if q.dry_run {

@@ -14,36 +14,41 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
-/// Path parameters (percent-decoded: a resource name `api/search` arrives
-/// as `api%2Fsearch`).
-#[derive(Debug)]
-pub(crate) struct UrlParams<T>(pub T);
+/// Defines `$name<T>`, axum's `$axum<T>` with its rejection answered as a
+/// 400 that says `$what`.
+macro_rules! answered {
+    ($(#[$doc:meta])* $name:ident, $axum:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) struct $name<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for UrlParams<T> {
-    type Rejection = ApiError;
+        impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for $name<T> {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        <Path<T> as FromRequestParts<S>>::from_request_parts(parts, state)
-            .await
-            .map(|Path(v)| UrlParams(v))
-            .map_err(|e| ApiError::invalid_at("", format!("bad URL: {}", e.body_text())))
-    }
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                <$axum<T> as FromRequestParts<S>>::from_request_parts(parts, state)
+                    .await
+                    .map(|$axum(v)| $name(v))
+                    .map_err(|e| ApiError::invalid_at("", format!("{}: {}", $what, e.body_text())))
+            }
+        }
+    };
 }
 
-/// Query parameters.
-#[derive(Debug)]
-pub(crate) struct QueryParams<T>(pub T);
+answered!(
+    /// Path parameters (percent-decoded: a resource name `api/search`
+    /// arrives as `api%2Fsearch`).
+    UrlParams,
+    Path,
+    "bad URL"
+);
 
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryParams<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        <Query<T> as FromRequestParts<S>>::from_request_parts(parts, state)
-            .await
-            .map(|Query(v)| QueryParams(v))
-            .map_err(|e| ApiError::invalid_at("", format!("bad query string: {}", e.body_text())))
-    }
-}
+answered!(
+    /// Query parameters.
+    QueryParams,
+    Query,
+    "bad query string"
+);
 
 /// The raw body, with the size limit answered as JSON.
 #[derive(Debug)]

@@ -7,9 +7,17 @@
 
 mod changes;
 mod config;
+mod doc;
 pub(crate) mod extract;
 mod namespaces;
 mod resources;
+#[allow(
+    unused_qualifications,
+    reason = "utoipa's ToSchema derive qualifies the field types it names"
+)]
+pub(crate) mod schema;
+
+use std::sync::LazyLock;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts};
@@ -20,8 +28,10 @@ use axum::routing::{any, get, put};
 use serde::Serialize;
 
 use crate::AppState;
+use crate::auth::Writer;
 use crate::error::ApiError;
-use crate::store::{Entity, Meta, ReadTx, WriteTx};
+use crate::store::{Committed, Entity, Meta, ReadTx, WriteTx};
+use crate::wire::DeleteCommit;
 use extract::IfMatch;
 use resources::{Group, Override, Part};
 
@@ -83,12 +93,20 @@ fn part_routes<P: Part + 'static>() -> Router<AppState> {
         )
 }
 
+/// The OpenAPI document, generated once.
+static DOCUMENT: LazyLock<String> = LazyLock::new(doc::json);
+
+/// The OpenAPI document as JSON text (see [`crate::openapi_json`]).
+pub(crate) fn openapi_json() -> &'static str {
+    &DOCUMENT
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "meta",
+    security(()),
+    responses((status = 200, description = "The OpenAPI document.", body = Object)))]
 async fn openapi() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::OPENAPI_JSON,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], openapi_json()).into_response()
 }
 
 pub(crate) async fn not_found(uri: Uri) -> ApiError {
@@ -127,6 +145,38 @@ impl FromRequestParts<AppState> for Snapshot {
     }
 }
 
+/// A write, as an extractor: the request may write (checked before
+/// anything else is looked at, so an anonymous client learns nothing about
+/// the request) and the version it is based on (`If-Match`).
+struct Editor {
+    state: AppState,
+    if_match: Option<IfMatch>,
+}
+
+impl FromRequestParts<AppState> for Editor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Writer::from_request_parts(parts, state).await?;
+        Ok(Editor {
+            state: state.clone(),
+            if_match: IfMatch::from_headers(&parts.headers)?,
+        })
+    }
+}
+
+impl Editor {
+    /// Starts the commit: takes the write lock.
+    async fn begin(&self) -> Result<WriteTx, ApiError> {
+        Ok(self.state.db().write().await?)
+    }
+
+    /// Checks `If-Match` against `target`, inside the commit.
+    async fn check(&self, tx: &mut WriteTx, target: Target<'_>) -> Result<(), ApiError> {
+        precondition(tx, self.if_match.as_ref(), target).await
+    }
+}
+
 /// The `ETag` of everything read at (or written as) `version`.
 fn etag(version: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
@@ -147,6 +197,12 @@ fn written<T: Serialize>(created: bool, version: u64, body: &T) -> Response {
         *response.status_mut() = StatusCode::CREATED;
     }
     response
+}
+
+/// The answer to a delete: what it committed, the version in `ETag`.
+fn deleted(committed: Committed) -> Response {
+    let Committed { version, changed } = committed;
+    versioned(version, &DeleteCommit { version, changed })
 }
 
 /// What an `If-Match` is checked against.

@@ -1,50 +1,55 @@
 //! `/v1/namespaces…`: the switches of SPEC §4 per namespace.
 
-use axum::extract::State;
+use std::collections::BTreeMap;
+
 use axum::response::Response;
 use charon_core::config::{Config, parse_namespace};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{IfMatch, JsonBody, UrlParams};
-use super::{Snapshot, Target, precondition, versioned, written};
-use crate::AppState;
-use crate::auth::{Reader, Writer};
+use super::extract::{JsonBody, UrlParams};
+use super::schema::NamespaceSettings;
+use super::{Editor, Snapshot, Target, deleted, versioned, written};
+use crate::auth::Reader;
 use crate::error::ApiError;
-use crate::store::{Entity, Meta, WriteTx};
-use crate::wire::{DeleteCommit, NamespaceBody, NamespaceCommit, NamespaceList, Problem};
+use crate::store::{Entity, Meta, ReadTx, StoredNamespace};
+use crate::wire::{ConfigIssue, DeleteCommit, NamespaceBody, NamespaceCommit, NamespaceList};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct NamespaceParam {
     namespace: String,
 }
 
-fn missing(ns: &str) -> ApiError {
-    ApiError::not_found(format!("no settings for namespace {ns:?}"))
+/// The namespace `ns`, which must exist (404).
+async fn existing(tx: &mut ReadTx, ns: &str) -> Result<StoredNamespace, ApiError> {
+    tx.namespace(ns)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no settings for namespace {ns:?}")))
 }
 
-/// Checks `If-Match` against the namespace (`updated`: the version that
-/// last changed it, if it exists).
-async fn unchanged_since(
-    tx: &mut WriteTx,
-    if_match: Option<IfMatch>,
-    namespace: &str,
-    updated: Option<u64>,
-) -> Result<(), ApiError> {
-    let target = Target::Entity(Entity::Namespace, namespace, updated);
-    precondition(tx, if_match.as_ref(), target).await
+/// Every namespace's settings, as answered.
+pub(super) async fn all(tx: &mut ReadTx) -> Result<BTreeMap<String, NamespaceBody>, ApiError> {
+    let stored = tx.namespaces().await?;
+    Ok(stored
+        .into_iter()
+        .map(|(n, s)| (n, s.settings.into()))
+        .collect())
 }
 
+/// What a write to the namespace `ns` checks `If-Match` against
+/// (`updated`: the version that last changed it, if it exists).
+fn target(ns: &str, updated: Option<u64>) -> Target<'_> {
+    Target::Entity(Entity::Namespace, ns, updated)
+}
+
+/// Every namespace with settings.
+#[utoipa::path(get, path = "/v1/namespaces", operation_id = "listNamespaces", tag = "namespaces",
+    responses((status = 200, description = "OK", body = NamespaceList)))]
 pub(super) async fn list(
     _: Reader,
     Snapshot(mut tx, Meta { version, .. }): Snapshot,
 ) -> Result<Response, ApiError> {
-    let namespaces = tx
-        .namespaces()
-        .await?
-        .into_iter()
-        .map(|(n, s)| (n, NamespaceBody::from(s.settings)))
-        .collect();
+    let namespaces = all(&mut tx).await?;
     Ok(versioned(
         version,
         &NamespaceList {
@@ -54,35 +59,38 @@ pub(super) async fn list(
     ))
 }
 
+/// The settings of one namespace.
+#[utoipa::path(get, path = "/v1/namespaces/{namespace}", operation_id = "getNamespace",
+    tag = "namespaces",
+    responses((status = 200, description = "OK", body = NamespaceBody), (status = 404)))]
 pub(super) async fn get(
     _: Reader,
     UrlParams(p): UrlParams<NamespaceParam>,
     Snapshot(mut tx, Meta { version, .. }): Snapshot,
 ) -> Result<Response, ApiError> {
-    let ns = tx
-        .namespace(&p.namespace)
-        .await?
-        .ok_or_else(|| missing(&p.namespace))?;
+    let ns = existing(&mut tx, &p.namespace).await?;
     Ok(versioned(version, &NamespaceBody::from(ns.settings)))
 }
 
-/// `PUT /v1/namespaces/{namespace}`: body `{allow_unconfigured,
-/// ignore_configured}` (each defaults to false).
+/// Create or replace the settings of a namespace.
+#[utoipa::path(put, path = "/v1/namespaces/{namespace}", operation_id = "putNamespace",
+    tag = "namespaces", request_body = NamespaceSettings,
+    responses(
+        (status = 200, description = "Replaced, or unchanged.", body = NamespaceCommit),
+        (status = 201)))]
 pub(super) async fn put(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<NamespaceParam>,
-    if_match: Option<IfMatch>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     // The name is checked by core as a configuration file's namespace key
     // would be; its problems are the URL parameter's.
-    let mut problems: Vec<Problem> =
+    let mut problems: Vec<ConfigIssue> =
         match Config::from_value(&json!({ "namespaces": { &p.namespace: {} } })) {
             Ok(_) => Vec::new(),
             Err(e) => {
                 e.0.into_iter()
-                    .map(|i| Problem {
+                    .map(|i| ConfigIssue {
                         path: "namespace".to_owned(),
                         message: i.message,
                     })
@@ -92,25 +100,17 @@ pub(super) async fn put(
     let settings = match parse_namespace(&body) {
         Ok(s) => Some(s),
         Err(e) => {
-            problems.extend(e.0.into_iter().map(|i| Problem {
-                path: i.path,
-                message: i.message,
-            }));
+            problems.extend(e.0);
             None
         }
     };
     let Some(settings) = settings.filter(|_| problems.is_empty()) else {
         return Err(ApiError::invalid(problems));
     };
-    let mut tx = state.db().write().await?;
+    let mut tx = editor.begin().await?;
     let current = tx.namespace(&p.namespace).await?;
-    unchanged_since(
-        &mut tx,
-        if_match,
-        &p.namespace,
-        current.map(|c| c.updated_version),
-    )
-    .await?;
+    let updated = current.map(|c| c.updated_version);
+    editor.check(&mut tx, target(&p.namespace, updated)).await?;
     if current.map(|c| c.settings) != Some(settings) {
         tx.put_namespace(&p.namespace, settings).await?;
     }
@@ -134,24 +134,18 @@ pub(super) async fn put(
     ))
 }
 
+/// Remove the settings of a namespace.
+#[utoipa::path(delete, path = "/v1/namespaces/{namespace}", operation_id = "deleteNamespace",
+    tag = "namespaces",
+    responses((status = 200, description = "Removed.", body = DeleteCommit), (status = 404)))]
 pub(super) async fn delete(
-    _: Writer,
-    State(state): State<AppState>,
+    editor: Editor,
     UrlParams(p): UrlParams<NamespaceParam>,
-    if_match: Option<IfMatch>,
 ) -> Result<Response, ApiError> {
-    let mut tx = state.db().write().await?;
-    let current = tx
-        .namespace(&p.namespace)
-        .await?
-        .ok_or_else(|| missing(&p.namespace))?;
-    unchanged_since(
-        &mut tx,
-        if_match,
-        &p.namespace,
-        Some(current.updated_version),
-    )
-    .await?;
+    let mut tx = editor.begin().await?;
+    let current = existing(&mut tx, &p.namespace).await?;
+    let updated = Some(current.updated_version);
+    editor.check(&mut tx, target(&p.namespace, updated)).await?;
     tx.delete_namespace(&p.namespace).await?;
     let committed = tx.commit().await?;
     tracing::info!(
@@ -159,11 +153,5 @@ pub(super) async fn delete(
         version = committed.version,
         "namespace deleted"
     );
-    Ok(versioned(
-        committed.version,
-        &DeleteCommit {
-            version: committed.version,
-            changed: committed.changed,
-        },
-    ))
+    Ok(deleted(committed))
 }

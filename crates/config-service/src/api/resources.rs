@@ -3,18 +3,16 @@
 //! and has charon-core validate and normalize the whole resource before
 //! anything is stored.
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::response::Response;
 use charon_core::config::namespace_of;
 use charon_core::request::check_name;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::extract::{IfMatch, JsonBody, QueryParams, UrlParams};
-use super::{Snapshot, Target, precondition, versioned, written};
-use crate::AppState;
-use crate::auth::{Reader, Writer};
+use super::extract::{JsonBody, QueryParams, UrlParams};
+use super::schema;
+use super::{Editor, Snapshot, Target, deleted, versioned, written};
+use crate::auth::Reader;
 use crate::edit::{self, Normalized, normalize_resource, remap, with_name};
 use crate::error::ApiError;
 use crate::store::{Entity, Meta};
@@ -68,16 +66,6 @@ fn missing(name: &str) -> ApiError {
     ApiError::not_found(format!("no resource {name:?}"))
 }
 
-fn no_override(name: &str, domain: &str) -> ApiError {
-    ApiError::not_found(format!(
-        "resource {name:?} has no override for domain {domain:?}"
-    ))
-}
-
-fn no_group(name: &str, group: &str) -> ApiError {
-    ApiError::not_found(format!("resource {name:?} has no group {group:?}"))
-}
-
 impl Edit {
     /// Stores `doc` once it validates, core's problems re-pathed under
     /// `prefix` (where the request's body went in the document).
@@ -94,26 +82,6 @@ impl Edit {
     }
 }
 
-/// A write to one resource, as an extractor: the request may write
-/// (checked before anything else is looked at, so an anonymous client
-/// learns nothing about the request) and the version it is based on.
-pub(super) struct Editor {
-    state: AppState,
-    if_match: Option<IfMatch>,
-}
-
-impl FromRequestParts<AppState> for Editor {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Writer = Writer::from_request_parts(parts, state).await?;
-        Ok(Editor {
-            state: state.clone(),
-            if_match: IfMatch::from_headers(&parts.headers)?,
-        })
-    }
-}
-
 impl Editor {
     /// One commit to one resource: takes the write lock, applies `change`
     /// to the resource's current document (validating it), checks
@@ -124,7 +92,7 @@ impl Editor {
         name: &str,
         change: impl FnOnce(Option<&Value>) -> Result<Edit, ApiError>,
     ) -> Result<Response, ApiError> {
-        edit(&self.state, name, self.if_match, change).await
+        edit(&self, name, change).await
     }
 
     /// [`Editor::commit`] to a resource that must exist.
@@ -174,7 +142,7 @@ impl Editor {
         change: impl FnOnce(&Value, usize) -> Result<Edit, ApiError>,
     ) -> Result<Response, ApiError> {
         self.copy(name, |doc| {
-            let i = edit::group_index(doc, group).ok_or_else(|| no_group(name, group))?;
+            let i = edit::group_index(doc, group).ok_or_else(|| Group::missing(name, group))?;
             change(doc, i)
         })
         .await
@@ -185,24 +153,19 @@ impl Editor {
 /// the resource's current document (validating it), checks `If-Match`
 /// against the resource, and stores the result if it differs.
 async fn edit(
-    state: &AppState,
+    editor: &Editor,
     name: &str,
-    if_match: Option<IfMatch>,
     change: impl FnOnce(Option<&Value>) -> Result<Edit, ApiError>,
 ) -> Result<Response, ApiError> {
-    let mut tx = state.db().write().await?;
+    let mut tx = editor.begin().await?;
     let current = tx.resource(name).await?;
     let updated = current.as_ref().map(|r| r.updated_version);
     let current = current.map(|r| r.document);
     // What is wrong with the request itself (400, 404, 422) is answered
     // before the precondition: a bad request stays bad at any version.
     let edit = change(current.as_ref())?;
-    precondition(
-        &mut tx,
-        if_match.as_ref(),
-        Target::Entity(Entity::Resource, name, updated),
-    )
-    .await?;
+    let target = Target::Entity(Entity::Resource, name, updated);
+    editor.check(&mut tx, target).await?;
     match edit {
         Edit::Put {
             normalized,
@@ -242,13 +205,7 @@ async fn edit(
                 version = committed.version,
                 "resource deleted"
             );
-            Ok(versioned(
-                committed.version,
-                &DeleteCommit {
-                    version: committed.version,
-                    changed: committed.changed,
-                },
-            ))
+            Ok(deleted(committed))
         }
     }
 }
@@ -283,6 +240,11 @@ fn check_domain(domain: &str) -> Result<(), ApiError> {
 
 // ---- resources ----
 
+/// All resources, normalized, sorted by name.
+#[utoipa::path(get, path = "/v1/resources", operation_id = "listResources", tag = "resources",
+    params(
+        ("namespace" = Option<String>, Query, description = "Only resources of this namespace.")),
+    responses((status = 200, description = "OK", body = ResourceList)))]
 pub(super) async fn list(
     _: Reader,
     QueryParams(q): QueryParams<ListQuery>,
@@ -302,6 +264,9 @@ pub(super) async fn list(
     Ok(versioned(version, &ResourceList { version, resources }))
 }
 
+/// One resource, normalized.
+#[utoipa::path(get, path = "/v1/resources/{name}", operation_id = "getResource", tag = "resources",
+    responses((status = 200, description = "OK", body = schema::Resource), (status = 404)))]
 pub(super) async fn get(
     _: Reader,
     UrlParams(p): UrlParams<NameParam>,
@@ -311,8 +276,10 @@ pub(super) async fn get(
     Ok(versioned(version, &doc))
 }
 
-/// `POST /v1/resources`: creates a resource named by its body; 409 if it
-/// exists.
+/// Create a resource named by its body; 409 if it exists.
+#[utoipa::path(post, path = "/v1/resources", operation_id = "createResource", tag = "resources",
+    request_body = schema::NewResource,
+    responses((status = 201, description = "Created.", body = ResourceCommit), (status = 409)))]
 pub(super) async fn create(editor: Editor, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let normalized = normalize_resource(&body).map_err(ApiError::config)?;
     let name = normalized.document["name"]
@@ -334,7 +301,12 @@ pub(super) async fn create(editor: Editor, JsonBody(body): JsonBody) -> Result<R
         .await
 }
 
-/// `PUT /v1/resources/{name}`: creates or replaces a resource.
+/// Create or replace a resource (validated and normalized first).
+#[utoipa::path(put, path = "/v1/resources/{name}", operation_id = "putResource", tag = "resources",
+    request_body = schema::Resource,
+    responses(
+        (status = 200, description = "Replaced, or unchanged.", body = ResourceCommit),
+        (status = 201)))]
 pub(super) async fn put(
     editor: Editor,
     UrlParams(p): UrlParams<NameParam>,
@@ -352,6 +324,10 @@ pub(super) async fn put(
         .await
 }
 
+/// Delete a resource.
+#[utoipa::path(delete, path = "/v1/resources/{name}", operation_id = "deleteResource",
+    tag = "resources",
+    responses((status = 200, description = "Deleted.", body = DeleteCommit), (status = 404)))]
 pub(super) async fn delete(
     editor: Editor,
     UrlParams(p): UrlParams<NameParam>,
@@ -387,8 +363,13 @@ pub(super) trait Part {
     fn set(doc: &Value, key: &str, body: Value) -> (Value, String);
     /// `doc` without the part, `None` when there was none.
     fn remove(doc: &Value, key: &str) -> Option<Value>;
+    /// What the part is, before its key, in a 404 (`group`).
+    const NOUN: &str;
+
     /// The 404 for a part that is not there.
-    fn missing(name: &str, key: &str) -> ApiError;
+    fn missing(name: &str, key: &str) -> ApiError {
+        ApiError::not_found(format!("resource {name:?} has no {} {key:?}", Self::NOUN))
+    }
 }
 
 /// `…/domains/{domain}`: the body is the override (rate: `hard_limit`
@@ -427,9 +408,7 @@ impl Part for Override {
         edit::remove_override(doc, domain)
     }
 
-    fn missing(name: &str, domain: &str) -> ApiError {
-        no_override(name, domain)
-    }
+    const NOUN: &str = "override for domain";
 }
 
 /// `…/groups/{group}`: the body is `{limit, domains}` (a `name`, if sent,
@@ -466,9 +445,7 @@ impl Part for Group {
         edit::remove_group(doc, group)
     }
 
-    fn missing(name: &str, group: &str) -> ApiError {
-        no_group(name, group)
-    }
+    const NOUN: &str = "group";
 }
 
 impl Snapshot {
@@ -532,7 +509,13 @@ pub(super) async fn delete_part<P: Part>(
         .await
 }
 
-/// `PUT …/groups/{group}/domains/{domain}`: adds a member (no body).
+/// Add a domain to a group (no body; unchanged if it is a member).
+#[utoipa::path(put, path = "/v1/resources/{name}/groups/{group}/domains/{domain}",
+    operation_id = "addMember", tag = "groups",
+    responses(
+        (status = 200, description = "Unchanged: already a member.", body = ResourceCommit),
+        (status = 201),
+        (status = 404), (status = 422)))]
 pub(super) async fn add_member(
     editor: Editor,
     UrlParams(p): UrlParams<MemberParams>,
@@ -552,6 +535,11 @@ pub(super) async fn add_member(
         .await
 }
 
+/// Remove a domain from a group.
+#[utoipa::path(delete, path = "/v1/resources/{name}/groups/{group}/domains/{domain}",
+    operation_id = "removeMember", tag = "groups",
+    responses((status = 200, description = "Removed.", body = ResourceCommit), (status = 404),
+        (status = 422)))]
 pub(super) async fn remove_member(
     editor: Editor,
     UrlParams(p): UrlParams<MemberParams>,

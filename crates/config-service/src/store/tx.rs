@@ -67,22 +67,25 @@ impl Tx {
 
     /// Commits. Only an `Ok` means the transaction is durable; on error
     /// nothing of it was committed and the connection is discarded.
-    pub async fn commit(mut self) -> Result<()> {
-        self.sound = false;
-        Manager::commit(&mut self.conn)
-            .await
-            .map_err(ConfigDbError::from)?;
-        self.open = false;
-        self.sound = true;
-        Ok(())
+    pub async fn commit(self) -> Result<()> {
+        self.end(true).await
     }
 
     /// Rolls back now (rather than on drop).
-    pub async fn rollback(mut self) -> Result<()> {
+    pub async fn rollback(self) -> Result<()> {
+        self.end(false).await
+    }
+
+    /// Commits or rolls back; an error leaves the connection unsound (so
+    /// dropping it closes it).
+    async fn end(mut self, commit: bool) -> Result<()> {
         self.sound = false;
-        Manager::rollback(&mut self.conn)
-            .await
-            .map_err(ConfigDbError::from)?;
+        let ended = if commit {
+            Manager::commit(&mut self.conn).await
+        } else {
+            Manager::rollback(&mut self.conn).await
+        };
+        ended.map_err(ConfigDbError::from)?;
         self.open = false;
         self.sound = true;
         Ok(())

@@ -160,6 +160,30 @@ impl Call {
         self
     }
 
+    /// Sends, and asserts the answer's status (naming the caller's line,
+    /// and showing the body, if it is not).
+    #[track_caller]
+    pub fn expect(self, status: u16) -> impl Future<Output = Reply> {
+        let at = std::panic::Location::caller();
+        async move {
+            let reply = self.send().await;
+            assert_eq!(
+                reply.status.as_u16(),
+                status,
+                "unexpected status at {at}; body: {}",
+                reply.text
+            );
+            reply
+        }
+    }
+
+    /// Sends, asserts a 400, and gives the paths of its problems.
+    #[track_caller]
+    pub fn problems(self) -> impl Future<Output = Vec<String>> {
+        let answer = self.expect(400);
+        async move { answer.await.problem_paths() }
+    }
+
     pub async fn send(self) -> Reply {
         let mut request = Request::builder().method(self.method).uri(&self.path);
         if let Some(t) = &self.token {

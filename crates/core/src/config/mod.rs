@@ -13,11 +13,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::LazyLock;
 
+pub use crate::meter::Meter;
+use crate::meter::{FieldError, Policy};
 use crate::time::{Millis, SECOND};
-use crate::{ClientError, UNBOUNDED};
+use crate::window::Algorithm;
+use crate::{ClientError, UNBOUNDED, bucket, queue, window};
 
 pub use normalize::{Adjustment, normalize_tiers};
-pub use parse::{parse_namespace, parse_resource};
+pub use parse::{parse_namespace, parse_resource, parse_soft_limit};
 
 /// Bounds on the size of a configuration, checked by [`Config::from_yaml`],
 /// [`Config::from_value`] and [`parse_resource`] alike, so a file, the
@@ -91,6 +94,8 @@ pub struct RateOverride {
     /// Replaces the whole tier list when set (an empty list makes the
     /// resource inaccessible to the domain).
     pub tiers: Option<Vec<Tier>>,
+    /// Replaces the resource's `soft_limit` and `ban`, each where set.
+    pub policy: Policy,
 }
 
 /// A rate-limited resource (SPEC §2).
@@ -99,6 +104,9 @@ pub struct RateResource {
     pub hard_limit: Option<u64>,
     pub global_limit: Option<u64>,
     pub tiers: Vec<Tier>,
+    /// `soft_limit` and `ban` (SPEC §10). Parsed and kept; the burst-tier
+    /// decision does not apply them yet.
+    pub policy: Policy,
     pub domains: BTreeMap<String, RateOverride>,
 }
 
@@ -116,6 +124,16 @@ impl RateResource {
                 global_limit: self.global_limit,
                 tiers: o.tiers.as_deref().unwrap_or(&self.tiers),
             },
+        }
+    }
+
+    /// The soft limit and ban in force for `domain` (SPEC §10): its
+    /// override's where it names them, else the resource's. (Not part of
+    /// [`RateLimits`], which stores and benchmarks build by hand.)
+    pub fn policy_for(&self, domain: &str) -> Policy {
+        match self.domains.get(domain) {
+            None => self.policy,
+            Some(o) => over_policy(o.policy, self.policy),
         }
     }
 }
@@ -213,21 +231,326 @@ impl CopyResource {
     }
 }
 
+/// An override's `soft_limit` and `ban` where it names them, else the
+/// resource's (SPEC §7: an override replaces what it names).
+fn over_policy(over: Policy, base: Policy) -> Policy {
+    Policy {
+        soft_limit: over.soft_limit.or(base.soft_limit),
+        ban: over.ban.or(base.ban),
+    }
+}
+
+/// The kind's own fields of a token bucket (SPEC §7), as written: all
+/// present on a resource, only those it replaces on an override.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketFields {
+    /// Capacity in tokens.
+    pub burst: Option<u64>,
+    /// Tokens added every `period`.
+    pub count: Option<u64>,
+    pub period: Option<Millis>,
+}
+
+/// The kind's own fields of a window (SPEC §8), as written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowFields {
+    pub algorithm: Option<Algorithm>,
+    pub limit: Option<u64>,
+    pub window: Option<Millis>,
+}
+
+/// The kind's own fields of a queue (SPEC §9), as written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueFields {
+    /// Units that leave the queue every `period`.
+    pub rate: Option<u64>,
+    pub period: Option<Millis>,
+    /// The most units waiting.
+    pub size: Option<u64>,
+}
+
+/// The fields of one rate-like kind with exact `Params` (bucket, window,
+/// queue): what is shared is written once ([`MeterResource`]), so an
+/// override means the same for every kind.
+pub trait MeterFields: Copy + Default + Eq + fmt::Debug {
+    /// The validated parameters the decision takes.
+    type Params: Copy + Eq + fmt::Debug;
+    /// `kind:` in the configuration file.
+    const KIND: &'static str;
+    /// The kind's own fields, in the order they are written.
+    const NAMES: &'static [&'static str];
+    /// These fields where set, else `base`'s.
+    fn or(self, base: Self) -> Self;
+    /// Whether `field` (one of [`Self::NAMES`]) is set.
+    fn names(&self, field: &str) -> bool;
+    /// The parameters, checked by the kind's `Params::new` (every
+    /// exactness bound, the field named); a missing field is an error
+    /// naming it.
+    fn params(&self, policy: Policy) -> Result<Self::Params, FieldError>;
+}
+
+fn given<T>(field: &'static str, v: Option<T>) -> Result<T, FieldError> {
+    v.ok_or_else(|| FieldError {
+        field,
+        message: "is required".to_owned(),
+    })
+}
+
+impl MeterFields for BucketFields {
+    type Params = bucket::Params;
+    const KIND: &'static str = "bucket";
+    const NAMES: &'static [&'static str] = &["burst", "count", "period"];
+
+    fn or(self, base: Self) -> Self {
+        Self {
+            burst: self.burst.or(base.burst),
+            count: self.count.or(base.count),
+            period: self.period.or(base.period),
+        }
+    }
+
+    fn names(&self, field: &str) -> bool {
+        match field {
+            "burst" => self.burst.is_some(),
+            "count" => self.count.is_some(),
+            "period" => self.period.is_some(),
+            _ => false,
+        }
+    }
+
+    fn params(&self, policy: Policy) -> Result<bucket::Params, FieldError> {
+        bucket::Params::new(
+            given("burst", self.burst)?,
+            given("count", self.count)?,
+            given("period", self.period)?,
+            policy,
+        )
+    }
+}
+
+impl MeterFields for WindowFields {
+    type Params = window::Params;
+    const KIND: &'static str = "window";
+    const NAMES: &'static [&'static str] = &["algorithm", "limit", "window"];
+
+    fn or(self, base: Self) -> Self {
+        Self {
+            algorithm: self.algorithm.or(base.algorithm),
+            limit: self.limit.or(base.limit),
+            window: self.window.or(base.window),
+        }
+    }
+
+    fn names(&self, field: &str) -> bool {
+        match field {
+            "algorithm" => self.algorithm.is_some(),
+            "limit" => self.limit.is_some(),
+            "window" => self.window.is_some(),
+            _ => false,
+        }
+    }
+
+    fn params(&self, policy: Policy) -> Result<window::Params, FieldError> {
+        window::Params::new(
+            given("algorithm", self.algorithm)?,
+            given("limit", self.limit)?,
+            given("window", self.window)?,
+            policy,
+        )
+    }
+}
+
+impl MeterFields for QueueFields {
+    type Params = queue::Params;
+    const KIND: &'static str = "queue";
+    const NAMES: &'static [&'static str] = &["rate", "period", "size"];
+
+    fn or(self, base: Self) -> Self {
+        Self {
+            rate: self.rate.or(base.rate),
+            period: self.period.or(base.period),
+            size: self.size.or(base.size),
+        }
+    }
+
+    fn names(&self, field: &str) -> bool {
+        match field {
+            "rate" => self.rate.is_some(),
+            "period" => self.period.is_some(),
+            "size" => self.size.is_some(),
+            _ => false,
+        }
+    }
+
+    fn params(&self, policy: Policy) -> Result<queue::Params, FieldError> {
+        queue::Params::new(
+            given("rate", self.rate)?,
+            given("period", self.period)?,
+            given("size", self.size)?,
+            policy,
+        )
+    }
+}
+
+/// One level of a bucket, window or queue as written: the kind's fields
+/// and the shared `soft_limit` and `ban` (SPEC §10).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeterSpec<F> {
+    pub fields: F,
+    pub policy: Policy,
+}
+
+impl<F: MeterFields> MeterSpec<F> {
+    /// What applies to a domain with this override: every field it names
+    /// replaces the resource's (`base`), the rest is the resource's.
+    pub fn over(&self, base: &MeterSpec<F>) -> MeterSpec<F> {
+        MeterSpec {
+            fields: self.fields.or(base.fields),
+            policy: over_policy(self.policy, base.policy),
+        }
+    }
+}
+
+/// A per-domain override of a bucket, window or queue: what it names, and
+/// the parameters it resolves to with the resource's other fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterOverride<F: MeterFields> {
+    spec: MeterSpec<F>,
+    params: F::Params,
+}
+
+impl<F: MeterFields> MeterOverride<F> {
+    /// The fields the override names.
+    pub fn spec(&self) -> &MeterSpec<F> {
+        &self.spec
+    }
+
+    /// The parameters for its domain.
+    pub fn params(&self) -> F::Params {
+        self.params
+    }
+}
+
+/// A resource of `kind: bucket`, `window` or `queue`, validated: its
+/// parameters and every override's are built (and checked) once, when the
+/// resource is, so resolving a (resource, domain) pair cannot fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterResource<F: MeterFields> {
+    spec: MeterSpec<F>,
+    params: F::Params,
+    domains: BTreeMap<String, MeterOverride<F>>,
+}
+
+/// Why a [`MeterResource`] could not be built: the domain of the override
+/// (`None` for the resource itself) and the field error.
+pub type MeterError = (Option<String>, FieldError);
+
+impl<F: MeterFields> MeterResource<F> {
+    /// Checks the resource's fields and every override applied to them
+    /// with the kind's `Params::new`; every error is returned. Overrides
+    /// are only checked once the resource itself is valid.
+    pub fn new(
+        spec: MeterSpec<F>,
+        domains: BTreeMap<String, MeterSpec<F>>,
+    ) -> Result<Self, Vec<MeterError>> {
+        let params = spec
+            .fields
+            .params(spec.policy)
+            .map_err(|e| vec![(None, e)])?;
+        let mut errors = Vec::new();
+        let mut resolved = BTreeMap::new();
+        for (domain, o) in domains {
+            let merged = o.over(&spec);
+            match merged.fields.params(merged.policy) {
+                Ok(params) => {
+                    resolved.insert(domain, MeterOverride { spec: o, params });
+                }
+                Err(e) => errors.push((Some(domain), e)),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Self {
+            spec,
+            params,
+            domains: resolved,
+        })
+    }
+
+    /// The resource's own fields.
+    pub fn spec(&self) -> &MeterSpec<F> {
+        &self.spec
+    }
+
+    /// The parameters of a domain without an override.
+    pub fn params(&self) -> F::Params {
+        self.params
+    }
+
+    /// The parameters for `domain`, its override applied.
+    pub fn params_for(&self, domain: &str) -> F::Params {
+        self.domains.get(domain).map_or(self.params, |o| o.params)
+    }
+
+    /// The overrides, by domain.
+    pub fn domains(&self) -> &BTreeMap<String, MeterOverride<F>> {
+        &self.domains
+    }
+}
+
+/// A token bucket resource (SPEC §7).
+pub type BucketResource = MeterResource<BucketFields>;
+/// A window resource (SPEC §8).
+pub type WindowResource = MeterResource<WindowFields>;
+/// A queue resource (SPEC §9).
+pub type QueueResource = MeterResource<QueueFields>;
+
 /// What a resource limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResourceKind {
     Rate(RateResource),
     Copy(CopyResource),
+    Bucket(BucketResource),
+    Window(WindowResource),
+    Queue(QueueResource),
 }
 
+/// Every `kind:` a resource may have, as the configuration file writes it.
+pub const KINDS: &[&str] = &["rate", "copy", "bucket", "window", "queue"];
+
 impl ResourceKind {
-    /// `"rate"` or `"copy"`, as in the configuration file.
+    /// `"rate"`, `"copy"`, `"bucket"`, `"window"` or `"queue"`, as in the
+    /// configuration file.
     pub fn name(&self) -> &'static str {
         match self {
             ResourceKind::Rate(_) => "rate",
             ResourceKind::Copy(_) => "copy",
+            ResourceKind::Bucket(_) => BucketFields::KIND,
+            ResourceKind::Window(_) => WindowFields::KIND,
+            ResourceKind::Queue(_) => QueueFields::KIND,
         }
     }
+
+    /// The parameters for `domain` of a bucket, window or queue; `None`
+    /// for `rate` and `copy`.
+    pub fn meter(&self, domain: &str) -> Option<Meter> {
+        match self {
+            ResourceKind::Bucket(r) => Some(Meter::Bucket(r.params_for(domain))),
+            ResourceKind::Window(r) => Some(Meter::Window(r.params_for(domain))),
+            ResourceKind::Queue(r) => Some(Meter::Queue(r.params_for(domain))),
+            ResourceKind::Rate(_) | ResourceKind::Copy(_) => None,
+        }
+    }
+}
+
+/// A rate-like resource resolved for one domain ([`Config::rate_like`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLike<'a> {
+    /// `kind: rate`: the burst tiers (SPEC §2).
+    Tiers(&'a RateResource),
+    /// `kind: bucket`, `window` or `queue`, the domain's override applied.
+    Meter(Meter),
 }
 
 /// A configured resource.
@@ -272,6 +595,7 @@ pub static PERMISSIVE_RATE: LazyLock<RateResource> = LazyLock::new(|| RateResour
         cooldown: 0,
         skippable: false,
     }],
+    policy: Policy::default(),
     domains: BTreeMap::new(),
 });
 
@@ -287,8 +611,10 @@ pub struct Config {
     index: HashMap<String, usize>,
 }
 
-/// One problem found in a configuration, with the exact place.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// One problem found in a configuration, with the exact place. The
+/// configuration service answers these as they are; its clients read them
+/// back (`Deserialize`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConfigIssue {
     /// Where: `resources[1].tiers[0].window`.
     pub path: String,
@@ -425,6 +751,52 @@ impl Config {
             None if ns.allow_unconfigured => Ok((&PERMISSIVE_RATE, enforcement)),
             None => Err(ClientError::UnknownResource(resource.to_owned())),
         }
+    }
+
+    /// Resolves a rate-like resource for `operation` on `domain` in one
+    /// lookup (SPEC §4, §7–§10): the burst tiers (configured, or the
+    /// permissive ones of a namespace that allows unconfigured resources),
+    /// or a bucket's, window's or queue's parameters with the domain's
+    /// override applied; a copy-limited or unknown resource is a client
+    /// error, as in [`Config::rate`]. What every request of the limiter
+    /// resolves first, so it is one map lookup and one namespace lookup.
+    pub fn rate_like(
+        &self,
+        resource: &str,
+        domain: &str,
+        operation: &'static str,
+    ) -> Result<(RateLike<'_>, Enforcement), ClientError> {
+        let ns = self.namespace(namespace_of(resource));
+        let enforcement = enforcement(ns);
+        match self.resource(resource) {
+            Some(Resource {
+                kind: ResourceKind::Rate(r),
+                ..
+            }) => Ok((RateLike::Tiers(r), enforcement)),
+            Some(Resource { kind, .. }) => match kind.meter(domain) {
+                Some(meter) => Ok((RateLike::Meter(meter), enforcement)),
+                None => Err(wrong_kind(resource, operation, "rate", kind.name())),
+            },
+            None if ns.allow_unconfigured => Ok((RateLike::Tiers(&PERMISSIVE_RATE), enforcement)),
+            None => Err(ClientError::UnknownResource(resource.to_owned())),
+        }
+    }
+
+    /// The parameters of a configured bucket, window or queue resource for
+    /// `domain`, its override applied: what the store decides with (the
+    /// namespace's `ignore_configured` still applies, see
+    /// [`Config::enforcement`]). `None` for any other resource, and for an
+    /// unconfigured one: an unconfigured resource of a namespace with
+    /// `allow_unconfigured` stays the permissive `rate` resource
+    /// ([`Config::rate`]), whatever kinds the namespace configures.
+    pub fn meter(&self, resource: &str, domain: &str) -> Option<Meter> {
+        self.resource(resource)?.kind.meter(domain)
+    }
+
+    /// Whether the namespace of `resource` enforces its limits (SPEC §4
+    /// `ignore_configured`).
+    pub fn enforcement(&self, resource: &str) -> Enforcement {
+        enforcement(self.namespace(namespace_of(resource)))
     }
 
     /// Resolves a copy-limited resource for `operation` (reserve, release,

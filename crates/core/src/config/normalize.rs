@@ -8,8 +8,10 @@ use std::fmt;
 use super::{Resource, ResourceKind, Tier};
 use crate::time::format_span;
 
-/// One change normalization made, with the place it made it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// One change normalization made, with the place it made it. The
+/// configuration service answers these as they are; its clients read them
+/// back (`Deserialize`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Adjustment {
     pub path: String,
     pub change: String,
@@ -59,6 +61,10 @@ pub(super) fn normalize(resources: &mut [Resource]) -> Vec<Adjustment> {
                     lower(format!("{path}.groups[{g}].limit"), &mut group.limit);
                 }
             }
+            // Buckets, windows and queues have nothing to normalize: every
+            // value is used exactly as written (their bounds are checked,
+            // not adjusted), so what the operator wrote is what applies.
+            ResourceKind::Bucket(_) | ResourceKind::Window(_) | ResourceKind::Queue(_) => {}
         }
     }
     out

@@ -8,17 +8,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::{
-    ConfigErrors, CopyResource, EMPTY_CONFIGURATION, Group, MAX_DOMAIN_OVERRIDES,
-    MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_NAMESPACES, MAX_RESOURCES, MAX_TIERS,
-    MAX_TIERS_PER_RESOURCE, NamespaceSettings, RateOverride, RateResource, Resource, ResourceKind,
-    Tier,
+    BucketFields, ConfigErrors, CopyResource, EMPTY_CONFIGURATION, Group, KINDS,
+    MAX_DOMAIN_OVERRIDES, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_NAMESPACES, MAX_RESOURCES, MAX_TIERS,
+    MAX_TIERS_PER_RESOURCE, MeterFields, MeterResource, MeterSpec, NamespaceSettings, QueueFields,
+    RateOverride, RateResource, Resource, ResourceKind, Tier, WindowFields,
 };
 use crate::fields::{
     Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
     too_many, unknown_field,
 };
+use crate::meter::{Ban, FieldError, Policy, SoftLimit};
 use crate::request::check_name;
 use crate::time::{Millis, parse_span};
+use crate::window::Algorithm;
 
 const RATE_FIELDS: &[&str] = &[
     "name",
@@ -26,7 +28,51 @@ const RATE_FIELDS: &[&str] = &[
     "hard_limit",
     "global_limit",
     "tiers",
+    "soft_limit",
+    "ban",
     "domains",
+];
+const RATE_OVERRIDE_FIELDS: &[&str] = &["hard_limit", "tiers", "soft_limit", "ban"];
+const BUCKET_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "burst",
+    "count",
+    "period",
+    "soft_limit",
+    "ban",
+    "domains",
+];
+const BUCKET_OVERRIDE_FIELDS: &[&str] = &["burst", "count", "period", "soft_limit", "ban"];
+const WINDOW_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "algorithm",
+    "limit",
+    "window",
+    "soft_limit",
+    "ban",
+    "domains",
+];
+const WINDOW_OVERRIDE_FIELDS: &[&str] = &["algorithm", "limit", "window", "soft_limit", "ban"];
+const QUEUE_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "rate",
+    "period",
+    "size",
+    "soft_limit",
+    "ban",
+    "domains",
+];
+const QUEUE_OVERRIDE_FIELDS: &[&str] = &["rate", "period", "size", "soft_limit", "ban"];
+/// The fields of a resource of each kind, in the order of [`KINDS`].
+const KIND_FIELDS: [&[&str]; 5] = [
+    RATE_FIELDS,
+    COPY_FIELDS,
+    BUCKET_FIELDS,
+    WINDOW_FIELDS,
+    QUEUE_FIELDS,
 ];
 const COPY_FIELDS: &[&str] = &[
     "name",
@@ -189,27 +235,27 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
     };
     let kind = match map.get("kind") {
         None | Some(Value::Null) => {
-            issues.push(&path.key("kind"), "is required (rate or copy)");
+            issues.push(
+                &path.key("kind"),
+                "is required (rate, copy, bucket, window or queue)",
+            );
             None
         }
-        Some(k) => one_of(k, &["rate", "copy"], &path.key("kind"), issues),
+        Some(k) => one_of(k, KINDS, &path.key("kind"), issues),
     };
-    let allowed = match kind {
-        Some("rate") => RATE_FIELDS,
-        Some(_) => COPY_FIELDS,
-        None => &[],
-    };
-    for key in map.keys() {
-        if kind.is_some() && !allowed.contains(&key.as_str()) {
-            let other = if allowed == RATE_FIELDS {
-                COPY_FIELDS
-            } else {
-                RATE_FIELDS
-            };
-            let message = if other.contains(&key.as_str()) {
+    if let Some(kind) = kind {
+        let allowed = KINDS
+            .iter()
+            .position(|&k| k == kind)
+            .map_or(RATE_FIELDS, |i| KIND_FIELDS[i]);
+        for key in map.keys() {
+            if allowed.contains(&key.as_str()) {
+                continue;
+            }
+            let elsewhere = KIND_FIELDS.iter().any(|f| f.contains(&key.as_str()));
+            let message = if elsewhere {
                 format!(
-                    "not a field of a {} resource (expected one of: {})",
-                    kind.unwrap_or_default(),
+                    "not a field of a {kind} resource (expected one of: {})",
                     allowed.join(", ")
                 )
             } else {
@@ -231,6 +277,27 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
     });
     let kind = match kind? {
         "rate" => ResourceKind::Rate(rate_at(map, path, issues)?),
+        "bucket" => ResourceKind::Bucket(meter_at(
+            map,
+            path,
+            issues,
+            BUCKET_OVERRIDE_FIELDS,
+            bucket_fields,
+        )?),
+        "window" => ResourceKind::Window(meter_at(
+            map,
+            path,
+            issues,
+            WINDOW_OVERRIDE_FIELDS,
+            window_fields,
+        )?),
+        "queue" => ResourceKind::Queue(meter_at(
+            map,
+            path,
+            issues,
+            QUEUE_OVERRIDE_FIELDS,
+            queue_fields,
+        )?),
         _ => ResourceKind::Copy(copy_at(map, path, issues)?),
     };
     Some(Resource { name: name?, kind })
@@ -242,12 +309,13 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     let global_limit = optional_count(map, "global_limit", path, issues);
     let tiers =
         required(map, "tiers", path, issues).and_then(|v| tiers_at(v, &path.key("tiers"), issues));
+    let policy = policy_at(map, path, issues);
     let listed = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
     let domains = overrides(
         map,
         path,
         issues,
-        &["hard_limit", "tiers"],
+        RATE_OVERRIDE_FIELDS,
         Some(listed(map.get("tiers"))),
         |om, p, issues| {
             Some(RateOverride {
@@ -256,6 +324,7 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
                     .get("tiers")
                     .filter(|v| !v.is_null())
                     .and_then(|v| tiers_at(v, &p.key("tiers"), issues)),
+                policy: policy_at(om, p, issues),
             })
         },
     );
@@ -263,8 +332,195 @@ fn rate_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
         hard_limit,
         global_limit,
         tiers: tiers.unwrap_or_default(),
+        policy,
         domains,
     })
+}
+
+/// Parses `soft_limit: "N%"`: a whole percentage above 0 % and at most
+/// 100 % (SPEC §10). What the message says is the same for the file, the
+/// config API and any other reader.
+pub fn parse_soft_limit(text: &str) -> Result<SoftLimit, String> {
+    let Some(digits) = text.trim().strip_suffix('%') else {
+        return Err(format!(
+            "{text:?} is not a percentage (write it like \"80%\")"
+        ));
+    };
+    let digits = digits.trim_end();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{text:?} must be a whole percentage above 0% and at most 100%"
+        ));
+    }
+    // More digits than fit a u64 are far above 100 %.
+    let percent = digits.parse::<u64>().unwrap_or(u64::MAX);
+    SoftLimit::percent(percent).map_err(|_| format!("{text:?} must be above 0% and at most 100%"))
+}
+
+/// `soft_limit` and `ban` of a resource or an override (SPEC §10).
+fn policy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Policy {
+    let soft_limit = match map.get("soft_limit") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => match parse_soft_limit(s) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                issues.push(&path.key("soft_limit"), e);
+                None
+            }
+        },
+        Some(other) => {
+            issues.push(
+                &path.key("soft_limit"),
+                format!(
+                    "expected a percentage such as \"80%\", found {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    };
+    let ban = match map.get("ban") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let p = path.key("ban");
+            span(v, &p, issues).and_then(|ms| match Ban::new(ms) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    issues.push(&p, field_message(Some(v), &e));
+                    None
+                }
+            })
+        }
+    };
+    Policy { soft_limit, ban }
+}
+
+/// The message for a field error of a value written as `v`: `"0s" must be
+/// positive (at least 1ms)`, `0 must be at least 1`; messages that already
+/// say the value are kept as they are.
+fn field_message(v: Option<&Value>, e: &FieldError) -> String {
+    match v {
+        Some(v) if e.message.starts_with("must") => {
+            let written = match v {
+                Value::String(s) => format!("{s:?}"),
+                other => other.to_string(),
+            };
+            format!("{written} {}", e.message)
+        }
+        Some(_) => e.message.clone(),
+        None => e.to_string(),
+    }
+}
+
+/// An optional span field (`period`, `window`); its bounds are checked by
+/// the kind's `Params::new`.
+fn optional_span(
+    map: &Map<String, Value>,
+    key: &str,
+    path: &Path,
+    issues: &mut Issues,
+) -> Option<Millis> {
+    match map.get(key) {
+        None | Some(Value::Null) => None,
+        Some(v) => span(v, &path.key(key), issues),
+    }
+}
+
+fn bucket_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> BucketFields {
+    BucketFields {
+        burst: optional_count(map, "burst", path, issues),
+        count: optional_count(map, "count", path, issues),
+        period: optional_span(map, "period", path, issues),
+    }
+}
+
+fn window_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> WindowFields {
+    let algorithm = match map.get("algorithm") {
+        None | Some(Value::Null) => None,
+        Some(v) => match one_of(
+            v,
+            &["fixed", "sliding_counter"],
+            &path.key("algorithm"),
+            issues,
+        ) {
+            Some("fixed") => Some(Algorithm::Fixed),
+            Some(_) => Some(Algorithm::SlidingCounter),
+            None => None,
+        },
+    };
+    WindowFields {
+        algorithm,
+        limit: optional_count(map, "limit", path, issues),
+        window: optional_span(map, "window", path, issues),
+    }
+}
+
+fn queue_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> QueueFields {
+    QueueFields {
+        rate: optional_count(map, "rate", path, issues),
+        period: optional_span(map, "period", path, issues),
+        size: optional_count(map, "size", path, issues),
+    }
+}
+
+/// A bucket, window or queue resource: the kind's fields (all required),
+/// `soft_limit`, `ban` and overrides naming any of them. Every exactness
+/// bound is checked by the kind's `Params::new`, its error prefixed with
+/// the path of the field (or of the override whose combination with the
+/// resource's fields fails).
+fn meter_at<F: MeterFields>(
+    map: &Map<String, Value>,
+    path: &Path,
+    issues: &mut Issues,
+    override_fields: &[&str],
+    read: fn(&Map<String, Value>, &Path, &mut Issues) -> F,
+) -> Option<MeterResource<F>> {
+    let before = issues.len();
+    for name in F::NAMES {
+        required(map, name, path, issues);
+    }
+    let fields = read(map, path, issues);
+    // Fields that did not parse cannot be checked against each other; a
+    // bad soft limit or ban does not keep the others from being checked.
+    let mut unread = issues.len() - before;
+    let spec = MeterSpec {
+        fields,
+        policy: policy_at(map, path, issues),
+    };
+    let domains = overrides(map, path, issues, override_fields, None, |om, p, issues| {
+        let at = issues.len();
+        let fields = read(om, p, issues);
+        unread += issues.len() - at;
+        Some(MeterSpec {
+            fields,
+            policy: policy_at(om, p, issues),
+        })
+    });
+    if unread > 0 {
+        return None;
+    }
+    let parsed = issues.len() == before;
+    match MeterResource::new(spec, domains) {
+        Ok(r) => parsed.then_some(r),
+        Err(errors) => {
+            for (domain, e) in errors {
+                let (at, written) = match &domain {
+                    None => (path.clone(), Some(map)),
+                    Some(d) => (
+                        path.key("domains").key(d),
+                        map.get("domains")
+                            .and_then(|ds| ds.get(d))
+                            .and_then(Value::as_object),
+                    ),
+                };
+                match written.and_then(|w| w.get(e.field)) {
+                    Some(v) => issues.push(&at.key(e.field), field_message(Some(v), &e)),
+                    None => issues.push(&at, field_message(None, &e)),
+                }
+            }
+            None
+        }
+    }
 }
 
 /// The domain overrides at `map.domains`, each a mapping of `fields` read

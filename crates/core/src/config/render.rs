@@ -4,8 +4,13 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Config, CopyResource, RateResource, ResourceKind, Tier};
+use super::{
+    BucketFields, Config, CopyResource, MeterFields, MeterResource, MeterSpec, QueueFields,
+    RateResource, ResourceKind, Tier, WindowFields,
+};
+use crate::meter::Policy;
 use crate::time::format_span;
+use crate::window::Algorithm;
 
 pub(super) fn config_value(config: &Config) -> Value {
     let mut root = Map::new();
@@ -36,8 +41,93 @@ pub(crate) fn resource_value(name: &str, kind: &ResourceKind) -> Value {
     match kind {
         ResourceKind::Rate(r) => rate_fields(r, &mut m),
         ResourceKind::Copy(c) => copy_fields(c, &mut m),
+        ResourceKind::Bucket(b) => meter_fields(b, &mut m),
+        ResourceKind::Window(w) => meter_fields(w, &mut m),
+        ResourceKind::Queue(q) => meter_fields(q, &mut m),
     }
     Value::Object(m)
+}
+
+/// `soft_limit` and `ban`, where set.
+fn policy_fields(p: Policy, m: &mut Map<String, Value>) {
+    if let Some(s) = p.soft_limit {
+        m.insert("soft_limit".into(), format!("{}%", s.as_percent()).into());
+    }
+    if let Some(b) = p.ban {
+        m.insert("ban".into(), format_span(b.duration()).into());
+    }
+}
+
+/// The kind's own fields of a bucket, window or queue, where set.
+trait Render {
+    fn render(&self, m: &mut Map<String, Value>);
+}
+
+impl Render for BucketFields {
+    fn render(&self, m: &mut Map<String, Value>) {
+        if let Some(b) = self.burst {
+            m.insert("burst".into(), b.into());
+        }
+        if let Some(c) = self.count {
+            m.insert("count".into(), c.into());
+        }
+        if let Some(p) = self.period {
+            m.insert("period".into(), format_span(p).into());
+        }
+    }
+}
+
+impl Render for WindowFields {
+    fn render(&self, m: &mut Map<String, Value>) {
+        if let Some(a) = self.algorithm {
+            let name = match a {
+                Algorithm::Fixed => "fixed",
+                Algorithm::SlidingCounter => "sliding_counter",
+            };
+            m.insert("algorithm".into(), name.into());
+        }
+        if let Some(l) = self.limit {
+            m.insert("limit".into(), l.into());
+        }
+        if let Some(w) = self.window {
+            m.insert("window".into(), format_span(w).into());
+        }
+    }
+}
+
+impl Render for QueueFields {
+    fn render(&self, m: &mut Map<String, Value>) {
+        if let Some(r) = self.rate {
+            m.insert("rate".into(), r.into());
+        }
+        if let Some(p) = self.period {
+            m.insert("period".into(), format_span(p).into());
+        }
+        if let Some(s) = self.size {
+            m.insert("size".into(), s.into());
+        }
+    }
+}
+
+fn spec_fields<F: MeterFields + Render>(spec: &MeterSpec<F>, m: &mut Map<String, Value>) {
+    spec.fields.render(m);
+    policy_fields(spec.policy, m);
+}
+
+fn meter_fields<F: MeterFields + Render>(r: &MeterResource<F>, m: &mut Map<String, Value>) {
+    spec_fields(r.spec(), m);
+    if !r.domains().is_empty() {
+        let ds = r
+            .domains()
+            .iter()
+            .map(|(d, o)| {
+                let mut om = Map::new();
+                spec_fields(o.spec(), &mut om);
+                (d.clone(), Value::Object(om))
+            })
+            .collect();
+        m.insert("domains".into(), Value::Object(ds));
+    }
 }
 
 fn rate_fields(r: &RateResource, m: &mut Map<String, Value>) {
@@ -48,6 +138,7 @@ fn rate_fields(r: &RateResource, m: &mut Map<String, Value>) {
         m.insert("global_limit".into(), g.into());
     }
     m.insert("tiers".into(), tiers_value(&r.tiers));
+    policy_fields(r.policy, m);
     if !r.domains.is_empty() {
         let mut ds = Map::new();
         for (d, o) in &r.domains {
@@ -58,6 +149,7 @@ fn rate_fields(r: &RateResource, m: &mut Map<String, Value>) {
             if let Some(t) = &o.tiers {
                 om.insert("tiers".into(), tiers_value(t));
             }
+            policy_fields(o.policy, &mut om);
             ds.insert(d.clone(), Value::Object(om));
         }
         m.insert("domains".into(), Value::Object(ds));

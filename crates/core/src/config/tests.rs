@@ -22,6 +22,19 @@ resources:
       - { name: probation, limit: 5, domains: [new-1, new-2] }
 "#;
 
+/// Checks that error `i` of `e` starts with `prefix` (the rest is a hint
+/// that may change).
+#[track_caller]
+fn assert_starts(e: &[String], i: usize, prefix: &str) {
+    assert!(e[i].starts_with(prefix), "{e:?}");
+}
+
+/// Checks that one of the errors `e` starts with `prefix`.
+#[track_caller]
+fn assert_any(e: &[String], prefix: &str) {
+    assert!(e.iter().any(|x| x.starts_with(prefix)), "{e:?}");
+}
+
 fn errors(yaml: &str) -> Vec<String> {
     match Config::from_yaml(yaml) {
         Ok(_) => panic!("expected errors for:\n{yaml}"),
@@ -75,9 +88,10 @@ fn errors_name_the_exact_place() {
         "resources:\n  - { name: a, kind: rate, tiers: [] }\n  - { name: b, kind: rate, tiers: [ { limit: 1, window: 1x } ] }\n",
     );
     assert_eq!(e.len(), 1);
-    assert!(
-        e[0].starts_with("resources[1].tiers[0].window: \"1x\" is not a duration"),
-        "{e:?}"
+    assert_starts(
+        &e,
+        0,
+        "resources[1].tiers[0].window: \"1x\" is not a duration",
     );
 }
 
@@ -111,7 +125,7 @@ extra: 1
         "resources[0].tiers[1].skippable: expected true or false",
         "resources[1].tiers: not a field of a copy resource",
         "resources[1].domain_limit: is required",
-        "resources[2].kind: expected rate or copy",
+        "resources[2].kind: expected rate, copy, bucket, window or queue",
         "namespaces[\"x/y\"]: a namespace name cannot contain '/'",
         "namespaces[\"x/y\"].allow_unconfigured: expected true or false",
         "extra: unknown field",
@@ -129,23 +143,12 @@ fn duplicate_resources_groups_and_domains_are_errors() {
     let e = errors(
         "resources:\n  - { name: a, kind: copy, domain_limit: 1 }\n  - { name: a, kind: copy, domain_limit: 1 }\n",
     );
-    assert!(
-        e[0].starts_with("resources[1].name: duplicate resource \"a\""),
-        "{e:?}"
-    );
+    assert_starts(&e, 0, "resources[1].name: duplicate resource \"a\"");
     let e = errors(
         "resources:\n  - name: a\n    kind: copy\n    domain_limit: 1\n    groups:\n      - { name: g, limit: 1, domains: [x, x] }\n      - { name: g, limit: 1 }\n",
     );
-    assert!(
-        e.iter()
-            .any(|x| x.starts_with("resources[0].groups[0].domains[1]: duplicate domain")),
-        "{e:?}"
-    );
-    assert!(
-        e.iter()
-            .any(|x| x.starts_with("resources[0].groups[1].name: duplicate group")),
-        "{e:?}"
-    );
+    assert_any(&e, "resources[0].groups[0].domains[1]: duplicate domain");
+    assert_any(&e, "resources[0].groups[1].name: duplicate group");
 }
 
 #[test]
@@ -310,7 +313,7 @@ fn config_size_bounds_name_the_path_and_the_bound() {
 fn huge_and_odd_numbers_are_refused() {
     let e =
         errors("resources:\n  - { name: a, kind: copy, domain_limit: 99999999999999999999999 }\n");
-    assert!(e[0].starts_with("resources[0].domain_limit:"), "{e:?}");
+    assert_starts(&e, 0, "resources[0].domain_limit:");
     let e = errors("resources:\n  - { name: a, kind: copy, domain_limit: 9007199254740992 }\n");
     assert!(e[0].contains("too large"), "{e:?}");
 }
@@ -415,4 +418,615 @@ resources:
     ));
     assert_eq!(namespace_of("plain"), "default");
     assert_eq!(namespace_of("a/b/c"), "a");
+}
+
+// ---- buckets, windows, queues, soft limits and bans (SPEC §7–10) ----
+
+use crate::meter::{Ban, FieldError, Policy, SoftLimit};
+use crate::window::Algorithm;
+use crate::{MAX_COUNT, bucket, queue, window};
+
+const KINDS_EXAMPLE: &str = r#"
+resources:
+  - name: acme/new-orders
+    kind: bucket
+    burst: 300
+    count: 300
+    period: 180m
+    soft_limit: 80%
+    domains: { "12345678": { count: 600 }, slow: { burst: 10, ban: 1h } }
+  - name: edge/login
+    kind: window
+    algorithm: fixed
+    limit: 2000
+    window: 20m
+    ban: 1h
+    domains: { sliding: { algorithm: sliding_counter, limit: 7, window: 1m, soft_limit: 50% } }
+  - name: batch/exports
+    kind: queue
+    rate: 10
+    period: 1s
+    size: 50
+    domains: { big: { size: 500 } }
+  - name: api/search
+    kind: rate
+    soft_limit: 90%
+    ban: 15m
+    tiers: [ { limit: 5, window: 1s } ]
+    domains: { t: { soft_limit: 50% }, u: { ban: 1s } }
+"#;
+
+fn policy(soft: Option<u64>, ban: Option<u64>) -> Policy {
+    Policy {
+        soft_limit: soft.map(|p| SoftLimit::percent(p).expect("valid")),
+        ban: ban.map(|b| Ban::new(b).expect("valid")),
+    }
+}
+
+fn bucket_params(burst: u64, count: u64, period: u64, p: Policy) -> Meter {
+    Meter::Bucket(bucket::Params::new(burst, count, period, p).expect("valid"))
+}
+
+#[test]
+fn every_kind_loads_and_overrides_replace_what_they_name() {
+    let (c, adjustments) = Config::from_yaml(KINDS_EXAMPLE).expect("valid");
+    assert!(adjustments.is_empty(), "{adjustments:?}");
+    let r = "acme/new-orders";
+    let p80 = policy(Some(80), None);
+    assert_eq!(
+        c.meter(r, "anyone"),
+        Some(bucket_params(300, 300, 10_800_000, p80))
+    );
+    assert_eq!(
+        c.meter(r, "12345678"),
+        Some(bucket_params(300, 600, 10_800_000, p80)),
+        "an override that doubles the rate keeps the burst"
+    );
+    assert_eq!(
+        c.meter(r, "slow"),
+        Some(bucket_params(
+            10,
+            300,
+            10_800_000,
+            policy(Some(80), Some(3_600_000))
+        ))
+    );
+    assert_eq!(
+        c.meter("edge/login", "x"),
+        Some(Meter::Window(
+            window::Params::new(
+                Algorithm::Fixed,
+                2000,
+                1_200_000,
+                policy(None, Some(3_600_000))
+            )
+            .expect("valid")
+        ))
+    );
+    assert_eq!(
+        c.meter("edge/login", "sliding"),
+        Some(Meter::Window(
+            window::Params::new(
+                Algorithm::SlidingCounter,
+                7,
+                60_000,
+                policy(Some(50), Some(3_600_000))
+            )
+            .expect("valid")
+        ))
+    );
+    let q = |size| {
+        Some(Meter::Queue(
+            queue::Params::new(10, 1_000, size, Policy::default()).expect("valid"),
+        ))
+    };
+    assert_eq!(c.meter("batch/exports", "x"), q(50));
+    assert_eq!(c.meter("batch/exports", "big"), q(500));
+    assert!(matches!(
+        c.meter("batch/exports", "x"),
+        Some(Meter::Queue(_))
+    ));
+    // Rate keeps its soft limit and ban, per override too.
+    assert_eq!(
+        c.meter("api/search", "t"),
+        None,
+        "a rate resource has no meter"
+    );
+    let (rate, _) = c.rate("api/search").expect("rate");
+    assert_eq!(rate.policy, policy(Some(90), Some(900_000)));
+    assert_eq!(rate.policy_for("t"), policy(Some(50), Some(900_000)));
+    assert_eq!(rate.policy_for("u"), policy(Some(90), Some(1_000)));
+    assert_eq!(rate.policy_for("v"), rate.policy);
+    // Kinds are named and refused for the wrong operation.
+    let kinds: Vec<_> = c.resources().iter().map(|r| r.kind.name()).collect();
+    assert_eq!(kinds, ["bucket", "window", "queue", "rate"]);
+    assert!(matches!(
+        c.rate("acme/new-orders"),
+        Err(ClientError::WrongKind {
+            actual: "bucket",
+            ..
+        })
+    ));
+    assert!(matches!(
+        c.copy("edge/login", "reserve"),
+        Err(ClientError::WrongKind {
+            actual: "window",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn every_new_field_round_trips() {
+    let (c, _) = Config::from_yaml(KINDS_EXAMPLE).expect("valid");
+    let yaml = c.to_yaml();
+    for field in [
+        "kind: bucket",
+        "burst: 300",
+        "period: 3h",
+        "soft_limit: 80%",
+        "ban: 1h",
+        "algorithm: sliding_counter",
+        "size: 500",
+    ] {
+        assert!(yaml.contains(field), "{field} in\n{yaml}");
+    }
+    let (again, adj) = Config::from_yaml(&yaml).expect("rendered config parses");
+    assert!(adj.is_empty());
+    assert_eq!(again, c, "{yaml}");
+    // An override renders only what it names.
+    let v = c.to_value();
+    assert_eq!(
+        v["resources"][0]["domains"]["12345678"],
+        serde_json::json!({"count": 600})
+    );
+    let (from_json, _) = Config::from_value(&v).expect("JSON too");
+    assert_eq!(from_json, c);
+}
+
+fn one(resource: &str) -> Vec<String> {
+    errors(&format!("resources:\n  - {resource}\n"))
+}
+
+#[test]
+fn bad_values_of_the_new_kinds_name_the_exact_path() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "{ name: a, kind: bucket, burst: 1, count: 1, period: 0s }",
+            "resources[0].period: \"0s\" must be positive (at least 1ms)",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: 0, count: 1, period: 1s }",
+            "resources[0].burst: 0 must be at least 1",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: 1, count: 0, period: 1s }",
+            "resources[0].count: 0 must be at least 1",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: -1, count: 1, period: 1s }",
+            "resources[0].burst: -1 is negative; counts start at 0",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: 9007199254740992, count: 1, period: 1s }",
+            "resources[0].burst: 9007199254740992 is too large (at most 9007199254740991)",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: 1, count: 1, period: 1x }",
+            "resources[0].period: \"1x\" is not a duration",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: 1, count: 1, period: 40000 years }",
+            "resources[0].period: \"40000 years\" must be at most 1125899906842624ms (2^50 ms)",
+        ),
+        (
+            "{ name: a, kind: window, algorithm: fixed, limit: 0, window: 1s }",
+            "resources[0].limit: 0 must be at least 1",
+        ),
+        (
+            "{ name: a, kind: window, algorithm: fixed, limit: 1, window: 0ms }",
+            "resources[0].window: \"0ms\" must be positive (at least 1ms)",
+        ),
+        (
+            "{ name: a, kind: window, algorithm: slow, limit: 1, window: 1s }",
+            "resources[0].algorithm: expected fixed or sliding_counter, found the string \"slow\"",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 0, period: 1s, size: 1 }",
+            "resources[0].rate: 0 must be at least 1",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 0 }",
+            "resources[0].size: 0 must be at least 1",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 0s, size: 1 }",
+            "resources[0].period: \"0s\" must be positive (at least 1ms)",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: 0% }",
+            "resources[0].soft_limit: \"0%\" must be above 0% and at most 100%",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: 101% }",
+            "resources[0].soft_limit: \"101%\" must be above 0% and at most 100%",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: 99999999999999999999999% }",
+            "resources[0].soft_limit: \"99999999999999999999999%\" must be above 0% and at most 100%",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: -5% }",
+            "resources[0].soft_limit: \"-5%\" must be a whole percentage above 0% and at most 100%",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: 80.5% }",
+            "resources[0].soft_limit: \"80.5%\" must be a whole percentage above 0% and at most 100%",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: 80 }",
+            "resources[0].soft_limit: expected a percentage such as \"80%\", found the number 80",
+        ),
+        (
+            "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, soft_limit: high }",
+            "resources[0].soft_limit: \"high\" is not a percentage (write it like \"80%\")",
+        ),
+        (
+            "{ name: a, kind: rate, tiers: [], ban: 0s }",
+            "resources[0].ban: \"0s\" must be positive (at least 1ms)",
+        ),
+        (
+            "{ name: a, kind: rate, tiers: [], domains: { d: { soft_limit: 0% } } }",
+            "resources[0].domains.d.soft_limit: \"0%\" must be above 0% and at most 100%",
+        ),
+        (
+            "{ name: a, kind: window, algorithm: fixed, limit: 1, window: 1s, ban: 40000 years }",
+            "resources[0].ban: \"40000 years\" must be at most 1125899906842624ms (2^50 ms)",
+        ),
+        (
+            "{ name: a, kind: bucket, burst: 1, count: 1, period: 1s, domains: { d: { period: 0s } } }",
+            "resources[0].domains.d.period: \"0s\" must be positive (at least 1ms)",
+        ),
+        (
+            "{ name: a, kind: window, algorithm: fixed, limit: 1, window: 1s, domains: { d: { limit: 0 } } }",
+            "resources[0].domains.d.limit: 0 must be at least 1",
+        ),
+    ];
+    for (resource, want) in cases {
+        let got = one(resource);
+        assert!(
+            got.len() == 1 && got[0].starts_with(want),
+            "{resource}\nwant {want}\ngot {got:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_soft_limit_or_ban_does_not_hide_bad_fields() {
+    let e =
+        one("{ name: a, kind: bucket, burst: 1, count: 1, period: 0s, soft_limit: 0%, ban: x }");
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert_starts(&e, 0, "resources[0].soft_limit: \"0%\"");
+    assert_starts(&e, 1, "resources[0].ban: \"x\" is not a duration");
+    assert_eq!(
+        e[2],
+        "resources[0].period: \"0s\" must be positive (at least 1ms)"
+    );
+    // A field that does not parse is not checked against the others.
+    let e = one("{ name: a, kind: bucket, burst: x, count: 0, period: 1s }");
+    assert_eq!(
+        e,
+        ["resources[0].burst: expected a whole number, found the string \"x\""]
+    );
+}
+
+#[test]
+fn exactness_bounds_are_config_errors_with_the_path() {
+    // burst × period / gcd(period, count) must stay at most 2^53 − 1.
+    let e = one("{ name: a, kind: bucket, burst: 9007199254740991, count: 1, period: 1s }");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_starts(
+        &e,
+        0,
+        "resources[0].burst: 9007199254740991 is too large for 1 per 1000ms",
+    );
+    let e = one("{ name: a, kind: queue, rate: 3, period: 1s, size: 9007199254740991 }");
+    assert_starts(&e, 0, "resources[0].size: 9007199254740991 is too large");
+    // limit × window for a sliding counter.
+    let e = one(
+        "{ name: a, kind: window, algorithm: sliding_counter, limit: 9007199254740991, window: 1m }",
+    );
+    assert_starts(
+        &e,
+        0,
+        "resources[0].limit: 9007199254740991 is too large for a sliding_counter",
+    );
+    // The same limit is fine for a fixed window.
+    assert!(
+        Config::from_yaml(
+            "resources:\n  - { name: a, kind: window, algorithm: fixed, limit: 9007199254740991, window: 1m }\n"
+        )
+        .is_ok()
+    );
+    // An override whose combination with the resource fails: the field
+    // it names, or the override itself when the failing field is the
+    // resource's.
+    let e = one(
+        "{ name: a, kind: bucket, burst: 17592186044416, count: 1000, period: 1s, domains: { d: { count: 999 } } }",
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_starts(
+        &e,
+        0,
+        "resources[0].domains.d: burst 17592186044416 is too large for 999 per 1000ms",
+    );
+    let e = one(
+        "{ name: a, kind: window, algorithm: fixed, limit: 9007199254740991, window: 1m, domains: { d: { algorithm: sliding_counter } } }",
+    );
+    assert_starts(
+        &e,
+        0,
+        "resources[0].domains.d: limit 9007199254740991 is too large",
+    );
+    // Every failing override is reported.
+    let e = one(
+        "{ name: a, kind: queue, rate: 1, period: 1s, size: 1, domains: { x: { size: 0 }, y: { rate: 0 } } }",
+    );
+    assert_eq!(
+        e,
+        [
+            "resources[0].domains.x.size: 0 must be at least 1",
+            "resources[0].domains.y.rate: 0 must be at least 1"
+        ]
+    );
+    // At the bound (a full bucket spans at most 2^50 ms): accepted; one
+    // more token is refused.
+    let at = |burst: u64| {
+        Config::from_value(&serde_json::json!({"resources": [
+            {"name": "a", "kind": "bucket", "burst": burst, "count": 1, "period": "1s"}
+        ]}))
+    };
+    assert!(at((1 << 50) / 1000).is_ok());
+    assert!(at((1 << 50) / 1000 + 1).is_err());
+    assert!(at(MAX_COUNT).is_err());
+}
+
+#[test]
+fn missing_unknown_and_foreign_fields_are_refused() {
+    let e = one("{ name: a, kind: bucket }");
+    assert_eq!(
+        e,
+        [
+            "resources[0].burst: is required",
+            "resources[0].count: is required",
+            "resources[0].period: is required"
+        ]
+    );
+    let e = one("{ name: a, kind: window, limit: 1, window: 1s }");
+    assert_eq!(e, ["resources[0].algorithm: is required"]);
+    let e = one("{ name: a, kind: queue, rate: 1, period: 1s }");
+    assert_eq!(e, ["resources[0].size: is required"]);
+    let e = one("{ name: a, kind: bucket, burst: 1, count: 1, period: 1s, tiers: [], limt: 3 }");
+    assert_any(
+        &e,
+        "resources[0].tiers: not a field of a bucket resource (expected one of: name, kind, burst",
+    );
+    assert_any(&e, "resources[0].limt: unknown field (expected one of:");
+    let e =
+        one("{ name: a, kind: queue, rate: 1, period: 1s, size: 1, domains: { d: { burst: 1 } } }");
+    assert_eq!(
+        e,
+        [
+            "resources[0].domains.d.burst: unknown field (expected one of: rate, period, size, soft_limit, ban)"
+        ]
+    );
+    let e = one("{ name: a, kind: copy, domain_limit: 1, soft_limit: 50% }");
+    assert_starts(
+        &e,
+        0,
+        "resources[0].soft_limit: not a field of a copy resource",
+    );
+    let e = one("{ name: a }");
+    assert_eq!(
+        e,
+        ["resources[0].kind: is required (rate, copy, bucket, window or queue)"]
+    );
+    // Null is absent, as for every other field.
+    let e = one("{ name: a, kind: bucket, burst: 1, count: ~, period: 1s }");
+    assert_eq!(e, ["resources[0].count: is required"]);
+}
+
+#[test]
+fn overrides_of_the_new_kinds_are_bounded() {
+    use serde_json::json;
+    let bucket = |n: usize| {
+        let ds: serde_json::Map<String, serde_json::Value> = (0..n)
+            .map(|i| (format!("d{i}"), json!({"count": i + 1})))
+            .collect();
+        json!({"resources": [{"name": "b", "kind": "bucket", "burst": 5, "count": 1,
+                              "period": "1s", "domains": ds}]})
+    };
+    let (c, _) = Config::from_value(&bucket(MAX_DOMAIN_OVERRIDES)).expect("at the bound");
+    assert_eq!(
+        c.meter("b", "d9"),
+        Some(bucket_params(5, 10, 1_000, Policy::default()))
+    );
+    assert_eq!(
+        value_errors(&bucket(MAX_DOMAIN_OVERRIDES + 1)),
+        vec![format!(
+            "resources[0].domains: {} domain overrides, at most {MAX_DOMAIN_OVERRIDES}",
+            MAX_DOMAIN_OVERRIDES + 1
+        )]
+    );
+}
+
+#[test]
+fn namespaces_apply_to_the_new_kinds_as_to_rate() {
+    let (c, _) = Config::from_yaml(
+        r#"
+namespaces:
+  open: { allow_unconfigured: true }
+  off: { ignore_configured: true }
+resources:
+  - { name: off/b, kind: bucket, burst: 1, count: 1, period: 1s }
+  - { name: open/q, kind: queue, rate: 1, period: 1s, size: 1 }
+"#,
+    )
+    .expect("valid");
+    assert_eq!(c.enforcement("off/b"), Enforcement::Ignore);
+    assert!(c.meter("off/b", "d").is_some(), "ignored, still configured");
+    assert_eq!(c.enforcement("open/q"), Enforcement::Enforce);
+    assert!(c.meter("open/q", "d").is_some());
+    // An unconfigured resource is the permissive rate resource, whatever
+    // kinds its namespace configures; it has no meter.
+    assert_eq!(c.meter("open/other", "d"), None);
+    let (r, _) = c.rate("open/other").expect("permissive");
+    assert_eq!(r.tiers[0].limit, UNBOUNDED);
+    assert!(matches!(
+        c.rate("closed/x"),
+        Err(ClientError::UnknownResource(_))
+    ));
+    assert_eq!(c.meter("closed/x", "d"), None);
+}
+
+#[test]
+fn meter_resources_built_in_code_are_checked_too() {
+    let spec = MeterSpec {
+        fields: BucketFields {
+            burst: Some(1),
+            count: None,
+            period: Some(1_000),
+        },
+        policy: Policy::default(),
+    };
+    let e = BucketResource::new(spec, BTreeMap::new()).expect_err("count missing");
+    assert_eq!(
+        e,
+        [(
+            None,
+            FieldError {
+                field: "count",
+                message: "is required".into()
+            }
+        )]
+    );
+    let spec = MeterSpec {
+        fields: BucketFields {
+            count: Some(1),
+            ..spec.fields
+        },
+        ..spec
+    };
+    let o = MeterSpec {
+        fields: BucketFields {
+            burst: Some(0),
+            ..BucketFields::default()
+        },
+        policy: Policy::default(),
+    };
+    let e = BucketResource::new(spec, BTreeMap::from([("d".to_owned(), o)])).expect_err("burst 0");
+    assert_eq!(e[0].0.as_deref(), Some("d"));
+    assert_eq!(e[0].1.field, "burst");
+    let r = BucketResource::new(spec, BTreeMap::new()).expect("valid");
+    assert_eq!(r.params(), r.params_for("anyone"));
+    assert_eq!(r.params().burst(), 1);
+}
+
+/// A random configuration of every rate-like kind (the generators of
+/// `meter::testing`), with overrides, soft limits and bans, renders to
+/// YAML that parses back to the same configuration.
+#[test]
+fn random_configurations_of_every_kind_round_trip() {
+    use crate::meter::testing;
+    use crate::testing::{Draw, Raw};
+
+    fn spec_of(p: Policy) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        if let Some(s) = p.soft_limit {
+            m.insert("soft_limit".into(), format!("{}%", s.as_percent()).into());
+        }
+        if let Some(b) = p.ban {
+            m.insert("ban".into(), format!("{}ms", b.duration()).into());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    let values: Vec<u64> = (0..200_000u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17))
+        .collect();
+    let mut d = Raw::new(&values);
+    for round in 0..100 {
+        let mut resources = Vec::new();
+        for i in 0..d.draw(1..=6) {
+            let name = format!("r{i}");
+            let mut r = match d.draw(0..=3) {
+                0 => {
+                    let (burst, count, period, p) = testing::bucket(&mut d, 1);
+                    let mut v = spec_of(p);
+                    v["kind"] = "bucket".into();
+                    v["burst"] = burst.into();
+                    v["count"] = count.into();
+                    v["period"] = format!("{period}ms").into();
+                    v
+                }
+                1 => {
+                    let (algorithm, limit, window, p) = testing::window(&mut d, 1);
+                    let mut v = spec_of(p);
+                    v["kind"] = "window".into();
+                    v["algorithm"] = match algorithm {
+                        Algorithm::Fixed => "fixed",
+                        Algorithm::SlidingCounter => "sliding_counter",
+                    }
+                    .into();
+                    v["limit"] = limit.into();
+                    v["window"] = format!("{window}ms").into();
+                    v
+                }
+                2 => {
+                    let (rate, period, size, p) = testing::queue(&mut d, 1);
+                    let mut v = spec_of(p);
+                    v["kind"] = "queue".into();
+                    v["rate"] = rate.into();
+                    v["period"] = format!("{period}ms").into();
+                    v["size"] = size.into();
+                    v
+                }
+                _ => {
+                    let p = testing::policy(&mut d, 1);
+                    let mut v = spec_of(p);
+                    v["kind"] = "rate".into();
+                    v["tiers"] = serde_json::json!([{"limit": d.draw(0..=9), "window": "1s"}]);
+                    v
+                }
+            };
+            r["name"] = name.into();
+            // Overrides: each names a random subset of the kind's fields.
+            let kind = r["kind"].as_str().unwrap_or_default().to_owned();
+            let mut ds = serde_json::Map::new();
+            for o in 0..d.draw(0..=3) {
+                let p = testing::policy(&mut d, 1);
+                let mut ov = spec_of(p);
+                match kind.as_str() {
+                    "bucket" if d.one_in(2) => ov["count"] = d.draw(1..=9).into(),
+                    "bucket" => ov["burst"] = d.draw(1..=9).into(),
+                    "window" if d.one_in(2) => ov["algorithm"] = "sliding_counter".into(),
+                    "window" => ov["window"] = format!("{}ms", d.draw(1..=99_999)).into(),
+                    "queue" if d.one_in(2) => ov["size"] = d.draw(1..=9).into(),
+                    "queue" => ov["period"] = format!("{}ms", d.draw(1..=99_999)).into(),
+                    _ => ov["hard_limit"] = d.draw(0..=9).into(),
+                }
+                ds.insert(format!("d{o}"), ov);
+            }
+            r["domains"] = serde_json::Value::Object(ds);
+            resources.push(r);
+        }
+        let doc = serde_json::json!({ "resources": resources });
+        let (c, _) =
+            Config::from_value(&doc).unwrap_or_else(|e| panic!("round {round}: {e}\n{doc:#}"));
+        let yaml = c.to_yaml();
+        let (again, adj) = Config::from_yaml(&yaml).expect("rendered config parses");
+        assert!(adj.is_empty(), "{adj:?}");
+        assert_eq!(again, c, "round {round}:\n{yaml}");
+        assert_eq!(again.to_yaml(), yaml, "rendering is stable");
+    }
 }

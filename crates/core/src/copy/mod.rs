@@ -147,6 +147,8 @@ pub fn group_set(names: impl IntoIterator<Item = String>) -> Vec<String> {
 }
 
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod tests;
 
 /// What a session holds, and what it must name to give copies back: the

@@ -40,12 +40,51 @@ async fn observed_request(
         Ok(()) => ops::request::run(&state.limiter, req).await,
         Err(e) => Err(e),
     };
+    let operation = if req.dry_run { "dry_run" } else { "request" };
     let outcome = match &result {
         Ok(r) => Outcome::of_grant(r.granted, req.copies.unwrap_or(1)),
         Err(e) => error_outcome(e),
     };
-    record(state, "request", &req.resource, outcome, started);
+    record_reply(state, operation, &req.resource, outcome, &result);
+    record(state, operation, &req.resource, outcome, started);
     result
+}
+
+/// Runs a charge (`refund = false`) or a refund and records it.
+async fn observed_charge(
+    state: &ServerState,
+    req: &v1::ChargeRequest,
+    refund: bool,
+) -> Result<v1::RateReply, LimitError> {
+    let started = Instant::now();
+    let result = match state.check_configured() {
+        Ok(()) => ops::charge::run(&state.limiter, req, refund).await,
+        Err(e) => Err(e),
+    };
+    let operation = if refund { "refund" } else { "charge" };
+    let outcome = match &result {
+        Ok(_) => Outcome::Granted,
+        Err(e) => error_outcome(e),
+    };
+    record_reply(state, operation, &req.resource, outcome, &result);
+    record(state, operation, &req.resource, outcome, started);
+    result
+}
+
+/// Counts a reply's warning and ban (SPEC §10).
+fn record_reply(
+    state: &ServerState,
+    operation: &'static str,
+    resource: &str,
+    outcome: Outcome,
+    result: &Result<v1::RateReply, LimitError>,
+) {
+    if let Ok(r) = result
+        && (r.warning || r.banned)
+    {
+        let label = metrics::resource_label(&state.limiter.config(), resource, outcome);
+        metrics::reply_flags(operation, &label, r.warning, r.banned);
+    }
 }
 
 fn error_outcome(e: &LimitError) -> Outcome {
@@ -74,6 +113,28 @@ impl v1::limiter_server::Limiter for LimiterService {
     ) -> Result<Response<v1::RateReply>, Status> {
         let req = request.into_inner();
         observed_request(&self.state, &req)
+            .await
+            .map(Response::new)
+            .map_err(|e| status::to_status(&e))
+    }
+
+    async fn charge(
+        &self,
+        request: Request<v1::ChargeRequest>,
+    ) -> Result<Response<v1::RateReply>, Status> {
+        let req = request.into_inner();
+        observed_charge(&self.state, &req, false)
+            .await
+            .map(Response::new)
+            .map_err(|e| status::to_status(&e))
+    }
+
+    async fn refund(
+        &self,
+        request: Request<v1::ChargeRequest>,
+    ) -> Result<Response<v1::RateReply>, Status> {
+        let req = request.into_inner();
+        observed_charge(&self.state, &req, true)
             .await
             .map(Response::new)
             .map_err(|e| status::to_status(&e))

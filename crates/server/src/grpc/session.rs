@@ -1,11 +1,11 @@
 //! The `Session` stream: the session of SPEC §3.
 //!
 //! Each stream gets a driver task that reads operations and a copy lane
-//! that owns the limiter's [`Session`] (its hold set). Rate requests need
-//! no hold set and run concurrently; copy operations run one after another
-//! in the order they arrived, so a client may pipeline a reserve and the
-//! release of its copies. Every reply echoes its operation's id; replies
-//! may come out of order.
+//! that owns the limiter's [`Session`] (its hold set). Rate requests,
+//! charges and refunds need no hold set and run concurrently; copy
+//! operations run one after another in the order they arrived, so a client
+//! may pipeline a reserve and the release of its copies. Every reply echoes
+//! its operation's id; replies may come out of order.
 //!
 //! Back-pressure: at most `session_concurrency` operations of a stream are
 //! in flight (read and not yet answered, whichever their kind); the driver
@@ -35,7 +35,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tracing::{debug, warn};
 
-use super::{error_outcome, observed_request, ops, record, status};
+use super::{error_outcome, observed_charge, observed_request, ops, record, status};
 use crate::ServerState;
 use crate::metrics::{self, Outcome};
 
@@ -105,6 +105,8 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
                     drop(permit);
                 });
             }
+            Some(Op::Charge(req)) => spawn_charge(&state, &tx, id, req, false, permit),
+            Some(Op::Refund(req)) => spawn_charge(&state, &tx, id, req, true, permit),
             Some(op) => {
                 if lane_tx.send((id, op, permit)).await.is_err() {
                     break;
@@ -147,6 +149,28 @@ fn reply(id: u64, result: Reply) -> v1::SessionReply {
         id,
         result: Some(result),
     }
+}
+
+/// Answers a charge or refund (`refund`) concurrently, as rate requests
+/// are: neither needs the session's hold set.
+fn spawn_charge(
+    state: &Arc<ServerState>,
+    tx: &Out,
+    id: u64,
+    req: v1::ChargeRequest,
+    refund: bool,
+    permit: OwnedSemaphorePermit,
+) {
+    let (state, tx) = (state.clone(), tx.clone());
+    tokio::spawn(async move {
+        let result = match observed_charge(&state, &req, refund).await {
+            Ok(r) if refund => Reply::Refund(r),
+            Ok(r) => Reply::Charge(r),
+            Err(e) => Reply::Error(status::to_error(&e)),
+        };
+        let _ = tx.send(Ok(reply(id, result))).await;
+        drop(permit);
+    });
 }
 
 /// Runs copy operations in order on the session, then ends it.
@@ -217,6 +241,19 @@ async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
                 .await
                 .map(Reply::Request);
             ("request", req.resource, req.copies.unwrap_or(1), r)
+        }
+        // The driver runs charges and refunds itself too.
+        Op::Charge(req) => {
+            let r = ops::charge::run(&state.limiter, &req, false)
+                .await
+                .map(Reply::Charge);
+            ("charge", req.resource, req.copies, r)
+        }
+        Op::Refund(req) => {
+            let r = ops::charge::run(&state.limiter, &req, true)
+                .await
+                .map(Reply::Refund);
+            ("refund", req.resource, req.copies, r)
         }
     };
     let (outcome, reply) = match result {

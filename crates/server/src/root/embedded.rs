@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use charon_config_service::feed::FeedHandle;
+use charon_config_client::FeedHandle;
 use charon_config_service::{AppState, Tokens};
 use tracing::{info, warn};
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_config_service::feed::{ConfigFeed, FeedHandle, FeedOptions};
+use charon_config_client::{ConfigFeed, FeedHandle, FeedOptions};
 use charon_core::config::Config;
 use tracing::{error, info};
 
@@ -39,7 +39,7 @@ pub(super) fn follow(
     });
     let limiter = state.limiter.clone();
     let handle = Arc::new(feed.spawn(refresh, move |_, config| {
-        limiter.replace_config(Config::clone(&config))
+        limiter.replace_config(Config::clone(&config));
     }));
     let mut status = handle.subscribe();
     let reporter = state.clone();

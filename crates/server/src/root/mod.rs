@@ -21,13 +21,18 @@ mod feed;
 mod store;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use charon_config_service::AppState;
+use charon_core::config::Config;
 use charon_limiter::Limiter;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::Stream;
 use tracing::{error, info, warn};
 
 use crate::config_file::{self, FileServerSettings};
@@ -60,6 +65,11 @@ pub struct Settings {
     pub keepalive: Duration,
     /// The longest a graceful shutdown may take.
     pub shutdown_grace: Duration,
+    /// The largest gRPC message accepted (see [`ServerOptions`]).
+    pub max_message_bytes: usize,
+    /// Operations of one session stream in flight at once (see
+    /// [`ServerOptions`]).
+    pub session_concurrency: usize,
 }
 
 impl Settings {
@@ -74,6 +84,18 @@ impl Settings {
             store: StoreSettings::default(),
             keepalive: options.keepalive,
             shutdown_grace: options.shutdown_grace,
+            max_message_bytes: options.max_message_bytes,
+            session_concurrency: options.session_concurrency,
+        }
+    }
+
+    /// The network behaviour these settings ask for.
+    fn server_options(&self) -> ServerOptions {
+        ServerOptions {
+            keepalive: self.keepalive,
+            shutdown_grace: self.shutdown_grace,
+            max_message_bytes: self.max_message_bytes,
+            session_concurrency: self.session_concurrency,
         }
     }
 }
@@ -87,6 +109,7 @@ pub enum ConfigSource {
     File(PathBuf),
     /// The configuration service at `url`.
     Service {
+        /// The service's base URL.
         url: String,
         /// The bearer token to read with, if it needs one.
         token: Option<String>,
@@ -96,6 +119,9 @@ pub enum ConfigSource {
         /// service is down still has limits.
         cache: Option<PathBuf>,
     },
+    /// A configuration given by value, never reloaded (tests and embedders
+    /// that change it through the limiter).
+    Inline(Config),
     /// A configuration service in this process, on the HTTP address.
     Embedded(EmbeddedService),
     /// Only the embedded configuration service (on the HTTP address): no
@@ -162,7 +188,19 @@ pub enum Listeners {
     /// [`ConfigSource::ApiOnly`] only `http` is used (`grpc` is closed at
     /// once).
     Bound {
+        /// Where gRPC is served.
         grpc: TcpListener,
+        /// Where HTTP (metrics, health, pages, API) is served.
+        http: TcpListener,
+    },
+    /// gRPC connections from a stream the caller accepts, HTTP on a bound
+    /// listener: how a test makes the gRPC side's listener go away while
+    /// the server runs (the stream ends; a failed accept, an error item,
+    /// is skipped), as [`crate::serve_incoming`] does for [`crate::serve`].
+    Incoming {
+        /// The gRPC connections, and the address they stand for.
+        grpc: GrpcIncoming,
+        /// Where HTTP (metrics, health, pages, API) is served.
         http: TcpListener,
     },
     /// Bound by [`run`] at the settings' (or the file's) addresses, once the
@@ -171,6 +209,49 @@ pub enum Listeners {
     /// than accepting ones it cannot serve), which is what `charon serve`
     /// does.
     AtSettings,
+}
+
+/// A stream of accepted gRPC connections and the address it stands for
+/// (only reported), for [`Listeners::Incoming`].
+pub struct GrpcIncoming {
+    addr: SocketAddr,
+    stream: Pin<Box<dyn Stream<Item = std::io::Result<TcpStream>> + Send>>,
+}
+
+impl GrpcIncoming {
+    /// Connections from `stream`, reported as listening on `addr`.
+    pub fn new(
+        addr: SocketAddr,
+        stream: impl Stream<Item = std::io::Result<TcpStream>> + Send + 'static,
+    ) -> Self {
+        Self {
+            addr,
+            stream: Box::pin(stream),
+        }
+    }
+}
+
+impl std::fmt::Debug for GrpcIncoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcIncoming")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The gRPC side as [`serve`] gets it.
+enum GrpcSide {
+    Listener(TcpListener),
+    Incoming(GrpcIncoming),
+}
+
+impl GrpcSide {
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Self::Listener(l) => l.local_addr(),
+            Self::Incoming(i) => Ok(i.addr),
+        }
+    }
 }
 
 /// How a server that stopped without an error ended: what the process
@@ -240,9 +321,24 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Exit, Error> {
+    run_observed(settings, listeners, shutdown, |_| {}).await
+}
+
+/// [`run`], handing the server's state to `started` as soon as it exists
+/// (the store open, nothing served yet): for tests and embedders that look
+/// inside a running server (its limiter, readiness, configuration report)
+/// while it is started exactly as `charon serve` starts it. Not called
+/// with [`ConfigSource::ApiOnly`], which has no limiter, nor when the
+/// configuration or the store cannot be opened.
+pub async fn run_observed(
+    settings: Settings,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    started: impl FnOnce(Arc<ServerState>) + Send,
+) -> Result<Exit, Error> {
     match settings.source.clone() {
         ConfigSource::ApiOnly(service) => api_only(&settings, &service, listeners, shutdown).await,
-        _ => serve(settings, listeners, shutdown).await,
+        _ => serve(settings, listeners, shutdown, started).await,
     }
     .map_err(Error)
 }
@@ -250,6 +346,7 @@ pub async fn run(
 /// The configuration source, opened.
 enum Source {
     File(PathBuf),
+    Inline,
     Service {
         url: String,
         token: Option<String>,
@@ -263,12 +360,17 @@ async fn serve(
     settings: Settings,
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    started: impl FnOnce(Arc<ServerState>) + Send,
 ) -> anyhow::Result<Exit> {
+    let options = settings.server_options();
     let (source, initial, file_settings) = match settings.source {
         ConfigSource::File(path) => {
             let (config, from_file) = config_file::load_file(&path)
                 .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
             (Source::File(path), Some(config), from_file)
+        }
+        ConfigSource::Inline(config) => {
+            (Source::Inline, Some(config), FileServerSettings::default())
         }
         ConfigSource::Service {
             url,
@@ -300,13 +402,9 @@ async fn serve(
         .unwrap_or_else(|| "memory".to_owned());
     let store = store::open(&store_url, &settings.store).await?;
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
-    let options = ServerOptions {
-        keepalive: settings.keepalive,
-        shutdown_grace: settings.shutdown_grace,
-        ..ServerOptions::default()
-    };
     let state = ServerState::new(limiter, options);
-    if !matches!(source, Source::File(_)) {
+    started(state.clone());
+    if !matches!(source, Source::File(_) | Source::Inline) {
         // Not ready, and answering server errors, until the feed's first
         // view arrives.
         state.report_config(ConfigReport {
@@ -317,7 +415,8 @@ async fn serve(
         });
     }
     let (grpc, http) = match listeners {
-        Listeners::Bound { grpc, http } => (grpc, http),
+        Listeners::Bound { grpc, http } => (GrpcSide::Listener(grpc), http),
+        Listeners::Incoming { grpc, http } => (GrpcSide::Incoming(grpc), http),
         Listeners::AtSettings => {
             let listen = settings
                 .listen
@@ -328,7 +427,7 @@ async fn serve(
                 .or(file_settings.http_listen)
                 .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_owned());
             (
-                bind(&listen, "gRPC").await?,
+                GrpcSide::Listener(bind(&listen, "gRPC").await?),
                 bind(&http_listen, "HTTP").await?,
             )
         }
@@ -343,6 +442,7 @@ async fn serve(
             file_reload::spawn_file_reloader(state.clone(), path.clone());
             format!("configuration from {}", path.display())
         }
+        Source::Inline => "configuration given at start".to_owned(),
         Source::Service { url, .. } => format!("configuration from the service at {url}"),
         Source::Embedded(app, service) => {
             routes = routes.merge(embedded::answer_when_in_force(
@@ -360,11 +460,19 @@ async fn serve(
         grpc.local_addr()?,
         store.kind(),
     );
-    let server = tokio::spawn(crate::serve(state.clone(), grpc, http, routes));
+    let server = match grpc {
+        GrpcSide::Listener(grpc) => tokio::spawn(crate::serve(state.clone(), grpc, http, routes)),
+        GrpcSide::Incoming(GrpcIncoming { addr, stream }) => tokio::spawn(crate::serve_incoming(
+            state.clone(),
+            (addr, stream),
+            http,
+            routes,
+        )),
+    };
 
     // The feed must outlive the server: dropping its handle stops it.
     let _feed = match &source {
-        Source::File(_) => None,
+        Source::File(_) | Source::Inline => None,
         Source::Service {
             url,
             token,
@@ -447,6 +555,10 @@ async fn api_only(
     let http = match listeners {
         Listeners::Bound { grpc, http } => {
             // No gRPC here: closed now, not when `run` returns.
+            drop(grpc);
+            http
+        }
+        Listeners::Incoming { grpc, http } => {
             drop(grpc);
             http
         }

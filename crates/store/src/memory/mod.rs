@@ -2,7 +2,8 @@
 //!
 //! Rate state is kept per (resource, domain) pair in a sharded table, the
 //! last second of hits per resource beside it (for G), and copy counts per
-//! resource. Idle state is dropped from the moment core says it can no
+//! resource. The state of buckets, windows and queues (`charon_core::meter`)
+//! has its own table of small entries. Idle state is dropped from the moment core says it can no
 //! longer affect a decision (`RateState::forget_at`): lazily when the pair
 //! is next used, and by [`MemoryStore::sweep`], which a server runs
 //! periodically so memory does not grow as domains come and go.
@@ -16,9 +17,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::drain::Mark;
+use charon_core::meter::{self, Meter, MeterState, Op, Reply};
 use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide};
 use charon_core::request::Amount;
 use charon_core::time::SECOND;
+use charon_core::window::Counts;
 use charon_core::{Clock, Millis};
 
 use self::copies::{CopyTable, TransferIds};
@@ -46,10 +50,95 @@ const NEVER: Millis = Millis::MAX;
 
 impl PairEntry {
     fn is(&self, resource: &str, domain: &str) -> bool {
-        self.resource_len as usize == resource.len()
-            && self.key.len() == resource.len() + 1 + domain.len()
-            && self.key.starts_with(resource)
-            && self.key.ends_with(domain)
+        is_pair(&self.key, self.resource_len, resource, domain)
+    }
+}
+
+/// Whether `key` (`resource`, NUL, `domain`, with the resource's length)
+/// names this pair.
+fn is_pair(key: &str, resource_len: u32, resource: &str, domain: &str) -> bool {
+    resource_len as usize == resource.len()
+        && key.len() == resource.len() + 1 + domain.len()
+        && key.starts_with(resource)
+        && key.ends_with(domain)
+}
+
+/// `resource`, a NUL byte, `domain`: one allocation per pair. Names never
+/// contain control characters (checked at the edge).
+fn pair_key(resource: &str, domain: &str) -> (Box<str>, u32) {
+    // Names are at most 1024 bytes (checked at the edge).
+    let len = u32::try_from(resource.len()).unwrap_or(u32::MAX);
+    (format!("{resource}\0{domain}").into_boxed_str(), len)
+}
+
+/// The state of one (resource, domain) pair of a bucket, window or queue.
+/// Kept small, as it is most of the memory of a server with many domains:
+/// the state is packed into four words (see [`pack`]), 72 bytes in all.
+struct MeterEntry {
+    key: Box<str>,
+    hash: u64,
+    /// From when the state is as good as none (`Meter::forget_at`).
+    forget_at: Millis,
+    /// A bucket's or queue's mark (ms, frac), a window's counts (index,
+    /// curr, prev); then the ban's end. 0 stands for none: a mark or counts
+    /// of zeros and a ban ending at 0 decide as no state at any time.
+    words: [u64; 4],
+    resource_len: u32,
+    /// [`BUCKET`], [`WINDOW`] or [`QUEUE`].
+    kind: u8,
+}
+
+const BUCKET: u8 = 0;
+const WINDOW: u8 = 1;
+const QUEUE: u8 = 2;
+
+/// A state as [`MeterEntry`] keeps it: four words and its kind.
+fn pack(state: &MeterState) -> ([u64; 4], u8) {
+    fn mark(s: &meter::State<Mark>) -> [u64; 4] {
+        let m = s.level.unwrap_or_default();
+        [m.ms, m.frac, 0, s.banned_until.unwrap_or(0)]
+    }
+    match state {
+        MeterState::Bucket(s) => (mark(s), BUCKET),
+        MeterState::Queue(s) => (mark(s), QUEUE),
+        MeterState::Window(s) => {
+            let c = s.level.unwrap_or_default();
+            (
+                [c.index, c.curr, c.prev, s.banned_until.unwrap_or(0)],
+                WINDOW,
+            )
+        }
+    }
+}
+
+/// The state [`pack`] packed; a zero level or ban is none.
+fn unpack(words: [u64; 4], kind: u8) -> MeterState {
+    let [a, b, c, ban] = words;
+    let banned_until = (ban != 0).then_some(ban);
+    let mark = (a != 0 || b != 0).then_some(Mark { ms: a, frac: b });
+    match kind {
+        WINDOW => MeterState::Window(meter::State {
+            level: (b != 0 || c != 0).then_some(Counts {
+                index: a,
+                curr: b,
+                prev: c,
+            }),
+            banned_until,
+        }),
+        QUEUE => MeterState::Queue(meter::State {
+            level: mark,
+            banned_until,
+        }),
+        _ => MeterState::Bucket(meter::State {
+            level: mark,
+            banned_until,
+        }),
+    }
+}
+
+impl Hashed for MeterEntry {
+    fn hash(&self) -> u64 {
+        self.hash
     }
 }
 
@@ -77,6 +166,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     hasher: foldhash::fast::RandomState,
     pairs: Shards<PairEntry>,
+    meters: Shards<MeterEntry>,
     globals: Shards<GlobalEntry>,
     copies: CopyTable,
     transfers: TransferIds,
@@ -94,8 +184,12 @@ impl std::fmt::Debug for MemoryStore {
 /// What one [`MemoryStore::sweep`] dropped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Swept {
+    /// Idle (resource, domain) rate states, of burst tiers and of the
+    /// other rate-like kinds.
     pub pairs: usize,
+    /// Per-resource state emptied: global hit logs and copy counts.
     pub resources: usize,
+    /// Staged transfers whose ttl had passed.
     pub transfers: usize,
 }
 
@@ -117,6 +211,7 @@ impl MemoryStore {
             clock,
             hasher: foldhash::fast::RandomState::default(),
             pairs: Shards::new(shards),
+            meters: Shards::new(shards),
             globals: Shards::new(shards),
             copies: CopyTable::new(shards),
             transfers,
@@ -132,7 +227,8 @@ impl MemoryStore {
     /// every staged transfer whose ttl has passed.
     pub fn sweep(&self) -> Swept {
         let now = self.now();
-        let pairs = self.pairs.retain(|e| now < e.forget_at);
+        let pairs =
+            self.pairs.retain(|e| now < e.forget_at) + self.meters.retain(|e| now < e.forget_at);
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()
@@ -148,6 +244,12 @@ impl MemoryStore {
     /// (resource, domain) pairs with rate state in memory.
     pub fn pair_count(&self) -> usize {
         self.pairs.len()
+    }
+
+    /// (resource, domain) pairs with bucket, window or queue state in
+    /// memory.
+    pub fn meter_count(&self) -> usize {
+        self.meters.len()
     }
 }
 
@@ -173,13 +275,15 @@ impl Store for MemoryStore {
         let reply = self.pairs.with(
             pair_hash,
             |e| e.is(resource, domain),
-            || PairEntry {
-                key: format!("{resource}\0{domain}").into_boxed_str(),
-                // Names are at most 1024 bytes (checked at the edge).
-                resource_len: u32::try_from(resource.len()).unwrap_or(u32::MAX),
-                hash: pair_hash,
-                state: RateState::default(),
-                forget_at: NEVER,
+            || {
+                let (key, resource_len) = pair_key(resource, domain);
+                PairEntry {
+                    key,
+                    resource_len,
+                    hash: pair_hash,
+                    state: RateState::default(),
+                    forget_at: NEVER,
+                }
             },
             |pair| {
                 if now >= pair.forget_at {
@@ -211,6 +315,63 @@ impl Store for MemoryStore {
                 reply
             },
         );
+        reply.map_err(StoreError::Refused)
+    }
+
+    async fn meter(
+        &self,
+        resource: &str,
+        domain: &str,
+        meter: &Meter,
+        op: Op,
+    ) -> Result<Reply, StoreError> {
+        let now = self.now();
+        let hash = self.hasher.hash_one((resource, domain));
+        let mut shard = self.meters.lock(hash);
+        let found = shard.find_entry(hash, |e| is_pair(&e.key, e.resource_len, resource, domain));
+        let Ok(mut entry) = found else {
+            // Nothing stored: decide on the empty state and keep it only if
+            // the decision wrote something that is not idle at once.
+            let mut state = meter.empty();
+            let reply = meter.decide(&mut state, now, op);
+            let forget_at = meter.forget_at(&state);
+            if now < forget_at {
+                let (key, resource_len) = pair_key(resource, domain);
+                let (words, kind) = pack(&state);
+                shard.insert_unique(
+                    hash,
+                    MeterEntry {
+                        key,
+                        hash,
+                        forget_at,
+                        words,
+                        resource_len,
+                        kind,
+                    },
+                    MeterEntry::hash,
+                );
+            }
+            return reply.map_err(StoreError::Refused);
+        };
+        let e = entry.get_mut();
+        let mut state = if now >= e.forget_at {
+            meter.empty()
+        } else {
+            unpack(e.words, e.kind)
+        };
+        let before = state;
+        let reply = meter.decide(&mut state, now, op);
+        // The forget time is the one of the latest write, as a Redis key's
+        // expiry is: a decision that wrote nothing keeps it, even if the
+        // meter's parameters (or kind) have changed since.
+        if state != before {
+            e.forget_at = meter.forget_at(&state);
+        }
+        if now >= e.forget_at {
+            entry.remove();
+        } else {
+            (e.words, e.kind) = pack(&state);
+        }
         reply.map_err(StoreError::Refused)
     }
 

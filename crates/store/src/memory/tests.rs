@@ -79,14 +79,14 @@ async fn idle_pairs_are_swept_once_they_cannot_matter() {
         0,
         "hits still in the window and the last second"
     );
-    clock.set(1_001 + charon_core::rate::DORMANT_GRACE - 1);
+    clock.set(1_001 + DORMANT_GRACE - 1);
     let swept = s.sweep();
     assert_eq!(
         (swept.pairs, swept.resources),
         (0, 1),
         "the last second is empty; tier 1 is dormant"
     );
-    clock.set(1_001 + charon_core::rate::DORMANT_GRACE);
+    clock.set(1_001 + DORMANT_GRACE);
     let swept = s.sweep();
     assert_eq!((swept.pairs, swept.resources), (100, 0));
     assert_eq!(s.pair_count(), 0);
@@ -172,4 +172,44 @@ async fn a_seized_transfer_cannot_be_seized_twice_and_release_never_goes_negativ
         s.release(&hold, 1).await,
         Err(StoreError::BadData(_))
     ));
+}
+
+#[test]
+fn meter_entries_are_small_and_pack_every_state() {
+    assert_eq!(size_of::<MeterEntry>(), 72);
+    let m = Mark {
+        ms: 1_700_000_000_000,
+        frac: 2,
+    };
+    let c = Counts {
+        index: 28_333_333,
+        curr: 3,
+        prev: 5,
+    };
+    for s in [
+        MeterState::Bucket(meter::State::default()),
+        MeterState::Bucket(meter::State {
+            level: Some(m),
+            banned_until: Some(1_700_000_003_600),
+        }),
+        MeterState::Bucket(meter::State {
+            level: None,
+            banned_until: Some(5),
+        }),
+        MeterState::Queue(meter::State {
+            level: Some(m),
+            banned_until: None,
+        }),
+        MeterState::Window(meter::State {
+            level: Some(c),
+            banned_until: None,
+        }),
+        MeterState::Window(meter::State {
+            level: Some(Counts { curr: 0, ..c }),
+            banned_until: Some(9),
+        }),
+    ] {
+        let (words, kind) = pack(&s);
+        assert_eq!(unpack(words, kind), s);
+    }
 }

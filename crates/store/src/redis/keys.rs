@@ -5,6 +5,7 @@
 //! <prefix>:{<resource>}:r:<domain>     rate state of a (resource, domain) pair
 //! <prefix>:{<resource>}:rs:<domain>    its hits in the last second (list)
 //! <prefix>:{<resource>}:rt<i>:<domain> its hits in tier i (list)
+//! <prefix>:{<resource>}:m:<domain>     bucket, window or queue state of a pair (string)
 //! <prefix>:{<resource>}:g              the resource's last second of hits (list, G)
 //! <prefix>:{<resource>}:gn             the total of that list
 //! <prefix>:{<resource>}:c              copy counts
@@ -70,6 +71,12 @@ impl Keys {
             tier_head: format!("{base}:rt"),
             tier_tail: format!(":{domain}"),
         }
+    }
+
+    /// The key of a (resource, domain) pair's bucket, window or queue
+    /// state (see `meter.lua`).
+    pub(crate) fn meter(&self, resource: &str, domain: &str) -> String {
+        format!("{}:m:{domain}", self.resource(resource))
     }
 
     /// The copy keys of `resource` for `member`: counts, its contribution,

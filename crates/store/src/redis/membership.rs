@@ -308,6 +308,21 @@ impl RedisStore {
         (self.ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
     }
 
+    /// How long after the last renewal was sent the next one is: early
+    /// enough that any renewal that succeeds (it is abandoned after a
+    /// quarter of the ttl) returns before copy operations are refused (half
+    /// a ttl after the last send), with [`RedisStore::retry_every`] to
+    /// spare. A third of the ttl, as before, left a gap whenever Redis was
+    /// slow but within its time limits: a renewal taking more than a sixth
+    /// of the ttl made copy operations fail for a moment every cycle (seen
+    /// as server errors with every Redis round trip at 300 ms–0.8 s, ttl 4
+    /// s, in `redis_slow_within_the_timeout_during_a_session_flood`).
+    pub(super) fn renew_every(&self) -> Duration {
+        (self.ttl / 4)
+            .saturating_sub(self.retry_every())
+            .max(self.retry_every())
+    }
+
     /// How long a member's liveness must stay lapsed, by Redis' clock while
     /// Redis runs, before it is fenced: a renewal interval, far more than
     /// a member retrying every [`RedisStore::retry_every`] needs.
@@ -421,12 +436,13 @@ impl RedisStore {
         }
     }
 
-    /// Renews every third of the ttl (and every [`retry_every`] after a
+    /// Renews every [`renew_every`] (and every [`retry_every`] after a
     /// failure, or while copies wait for a rebuild) until this member
     /// resigns, which happens only when it was fenced. Rebuilds this
     /// member's contributions when Redis lost its data.
     ///
     /// [`retry_every`]: RedisStore::retry_every
+    /// [`renew_every`]: RedisStore::renew_every
     async fn renew_loop(&self) -> StoreError {
         let mut outage: Option<Outage> = None;
         loop {
@@ -437,7 +453,13 @@ impl RedisStore {
             let wait = if busy {
                 self.retry_every()
             } else {
-                self.ttl / 3
+                // Counted from when the last renewal was *sent*, not when
+                // it returned: copy operations are refused once that send
+                // is half a ttl old (see `renew_every`).
+                let since = self.lock().renewed.elapsed();
+                self.renew_every()
+                    .saturating_sub(since)
+                    .max(self.retry_every())
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}

@@ -20,6 +20,7 @@ mod conn;
 mod decision_clock;
 mod keys;
 mod membership;
+mod meter;
 mod reply;
 mod scripts;
 
@@ -34,6 +35,7 @@ use charon_core::Clock;
 use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::meter::{Meter, Op};
 use charon_core::rate::{DORMANT_GRACE, RateReply};
 use charon_core::request::Amount;
 use charon_core::{MAX_COUNT, Millis};
@@ -90,8 +92,11 @@ impl Default for RedisOptions {
 /// Copy counts of one resource as Redis holds them (for inspection).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CopyLog {
+    /// Copies held in all.
     pub global: u64,
+    /// Copies held per domain.
     pub domains: BTreeMap<String, u64>,
+    /// Copies held per group.
     pub groups: BTreeMap<String, u64>,
 }
 
@@ -687,6 +692,33 @@ impl Store for RedisStore {
             global_limited: r.flag()?,
             ignored: enforcement == Enforcement::Ignore,
         })
+    }
+
+    /// One `meter.lua` call. Errors that do not depend on the state (a
+    /// charge of 0, a refund on a window) are core's answer on the empty
+    /// state, found before the call; a debt the script cannot keep exactly
+    /// is worded by core on the state the script saw.
+    async fn meter(
+        &self,
+        resource: &str,
+        domain: &str,
+        meter: &Meter,
+        op: Op,
+    ) -> Result<charon_core::meter::Reply, StoreError> {
+        meter
+            .decide(&mut meter.empty(), 0, op)
+            .map_err(StoreError::Refused)?;
+        let key = self.keys.meter(resource, domain);
+        let mut args = Vec::with_capacity(12);
+        args.push(self.clock_arg());
+        args.push(self.clock.expiry_slack().to_string());
+        args.extend(meter::args(meter, op));
+        let v = self
+            .conn
+            .eval(&self.scripts.meter, &[&key], &args, &[])
+            .await
+            .inspect_err(|e| self.on_error(e))?;
+        meter::reply(self.scripts.meter.name, meter, op, v)
     }
 
     async fn reserve(

@@ -2,6 +2,8 @@
 //! helpers are prepended at compile time, so every script is one
 //! self-contained text that `EVALSHA` runs by its SHA-1. The rate script is
 //! four files: the hit log, the state, the decision and the script body.
+//! The meter script (buckets, windows, queues) is three: the drain levels,
+//! the window level and the decision driver.
 
 /// One script: its text and SHA-1.
 #[derive(Debug)]
@@ -45,6 +47,7 @@ macro_rules! membership_script {
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) rate: Script,
+    pub(crate) meter: Script,
     pub(crate) reserve: Script,
     pub(crate) release: Script,
     pub(crate) transfer: Script,
@@ -77,6 +80,15 @@ impl Scripts {
                     include_str!("lua/rate.lua"),
                 ),
             ),
+            meter: Script::new(
+                "meter",
+                concat!(
+                    include_str!("lua/common.lua"),
+                    include_str!("lua/meter_drain.lua"),
+                    include_str!("lua/meter_window.lua"),
+                    include_str!("lua/meter.lua"),
+                ),
+            ),
             reserve: Script::new("reserve", copy_script!("reserve.lua")),
             release: Script::new("release", copy_script!("release.lua")),
             transfer: Script::new("transfer", copy_script!("transfer.lua")),
@@ -98,9 +110,10 @@ impl Scripts {
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 18] {
+    pub(crate) fn all(&self) -> [&Script; 19] {
         [
             &self.rate,
+            &self.meter,
             &self.reserve,
             &self.release,
             &self.transfer,

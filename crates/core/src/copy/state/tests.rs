@@ -1,24 +1,6 @@
 use super::*;
 use crate::MAX_COUNT;
-use crate::config::GroupLimit;
-
-fn limits(domain: u64, global: Option<u64>, groups: &[(&str, u64)]) -> CopyLimits {
-    CopyLimits {
-        domain_limit: domain,
-        global_limit: global,
-        groups: groups
-            .iter()
-            .map(|(n, l)| GroupLimit {
-                name: (*n).to_owned(),
-                limit: *l,
-            })
-            .collect(),
-    }
-}
-
-fn amount(c: u64, m: u64) -> Amount {
-    Amount::new(c, m).expect("valid")
-}
+use crate::copy::fixtures::{amount, limits};
 
 fn hold(domain: &str, groups: &[&str]) -> Hold {
     Hold::new("r", domain, groups.iter().map(|g| (*g).to_owned()))

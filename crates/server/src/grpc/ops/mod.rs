@@ -1,6 +1,7 @@
 //! One module per operation, each mapping protobuf to core types and back
 //! and nothing else.
 
+pub mod charge;
 pub mod release;
 pub mod request;
 pub mod reserve;

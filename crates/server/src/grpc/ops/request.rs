@@ -1,13 +1,28 @@
+use charon_core::meter::Reply;
 use charon_core::rate::RateReply;
-use charon_limiter::{LimitError, Limiter};
+use charon_limiter::{Decision, LimitError, Limiter, RequestOptions};
 use charon_proto::v1;
 
 use super::{amount, limit};
 
 pub async fn run(limiter: &Limiter, req: &v1::RateRequest) -> Result<v1::RateReply, LimitError> {
     let amount = amount(req.copies, req.min_copies)?;
-    let reply = limiter.request(&req.resource, &req.domain, amount).await?;
-    Ok(to_proto(&reply))
+    let options = RequestOptions {
+        dry_run: req.dry_run,
+    };
+    let decision = limiter
+        .decide(&req.resource, &req.domain, amount, options)
+        .await?;
+    Ok(decision_to_proto(&decision))
+}
+
+/// Either family of reply in the one `RateReply` message: the tiers' fields
+/// (2–11) or the reply context (13–19), the other family's left unset.
+pub fn decision_to_proto(d: &Decision) -> v1::RateReply {
+    match d {
+        Decision::Tiers(r) => to_proto(r),
+        Decision::Meter { reply, ignored } => meter_to_proto(reply, *ignored),
+    }
 }
 
 pub fn to_proto(r: &RateReply) -> v1::RateReply {
@@ -24,5 +39,21 @@ pub fn to_proto(r: &RateReply) -> v1::RateReply {
         hard_limited: r.hard_limited,
         global_limited: r.global_limited,
         ignored: r.ignored,
+        ..Default::default()
+    }
+}
+
+fn meter_to_proto(r: &Reply, ignored: bool) -> v1::RateReply {
+    v1::RateReply {
+        granted: r.granted,
+        ignored,
+        limit: Some(r.limit),
+        remaining: Some(r.remaining),
+        reset_after_ms: Some(r.reset_after_ms),
+        retry_after_ms: r.retry_after_ms,
+        warning: r.warning,
+        banned: r.banned,
+        delay_ms: r.delay_ms,
+        ..Default::default()
     }
 }

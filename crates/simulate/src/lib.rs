@@ -1,4 +1,5 @@
-//! `charon simulate`: events in, replies out, on a virtual clock.
+//! The event-file runner behind `charon simulate`: events in, replies out,
+//! on a virtual clock.
 //!
 //! The simulation runs the real limiter over the real in-memory store; only
 //! the clock is virtual (set to each event's `t`), so what it prints is what
@@ -11,7 +12,16 @@
 //!   `field: problem`);
 //! - a `t` earlier than the latest accepted `t` (the clock never goes back).
 //!
+//! A `request` is decided by [`Limiter::decide`], so buckets, windows and
+//! queues answer with the reply context of SPEC §10 (`limit`, `remaining`,
+//! `reset_after_ms`, `retry_after_ms`, `warning`, `banned`, `delay_ms` for
+//! queues) while `kind: rate` keeps its tier reply. `"dry_run": true` on a
+//! request and the ops `charge` and `refund` (`resource`, `domain`,
+//! `copies`) are SPEC §10's dry run, charge and refund.
+//!
 //! Blank lines are not events and get no reply.
+
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,14 +29,14 @@ use std::sync::Arc;
 use charon_core::config::{Config, ConfigErrors};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::fields::{self, Issues, Path, describe};
+use charon_core::meter;
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 use charon_core::{ClientError, ManualClock};
+use charon_limiter::{Decision, LimitError, Limiter, RequestOptions, Session};
 use charon_store::MemoryStore;
 use serde::Serialize;
 use serde_json::{Map, Value};
-
-use crate::{LimitError, Limiter, Session};
 
 const DEFAULT_SESSION: &str = "default";
 
@@ -108,8 +118,8 @@ impl Simulation {
         // Everything is checked before the clock moves: a bad event changes
         // nothing.
         let parsed = match parsed {
-            Parsed::Request(resource, domain, copies, min) => {
-                Op::Request(resource, domain, amount(copies, min)?)
+            Parsed::Request(resource, domain, copies, min, dry_run) => {
+                Op::Request(resource, domain, amount(copies, min)?, dry_run)
             }
             Parsed::Reserve(resource, domain, copies, min) => {
                 Op::Reserve(resource, domain, amount(copies, min)?)
@@ -135,9 +145,24 @@ impl Simulation {
             };
             return Ok(Outcome::EndSession { session, released });
         }
-        if let Op::Request(resource, domain, amount) = &op {
-            let reply = self.limiter.request(resource, domain, *amount).await?;
-            return Ok(Outcome::Request(reply));
+        match &op {
+            Op::Request(resource, domain, amount, dry_run) => {
+                let options = RequestOptions { dry_run: *dry_run };
+                let decision = self
+                    .limiter
+                    .decide(resource, domain, *amount, options)
+                    .await?;
+                return Ok(outcome_of(decision));
+            }
+            Op::Charge(resource, domain, copies) => {
+                let decision = self.limiter.charge(resource, domain, *copies).await?;
+                return Ok(outcome_of(decision));
+            }
+            Op::Refund(resource, domain, copies) => {
+                let decision = self.limiter.refund(resource, domain, *copies).await?;
+                return Ok(outcome_of(decision));
+            }
+            _ => {}
         }
         let s = self
             .sessions
@@ -163,8 +188,19 @@ impl Simulation {
                 session,
                 transfer_id,
             },
-            Op::Request(..) | Op::End => unreachable!("answered above"),
+            Op::Request(..) | Op::Charge(..) | Op::Refund(..) | Op::End => {
+                unreachable!("answered above")
+            }
         })
+    }
+}
+
+/// The output of a rate-like decision: the tiers' own reply, or the reply
+/// context of a bucket, window or queue as core serializes it.
+fn outcome_of(decision: Decision) -> Outcome {
+    match decision {
+        Decision::Tiers(reply) => Outcome::Request(reply),
+        Decision::Meter { reply, .. } => Outcome::Meter(reply),
     }
 }
 
@@ -176,6 +212,7 @@ pub struct Reply {
     pub t: Value,
     /// The event's `op` if it was a scalar, else null.
     pub op: Value,
+    /// What the event got, its fields after `t` and `op`.
     #[serde(flatten)]
     pub outcome: Outcome,
 }
@@ -199,39 +236,60 @@ impl Reply {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Outcome {
-    /// `request`: the rate reply.
+    /// `request` on `kind: rate`: the tiers' reply.
     Request(RateReply),
+    /// `request`, `charge` or `refund` on a bucket, window or queue: the
+    /// reply context of SPEC §10.
+    Meter(meter::Reply),
     /// `reserve`.
     Reserve {
+        /// The session that reserved.
         session: String,
+        /// The store's reply.
         #[serde(flatten)]
         reply: ReserveReply,
     },
     /// `release`: the counts after it.
     Release {
+        /// The session that released.
         session: String,
+        /// Copies released.
         released: u64,
+        /// The counts after the release.
         #[serde(flatten)]
         status: CopyStatus,
     },
     /// `transfer`.
     Transfer {
+        /// The session the copies were staged from.
         session: String,
+        /// The id to seize them by (`t1`, `t2`, … in a simulation).
         transfer_id: String,
+        /// Copies staged.
         copies: u64,
     },
     /// `seize`: what was staged.
     Seize {
+        /// The session that seized.
         session: String,
+        /// The transfer seized.
         transfer_id: String,
+        /// What was staged, now held by `session`.
         #[serde(flatten)]
         staged: Staged,
     },
     /// `end_session`: how many copies its end released.
-    EndSession { session: String, released: u64 },
+    EndSession {
+        /// The session that ended.
+        session: String,
+        /// Copies its end released.
+        released: u64,
+    },
     /// `error` is `client` or `server`.
     Error {
+        /// The class: `client` or `server`.
         error: &'static str,
+        /// What was wrong, for a person.
         message: String,
     },
 }
@@ -256,7 +314,10 @@ impl From<String> for Failure {
 }
 
 enum Op {
-    Request(String, String, Amount),
+    /// The last field is `dry_run`.
+    Request(String, String, Amount, bool),
+    Charge(String, String, u64),
+    Refund(String, String, u64),
     Reserve(String, String, Amount),
     Release(Hold, u64),
     Transfer(Hold, u64, u64),
@@ -267,13 +328,16 @@ enum Op {
 /// An event whose fields are all well-formed; the amounts of `request` and
 /// `reserve` are not yet checked against each other.
 enum Parsed {
-    Request(String, String, u64, u64),
+    /// The last field is `dry_run`.
+    Request(String, String, u64, u64, bool),
     Reserve(String, String, u64, u64),
     Op(Op),
 }
 
 const OPS: &[&str] = &[
     "request",
+    "charge",
+    "refund",
     "reserve",
     "release",
     "transfer",
@@ -284,7 +348,18 @@ const OPS: &[&str] = &[
 /// The fields each op may have, `t` and `op` included.
 fn fields_of(op: &str) -> &'static [&'static str] {
     match op {
-        "request" | "reserve" => &[
+        "request" => &[
+            "t",
+            "op",
+            "resource",
+            "domain",
+            "copies",
+            "min_copies",
+            "dry_run",
+            "session",
+        ],
+        "charge" | "refund" => &["t", "op", "resource", "domain", "copies"],
+        "reserve" => &[
             "t",
             "op",
             "resource",
@@ -335,11 +410,24 @@ fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
             let domain = ev.string("domain");
             let copies = ev.count_or_one("copies");
             let min = ev.count_or_one("min_copies");
-            match (resource, domain, copies, min) {
-                (Some(r), Some(d), Some(c), Some(m)) if op == "request" => {
-                    Some(Parsed::Request(r, d, c, m))
+            let dry_run = Some(op == "request" && ev.flag("dry_run"));
+            match (resource, domain, copies, min, dry_run) {
+                (Some(r), Some(d), Some(c), Some(m), Some(dry)) if op == "request" => {
+                    Some(Parsed::Request(r, d, c, m, dry))
                 }
-                (Some(r), Some(d), Some(c), Some(m)) => Some(Parsed::Reserve(r, d, c, m)),
+                (Some(r), Some(d), Some(c), Some(m), Some(_)) => Some(Parsed::Reserve(r, d, c, m)),
+                _ => None,
+            }
+        }
+        Some(op @ ("charge" | "refund")) => {
+            let resource = ev.string("resource");
+            let domain = ev.string("domain");
+            let copies = ev.count_or_one("copies");
+            match (resource, domain, copies) {
+                (Some(r), Some(d), Some(c)) if op == "charge" => {
+                    Some(Parsed::Op(Op::Charge(r, d, c)))
+                }
+                (Some(r), Some(d), Some(c)) => Some(Parsed::Op(Op::Refund(r, d, c))),
                 _ => None,
             }
         }
@@ -384,6 +472,10 @@ impl Event<'_> {
         let root = Path::root();
         fields::required(self.m, key, &root, &mut self.issues)
             .and_then(|v| fields::string(v, &root.key(key), &mut self.issues))
+    }
+
+    fn flag(&mut self, key: &str) -> bool {
+        fields::boolean(self.m, key, &Path::root(), &mut self.issues)
     }
 
     fn count_or_one(&mut self, key: &str) -> Option<u64> {

@@ -3,7 +3,7 @@
 //! events whose fields are of every wrong type and size.
 
 use charon_core::config::Config;
-use charon_limiter::simulation::Simulation;
+use charon_simulate::Simulation;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -161,11 +161,11 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
         ),
         (
             json!({"t": 5, "op": "request", "resource": "api", "domain": "d", "copys": 1}),
-            "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, session)",
+            "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, dry_run, session)",
         ),
         (
             json!({"t": 5, "op": "fly"}),
-            "op: expected request, reserve, release, transfer, seize or end_session, found the string \"fly\"",
+            "op: expected request, charge, refund, reserve, release, transfer, seize or end_session, found the string \"fly\"",
         ),
         (
             json!({"t": 5, "op": "request", "resource": "nope", "domain": "d"}),
@@ -185,7 +185,7 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
     let reply = ask(json!({"t": -1, "op": "request", "domain": 7, "copys": 1}));
     assert_eq!(
         reply["message"],
-        "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, session)\n\
+        "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, dry_run, session)\n\
          t: -1 is negative; counts start at 0\n\
          resource: is required\n\
          domain: expected a string, found the number 7",

@@ -12,7 +12,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use charon_config_service::feed::{ConfigFeed, FeedOptions};
+//! use charon_config_client::{ConfigFeed, FeedOptions};
 //! let feed = ConfigFeed::new("http://127.0.0.1:7071", FeedOptions::default())?;
 //! let handle = feed.spawn(Duration::from_secs(10), |version, config| {
 //!     // limiter.replace_config((*config).clone());
@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{ClientError, ConfigClient};
+use crate::client::{ConfigClient, ConfigClientError};
 
 /// How a feed talks to the service.
 #[derive(Debug, Clone)]
@@ -68,7 +68,7 @@ impl Default for FeedOptions {
 pub enum FeedError {
     /// The service could not be reached or answered with an error.
     #[error(transparent)]
-    Service(#[from] ClientError),
+    Service(#[from] ConfigClientError),
     /// The service sent a configuration this server cannot use (a newer
     /// format?). Nothing of it was applied.
     #[error("the configuration service sent a configuration this server cannot use: {0}")]
@@ -142,7 +142,7 @@ impl ConfigFeed {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "ignoring configuration cache")
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring configuration cache");
                 }
             }
         }

@@ -3,33 +3,52 @@
 
 use std::time::Duration;
 
+use charon_config_service::wire::{Changes, ErrorBody, ImportOutcome};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, IF_MATCH};
 use reqwest::{RequestBuilder, Response, Url};
 
-use crate::wire::{Changes, ErrorBody, ImportOutcome};
-
 /// Why a call to the configuration service failed.
+///
+/// Not `ClientError`: that name is `charon_core::ClientError`, the caller's
+/// fault class of SPEC §5, and a server imports both crates; this one is
+/// the failure of one call by a [`ConfigClient`], whoever is at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClientError {
+pub enum ConfigClientError {
     /// The base URL is not an `http(s)://` URL.
     #[error("invalid configuration service URL {url:?}: {message}")]
-    BadUrl { url: String, message: String },
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it is not usable.
+        message: String,
+    },
     /// No answer: refused, timed out, reset.
     #[error("the configuration service at {url} is unreachable: {message}")]
-    Unreachable { url: String, message: String },
+    Unreachable {
+        /// The service's base URL.
+        url: String,
+        /// The transport error and its causes, on one line.
+        message: String,
+    },
     /// An error answer from the service.
     #[error("the configuration service answered {status}: {}", body.message)]
-    Api { status: u16, body: ErrorBody },
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The error body (made up from the status and the text when the
+        /// answer was not the API's JSON).
+        body: ErrorBody,
+    },
     /// An answer that is not what the API documents.
     #[error("unexpected answer from the configuration service: {0}")]
     Protocol(String),
 }
 
-impl ClientError {
+impl ConfigClientError {
     /// The HTTP status of an error answer.
     pub fn status(&self) -> Option<u16> {
         match self {
-            ClientError::Api { status, .. } => Some(*status),
+            ConfigClientError::Api { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -51,8 +70,8 @@ impl ConfigClient {
         base_url: &str,
         token: Option<String>,
         timeout: Duration,
-    ) -> Result<Self, ClientError> {
-        let bad = |message: String| ClientError::BadUrl {
+    ) -> Result<Self, ConfigClientError> {
+        let bad = |message: String| ConfigClientError::BadUrl {
             url: base_url.to_owned(),
             message,
         };
@@ -79,10 +98,10 @@ impl ConfigClient {
         self.base.as_str()
     }
 
-    fn url(&self, path: &str) -> Result<Url, ClientError> {
+    fn url(&self, path: &str) -> Result<Url, ConfigClientError> {
         self.base
             .join(path)
-            .map_err(|e| ClientError::Protocol(format!("bad path {path:?}: {e}")))
+            .map_err(|e| ConfigClientError::Protocol(format!("bad path {path:?}: {e}")))
     }
 
     fn authorized(&self, request: RequestBuilder) -> RequestBuilder {
@@ -92,12 +111,12 @@ impl ConfigClient {
         }
     }
 
-    async fn send(&self, request: RequestBuilder) -> Result<Response, ClientError> {
+    async fn send(&self, request: RequestBuilder) -> Result<Response, ConfigClientError> {
         let response =
             self.authorized(request)
                 .send()
                 .await
-                .map_err(|e| ClientError::Unreachable {
+                .map_err(|e| ConfigClientError::Unreachable {
                     url: self.base.to_string(),
                     message: error_chain(&e),
                 })?;
@@ -116,19 +135,25 @@ impl ConfigClient {
             problems: Vec::new(),
             current_version: None,
         });
-        Err(ClientError::Api { status, body })
+        Err(ConfigClientError::Api { status, body })
     }
 
-    async fn json<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, ClientError> {
+    async fn json<T: serde::de::DeserializeOwned>(
+        response: Response,
+    ) -> Result<T, ConfigClientError> {
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| ClientError::Protocol(error_chain(&e)))?;
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+            .map_err(|e| ConfigClientError::Protocol(error_chain(&e)))?;
+        serde_json::from_slice(&bytes).map_err(|e| ConfigClientError::Protocol(e.to_string()))
     }
 
     /// `GET /v1/changes?since=…&epoch=…`.
-    pub async fn changes(&self, since: u64, epoch: Option<&str>) -> Result<Changes, ClientError> {
+    pub async fn changes(
+        &self,
+        since: u64,
+        epoch: Option<&str>,
+    ) -> Result<Changes, ConfigClientError> {
         let mut url = self.url("v1/changes")?;
         url.query_pairs_mut()
             .append_pair("since", &since.to_string());
@@ -141,14 +166,14 @@ impl ConfigClient {
 
     /// `GET /v1/config?format=yaml`: the whole configuration as SPEC §6
     /// YAML.
-    pub async fn export_yaml(&self) -> Result<String, ClientError> {
+    pub async fn export_yaml(&self) -> Result<String, ConfigClientError> {
         let mut url = self.url("v1/config")?;
         url.query_pairs_mut().append_pair("format", "yaml");
         let response = self.send(self.http.get(url)).await?;
         response
             .text()
             .await
-            .map_err(|e| ClientError::Protocol(error_chain(&e)))
+            .map_err(|e| ConfigClientError::Protocol(error_chain(&e)))
     }
 
     /// `PUT /v1/config`: replaces the whole configuration with `yaml` (or
@@ -159,7 +184,7 @@ impl ConfigClient {
         yaml: &str,
         dry_run: bool,
         if_match: Option<u64>,
-    ) -> Result<ImportOutcome, ClientError> {
+    ) -> Result<ImportOutcome, ConfigClientError> {
         let mut url = self.url("v1/config")?;
         if dry_run {
             url.query_pairs_mut().append_pair("dry_run", "true");

@@ -4,13 +4,17 @@
 
 #![allow(clippy::unwrap_used)]
 
+// The configuration service's own test support (a service on a private
+// database, requests through its router, a real server on a free port):
+// shared by path rather than copied, so both crates test against the same
+// service set-up.
+#[path = "../../config-service/tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use charon_config_service::client::ClientError;
-use charon_config_service::feed::{ConfigFeed, FeedError, FeedOptions};
+use charon_config_client::{ConfigClientError, ConfigFeed, FeedError, FeedOptions};
 use charon_core::ManualClock;
 use charon_core::config::{Config, ResourceKind};
 use charon_core::request::Amount;
@@ -92,7 +96,10 @@ async fn refresh_applies_deltas_and_keeps_the_view_while_the_service_is_down() {
     served.stop().await;
     let error = feed.refresh().await.unwrap_err();
     assert!(
-        matches!(error, FeedError::Service(ClientError::Unreachable { .. })),
+        matches!(
+            error,
+            FeedError::Service(ConfigClientError::Unreachable { .. })
+        ),
         "{error:?}"
     );
     assert_eq!(feed.version(), 5);
@@ -197,7 +204,7 @@ async fn a_limiter_decides_by_the_view_of_a_running_feed() {
     let handle = ConfigFeed::new(&served.url, FeedOptions::default())
         .unwrap()
         .spawn(interval, move |_, config| {
-            target.replace_config((*config).clone())
+            target.replace_config((*config).clone());
         });
     eventually(Duration::from_secs(5), || handle.version() == 2).await;
     assert!(handle.status().loaded);

@@ -1,0 +1,23 @@
+//! The client side of Charon's configuration service (paper §4.1): how
+//! limiting servers and the `charon config` tool talk to it.
+//!
+//! - [`ConfigClient`]: a small HTTP client of the service's API (deltas,
+//!   whole-configuration export and import), for `charon config
+//!   apply/export` and for the feed.
+//! - [`ConfigFeed`]: a limiting server's view of the configuration, kept in
+//!   memory (and in a cache file across restarts), refreshed from the
+//!   service periodically and on demand by applying deltas, resynced from
+//!   a full snapshot now and then.
+//!
+//! The JSON bodies both ends exchange are `charon_config_service::wire`:
+//! the service defines its contract and this crate, above it, uses it.
+//!
+//! See `docs/config-service.md` for the feed's behaviour and choices.
+
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
+mod client;
+mod feed;
+
+pub use client::{ConfigClient, ConfigClientError};
+pub use feed::{ConfigFeed, FeedError, FeedHandle, FeedOptions, FeedStatus};

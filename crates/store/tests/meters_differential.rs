@@ -1,0 +1,264 @@
+//! The differential test of buckets, windows and queues: random meters of
+//! every kind and policy (soft limits, bans) and random operations
+//! (requests, dry runs, charges, refunds, multi-unit requests with
+//! `min_copies`, time jumps across refills, window turns, ban ends and
+//! forget times) through the in-memory store and the Redis store on one
+//! manual clock must give identical replies and identical client errors.
+//! This is what keeps `meter.lua` equal to `charon_core::meter::decide`.
+//!
+//! The shapes come from `charon_core::meter::testing`, the generator of
+//! core's naive-model property tests. `CHARON_DIFF_SEEDS=n` runs more
+//! seeds; a failure prints its seed, and `CHARON_DIFF_SEED=s` replays it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use charon_core::meter::testing as shapes;
+use charon_core::meter::{Meter, Op, Reply};
+use charon_core::testing::Draw;
+use charon_core::{ManualClock, bucket, queue, window};
+use charon_store::{MemoryStore, Store, StoreError};
+use charon_testkit::RedisServer;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+const RESOURCES: &[&str] = &["api/bucket", "api/window", "api/queue", "api/any"];
+const DOMAINS: &[&str] = &["alice", "bob", "10.0.0.2"];
+
+/// The domain that gets charges at the exact bound of the debt (and then
+/// stays in debt for ages), apart from the others.
+const DEBTOR: &str = "debtor";
+
+/// The most units `m` can be charged from an empty state.
+fn most_charged(m: &Meter) -> u64 {
+    match m {
+        Meter::Bucket(p) => p.ticks().max_ahead / p.ticks().per_unit,
+        Meter::Queue(p) => p.ticks().max_ahead / p.ticks().per_unit,
+        Meter::Window(p) => p.max_count(),
+    }
+}
+
+/// Bad or extreme input: a charge or refund of 0, a count beyond 2^53 − 1,
+/// or a charge around the exact bound of the debt (refused or not
+/// depending on the state, so the script's own refusal is compared).
+fn bad_input(rng: &mut StdRng, m: &Meter) -> (Op, bool) {
+    match rng.random_range(0..5) {
+        0 => (Op::Charge(0), false),
+        1 => (Op::Refund(0), false),
+        2 => (Op::Charge(charon_core::MAX_COUNT + 1), false),
+        _ => {
+            let most = most_charged(m);
+            let n = most - rng.random_range(0..=m.limit().min(most - 1));
+            let n = if rng.random_range(0..4) == 0 {
+                most + 1
+            } else {
+                n
+            };
+            (Op::Charge(n), true)
+        }
+    }
+}
+
+/// `charon_core::testing`'s source of numbers, from the seed's rng.
+struct Seeded<'a>(&'a mut StdRng);
+
+impl Draw for Seeded<'_> {
+    fn draw(&mut self, range: std::ops::RangeInclusive<u64>) -> u64 {
+        self.0.random_range(range)
+    }
+}
+
+/// A random meter of `kind` (0 bucket, 1 window, 2 queue), spans in
+/// multiples of `unit`.
+fn meter(rng: &mut StdRng, kind: u64, unit: u64) -> Meter {
+    let d = &mut Seeded(rng);
+    match kind {
+        0 => {
+            let (burst, count, period, policy) = shapes::bucket(d, unit);
+            Meter::Bucket(bucket::Params::new(burst, count, period, policy).unwrap())
+        }
+        1 => {
+            let (algorithm, limit, span, policy) = shapes::window(d, unit);
+            Meter::Window(window::Params::new(algorithm, limit, span, policy).unwrap())
+        }
+        _ => {
+            let (rate, period, size, policy) = shapes::queue(d, unit);
+            Meter::Queue(queue::Params::new(rate, period, size, policy).unwrap())
+        }
+    }
+}
+
+fn outcome(r: &Result<Reply, StoreError>) -> String {
+    match r {
+        Ok(r) => format!("{r:?}"),
+        Err(StoreError::Refused(e)) => format!("client error: {e}"),
+        Err(e) => panic!("a store failed: {e}"),
+    }
+}
+
+/// What kind of outcome a reply is, to show the scenarios reach them all.
+fn class(kind: &str, op: &Op, r: &Result<Reply, StoreError>) -> String {
+    let op = match op {
+        Op::Request { dry_run: false, .. } => "request",
+        Op::Request { dry_run: true, .. } => "dry run",
+        Op::Charge(_) => "charge",
+        Op::Refund(_) => "refund",
+    };
+    let what = match r {
+        Err(_) => "client error",
+        Ok(r) if r.banned => "banned",
+        Ok(r) if r.granted == 0 => "rejected",
+        Ok(r) if r.warning => "granted with a warning",
+        Ok(r) if r.delay_ms.is_some_and(|d| d > 0) => "granted with a delay",
+        Ok(_) => "granted",
+    };
+    format!("{kind} {op} {what}")
+}
+
+fn kind_name(m: &Meter) -> &'static str {
+    match m {
+        Meter::Bucket(_) => "bucket",
+        Meter::Window(_) => "window",
+        Meter::Queue(_) => "queue",
+    }
+}
+
+async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<String, usize>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let start = if seed.is_multiple_of(2) {
+        0
+    } else {
+        1_700_000_000_000 + rng.random_range(0..1_000_000)
+    };
+    let unit = [1, 7, 50][rng.random_range(0..3usize)];
+    let mut meters: Vec<Meter> = (0..RESOURCES.len() as u64)
+        .map(|i| {
+            let kind = if i < 3 { i } else { rng.random_range(0..3) };
+            meter(&mut rng, kind, unit)
+        })
+        .collect();
+    let clock = Arc::new(ManualClock::new(start));
+    let memory = MemoryStore::new(clock.clone());
+    let (store, maintain) = charon_testkit::stores::seed_store(redis, &clock, "mdiff", seed).await;
+    let mut log: Vec<String> = Vec::new();
+    for i in 0..steps {
+        let r = rng.random_range(0..RESOURCES.len());
+        if rng.random_range(0..150) == 0 {
+            // A configuration change: new parameters, maybe another kind,
+            // over the state the old ones left.
+            let kind = rng.random_range(0..3);
+            meters[r] = meter(&mut rng, kind, unit);
+            log.push(format!("{} is now {:?}", RESOURCES[r], meters[r]));
+            *seen.entry("configuration changed".into()).or_default() += 1;
+        }
+        let mut domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
+        let m = &meters[r];
+        let (gap, mut op) = shapes::step(&mut Seeded(&mut rng), unit, m.limit() + 2);
+        if rng.random_range(0..40) == 0 {
+            let (bad, debtor) = bad_input(&mut rng, m);
+            op = bad;
+            if debtor {
+                domain = DEBTOR;
+            }
+        } else if rng.random_range(0..40) == 0 {
+            domain = DEBTOR;
+        }
+        // Now and then a single millisecond, to land just after a boundary.
+        let gap = if rng.random_range(0..10) == 0 { 1 } else { gap };
+        clock.advance(gap);
+        if rng.random_range(0..50) == 0 {
+            let swept = memory.sweep();
+            if swept.pairs > 0 {
+                *seen.entry("idle state swept".into()).or_default() += 1;
+            }
+        }
+        let before = memory.meter_count();
+        let stateless = m.decide(&mut m.empty(), 0, op).is_ok();
+        let a = memory.meter(RESOURCES[r], domain, m, op).await;
+        let b = store.meter(RESOURCES[r], domain, m, op).await;
+        if memory.meter_count() < before {
+            *seen
+                .entry("idle state dropped on access".into())
+                .or_default() += 1;
+        }
+        let (a, b_text) = (outcome(&a), outcome(&b));
+        let what = format!(
+            "step {i} t={} +{gap} {}/{domain} {op:?}",
+            charon_core::Clock::now(&*clock),
+            RESOURCES[r]
+        );
+        log.push(format!("{what} -> {a}"));
+        if a != b_text {
+            let tail: Vec<&String> = log.iter().rev().take(30).rev().collect();
+            panic!(
+                "seed {seed}: the stores disagree at {what}\n  memory: {a}\n  redis:  {b_text}\n\
+                 meters (unit {unit}):\n{}\nlast steps:\n{}\n\
+                 replay with CHARON_DIFF_SEED={seed}",
+                RESOURCES
+                    .iter()
+                    .zip(&meters)
+                    .map(|(r, m)| format!("  {r}: {m:?}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                tail.iter()
+                    .map(|s| format!("  {s}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+        }
+        *seen.entry(class(kind_name(m), &op, &b)).or_default() += 1;
+        if stateless && b.is_err() {
+            *seen.entry("refusal by the script".into()).or_default() += 1;
+        }
+    }
+    maintain.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_meters_give_identical_replies() {
+    let redis = RedisServer::start();
+    let seeds = charon_testkit::stores::diff_seeds();
+    let replay = seeds.len() == 1;
+    let mut seen = BTreeMap::new();
+    for seed in seeds {
+        run(seed, 800, &redis, &mut seen).await;
+    }
+    charon_testkit::stores::print_outcomes(&seen);
+    if replay {
+        return;
+    }
+    let mut missing = Vec::new();
+    for kind in ["bucket", "window", "queue"] {
+        for what in [
+            "request granted",
+            "request rejected",
+            "request banned",
+            "request granted with a warning",
+            "dry run granted",
+            "dry run rejected",
+            "charge granted",
+            "charge client error",
+        ] {
+            let k = format!("{kind} {what}");
+            if !seen.contains_key(&k) {
+                missing.push(k);
+            }
+        }
+    }
+    for k in [
+        "bucket refund granted",
+        "window refund client error",
+        "queue refund client error",
+        "refusal by the script",
+        "queue request granted with a delay",
+        "idle state dropped on access",
+        "idle state swept",
+    ] {
+        if !seen.contains_key(k) {
+            missing.push(k.to_owned());
+        }
+    }
+    assert!(missing.is_empty(), "never reached: {missing:?}");
+}

@@ -1,0 +1,191 @@
+//! Stores under test (feature `store`): each fixture is a store on a manual
+//! clock, the Redis one on a private `redis-server` with its membership
+//! duties running as a server would run them, plus the helpers the store's
+//! and the limiter's Redis tests share (members joining one Redis, a raw
+//! connection to it, copy logs to compare with).
+//!
+//! One home, so the store's tests and the limiter's tests (which sit above
+//! the store and must not need each other) set up a store the same way.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use charon_core::ManualClock;
+use charon_store::{CopyLog, MemoryStore, RedisOptions, RedisStore, Store, StoreError};
+use tokio::task::JoinHandle;
+
+use crate::RedisServer;
+
+/// A store under test, its clock, and whatever keeps it running.
+#[derive(Debug)]
+pub struct Fixture {
+    /// The clock the store decides on.
+    pub clock: Arc<ManualClock>,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The private Redis behind it, if any (killed on drop).
+    pub redis: Option<RedisServer>,
+    maintain: Option<JoinHandle<StoreError>>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(m) = self.maintain.take() {
+            m.abort();
+        }
+    }
+}
+
+/// The in-memory store with sequential transfer ids.
+pub async fn memory() -> Fixture {
+    let clock = Arc::new(ManualClock::new(0));
+    Fixture {
+        store: Arc::new(MemoryStore::with_sequential_ids(clock.clone())),
+        clock,
+        redis: None,
+        maintain: None,
+    }
+}
+
+/// The Redis store on a private redis-server, deciding on a manual clock.
+pub async fn redis() -> Fixture {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(0));
+    let opts = options(Some(clock.clone()), "test", Duration::from_secs(10));
+    let store = RedisStore::connect(&server.url(), opts)
+        .await
+        .expect("connect to the private redis");
+    let maintain = spawn_maintain(&store);
+    Fixture {
+        clock,
+        store,
+        redis: Some(server),
+        maintain: Some(maintain),
+    }
+}
+
+/// Options for tests with the given liveness ttl (crash tests use short
+/// ones so that they are fast), deciding on `clock` (Redis `TIME` if
+/// `None`).
+pub fn options(clock: Option<Arc<ManualClock>>, id: &str, ttl: Duration) -> RedisOptions {
+    RedisOptions {
+        server_id: id.to_owned(),
+        liveness_ttl: ttl,
+        op_timeout: (ttl / 4).min(Duration::from_secs(1)),
+        clock: clock.map(|c| c as Arc<dyn charon_core::Clock>),
+        // A private Redis used by nobody before: no other server can hold
+        // copies that a new generation must wait for.
+        rebuild_grace: Some(Duration::ZERO),
+        ..RedisOptions::default()
+    }
+}
+
+/// Runs `store.maintain()` in the background, as a server would.
+pub fn spawn_maintain(store: &Arc<RedisStore>) -> JoinHandle<StoreError> {
+    let s = store.clone();
+    tokio::spawn(async move { s.maintain().await })
+}
+
+/// A member with the production rebuild grace (half the ttl), once it
+/// can serve copies: the first member of a new Redis waits out the window
+/// in which servers holding copies could still show up.
+pub async fn member(redis: &RedisServer, id: &str, ttl: Duration) -> Arc<RedisStore> {
+    let s = RedisStore::connect(
+        &redis.url(),
+        RedisOptions {
+            rebuild_grace: None,
+            ..options(None, id, ttl)
+        },
+    )
+    .await
+    .expect("connect to the private redis");
+    let maintain = spawn_maintain(&s);
+    let ready = eventually(ttl * 3, async || s.ping().await.is_ok()).await;
+    maintain.abort();
+    assert!(ready.is_some(), "{id} can serve copies");
+    s
+}
+
+/// A plain connection to `redis`, to look at or damage its keys.
+pub fn raw(redis: &RedisServer) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("a raw connection to the private redis")
+}
+
+/// A copy log to compare with: `global` copies, these domain counts, and
+/// `g1` in group `g1` (no group entry when 0).
+pub fn copy_log(global: u64, domains: &[(&str, u64)], g1: u64) -> CopyLog {
+    CopyLog {
+        global,
+        domains: domains.iter().map(|(d, n)| ((*d).to_owned(), *n)).collect(),
+        groups: if g1 > 0 {
+            [("g1".to_owned(), g1)].into()
+        } else {
+            Default::default()
+        },
+    }
+}
+
+/// Polls `f` until it returns true or `within` passes; returns how long it
+/// took.
+pub async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> Option<Duration> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < within {
+        if f().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// The seeds a differential test runs: `CHARON_DIFF_SEED` alone, to replay
+/// one failure, else 1 to `CHARON_DIFF_SEEDS` (24 by default). One reading,
+/// so every differential test replays the way its failure message says.
+pub fn diff_seeds() -> Vec<u64> {
+    match std::env::var("CHARON_DIFF_SEED") {
+        Ok(s) => vec![s.parse().expect("CHARON_DIFF_SEED is a number")],
+        Err(_) => {
+            let n = std::env::var("CHARON_DIFF_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(24);
+            (1..=n).collect()
+        }
+    }
+}
+
+/// Prints how often a differential test compared each outcome, so a run
+/// shows which shapes it reached.
+pub fn print_outcomes(seen: &BTreeMap<String, usize>) {
+    println!("outcomes compared:");
+    for (k, v) in seen {
+        println!("  {v:6}  {k}");
+    }
+}
+
+/// The Redis side of one differential seed, deciding on `clock` with its
+/// maintenance running: every seed in its own keys (`{prefix}{seed}`), so
+/// seeds can share one redis-server.
+pub async fn seed_store(
+    redis: &RedisServer,
+    clock: &Arc<ManualClock>,
+    prefix: &str,
+    seed: u64,
+) -> (Arc<RedisStore>, JoinHandle<StoreError>) {
+    let options = RedisOptions {
+        key_prefix: format!("{prefix}{seed}"),
+        ..options(
+            Some(clock.clone()),
+            &format!("seed{seed}"),
+            Duration::from_secs(10),
+        )
+    };
+    let store = RedisStore::connect(&redis.url(), options)
+        .await
+        .expect("connect to the private redis");
+    let maintain = spawn_maintain(&store);
+    (store, maintain)
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::{free_port, wait_until};
+use crate::free_port;
 
 /// `charon serve` on free ports with a configuration file in a temporary
 /// directory; its log goes to a file there. Killed on drop.
@@ -73,8 +73,20 @@ impl CharonProcess {
             args.iter().map(|a| (*a).to_owned()).collect(),
             ready_path.to_owned(),
         ));
-        self.spawn();
-        self
+        // A port free a moment ago may be taken by a parallel test before
+        // the server binds it: then it exits saying "cannot listen on", and
+        // a first start tries two fresh ports.
+        for _attempt in 0..4 {
+            if self.try_spawn() {
+                return self;
+            }
+            if !self.log().contains("cannot listen on") {
+                break;
+            }
+            self.grpc_port = free_port();
+            self.http_port = free_port();
+        }
+        panic!("charon serve did not become ready:\n{}", self.log());
     }
 
     /// Starts the process again, after a [`CharonProcess::kill`] (or kills
@@ -87,6 +99,16 @@ impl CharonProcess {
     }
 
     fn spawn(&mut self) {
+        assert!(
+            self.try_spawn(),
+            "charon serve did not become ready:\n{}",
+            self.log()
+        );
+    }
+
+    /// Starts the process and waits until it is ready (true) or has exited
+    /// or 20 s have passed (false).
+    fn try_spawn(&mut self) -> bool {
         let (bin, args, ready_path) = self.started.clone().expect("started once");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -104,11 +126,27 @@ impl CharonProcess {
             .spawn()
             .expect("spawn charon serve");
         self.child = Some(child);
-        let ready = wait_until(Duration::from_secs(20), || {
-            self.http_get(&ready_path)
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let ready = loop {
+            if self
+                .http_get(&ready_path)
                 .is_some_and(|(code, _)| code == 200)
-        });
-        assert!(ready, "charon serve did not become ready:\n{}", self.log());
+            {
+                break true;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            if exited || Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        };
+        if !ready {
+            self.kill();
+        }
+        ready
     }
 
     /// The configuration file the server reads (rewrite it to reload).

@@ -68,25 +68,37 @@ impl Postgres {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let port = free_port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
-            dir.path().display()
-        );
-        let out = pg("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .args(["-o", &options, "-l"])
-            .arg(dir.path().join("log"))
-            .args(["-w", "start"])
-            .stdout(Stdio::null())
-            .output()
-            .expect("pg_ctl must be on PATH");
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // A port free a moment ago may be taken by a parallel test before
+        // the postmaster binds it; then pg_ctl fails and another port is
+        // tried.
+        let mut port = free_port();
+        let mut attempts = 0;
+        loop {
+            let options = format!(
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+                dir.path().display()
+            );
+            let out = pg("pg_ctl")
+                .arg("-D")
+                .arg(&data)
+                .args(["-o", &options, "-l"])
+                .arg(dir.path().join("log"))
+                .args(["-w", "start"])
+                .stdout(Stdio::null())
+                .output()
+                .expect("pg_ctl must be on PATH");
+            if out.status.success() {
+                break;
+            }
+            attempts += 1;
+            assert!(
+                attempts < 5,
+                "pg_ctl start: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                std::fs::read_to_string(dir.path().join("log")).unwrap_or_default()
+            );
+            port = free_port();
+        }
         wait_for_port(port, Duration::from_secs(20)).expect("postgres starts");
         Self {
             port,

@@ -16,6 +16,7 @@
 
 mod api;
 mod input;
+mod meters;
 mod presets;
 mod replay;
 

@@ -11,7 +11,8 @@
 // a bucket, a window or a queue (issue 11's cookbook) and checks the figures
 // the page shows: the credit pool's 40 and 48, the registrations' retry
 // after 50 ms, the sliding counter's estimate, the ban, the queue's delays
-// 0…400 ms and its rejection, the LLM tokens' dry run, charge and debt.
+// 0…400 ms and its rejection, the LLM tokens' dry run, charge and debt;
+// at 1280×800 it also switches the editor to a window by hand.
 // Screenshots go to E2E_OUT.
 // Any failed check, page error or console error exits non-zero.
 
@@ -340,6 +341,30 @@ async function steps(page, { name, viewport, full }) {
   }
 
   await meterPresets(page, name, viewport);
+
+  if (full) {
+    // The editor switches kinds: a window of 2 per second, made by hand.
+    await page.getByTestId('reset').click();
+    await page.getByTestId('kind').selectOption('window');
+    await until('the window fields', () => page.getByTestId('meter-limit').count(), (n) => n === 1);
+    check(await page.getByTestId('meter-algorithm').inputValue() === 'fixed', 'a new window should default to fixed');
+    await page.getByTestId('meter-limit').fill('2');
+    await page.getByTestId('request').focus();
+    for (let i = 0; i < 3; i++) await page.keyboard.press('r');
+    await until('three requests on the window', () => text(page, 'total-requests'), (t) => t === '3');
+    const third = await meterEntry(page, 2);
+    check(third && third.granted === 0 && third.retry === '1000', `the third request in the window should wait 1 s: ${JSON.stringify(third)}`);
+    expect400 = true;
+    await page.getByTestId('meter-window').fill('0s');
+    await until('the issue for window', () => text(page, 'issues'), (t) => t.includes('window'));
+    check(await attr(page, 'meter-window', 'aria-invalid') === 'true', 'the broken window field should be marked invalid');
+    await page.getByTestId('meter-window').fill('1s');
+    await until('the issue to clear', () => text(page, 'issues'), (t) => t.trim() === '');
+    expect400 = false;
+    await page.getByTestId('export').click();
+    const yaml = await until('the window YAML', () => page.getByTestId('yaml').inputValue(), (v) => v.includes('kind: window'));
+    check(yaml.includes('algorithm: fixed') && yaml.includes('limit: 2'), `the exported YAML of the window: ${yaml}`);
+  }
 
   check(problems.length === 0, `the page reported problems:\n${problems.join('\n')}`);
   console.log(`ok ${name}: burst into tier 2, rejections at 25/25, cooldown; bucket, window, queue, ban and charge presets; screenshots in ${out}`);

@@ -213,7 +213,10 @@ pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
     let setup = setup(body, Some(DEFAULT_NAME), &mut issues);
     // Dry runs, charges and refunds are for buckets, windows and queues; the
     // burst tiers do not take them yet (as the limiter says).
-    let tiers = setup.as_ref().is_none_or(|s| s.rate().is_some());
+    // Read from the body, so that a configuration with problems does not
+    // add issues about its events.
+    let tiers = matches!(body.get("kind"), None | Some(Value::Null))
+        || body.get("kind").and_then(Value::as_str) == Some("rate");
     let events = match body.get("events") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => fields::list(v, &root.key("events"), &mut issues)

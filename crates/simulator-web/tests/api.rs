@@ -790,6 +790,10 @@ async fn kinds_and_events_are_checked_with_body_paths() {
     for expected in ["burst", "tiers", "events[0].min_copies"] {
         assert!(paths.contains(&expected), "no issue at {expected}: {out}");
     }
+    assert!(
+        !paths.contains(&"events[0].op"),
+        "a broken bucket is still a bucket: {out}"
+    );
 
     // A refund on a window is the limiter's client error, at the event.
     let (status, out) = post(

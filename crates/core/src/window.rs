@@ -47,6 +47,18 @@ pub struct Params {
     policy: Policy,
 }
 
+/// A window's counts at one time ([`Params::seen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Hits in the current window.
+    pub count: u64,
+    /// Hits in the previous window (`sliding_counter`; 0 for `fixed`).
+    pub previous: u64,
+    /// The count the limit is compared with: `count` for `fixed`, `count +
+    /// floor(previous × (window − elapsed) / window)` for `sliding_counter`.
+    pub estimate: u64,
+}
+
 /// What a window state says at a time: the counts that apply and how far
 /// into the current window `now` is.
 struct View {
@@ -102,6 +114,20 @@ impl Params {
         match self.algorithm {
             Algorithm::Fixed => MAX_COUNT,
             Algorithm::SlidingCounter => MAX_COUNT / self.window,
+        }
+    }
+
+    /// What the window holds at `now`, as the decision sees it: hits in
+    /// the current window, hits of the previous one (0 for `fixed`) and
+    /// the estimate the limit is compared with (the count for `fixed`).
+    /// For displays (the simulator page draws them), so that nothing
+    /// outside this module repeats which window a time falls in.
+    pub fn seen(&self, s: Option<&Counts>, now: Millis) -> Seen {
+        let v = self.view(s, now);
+        Seen {
+            count: v.curr,
+            previous: v.prev,
+            estimate: self.estimate(&v),
         }
     }
 

@@ -1,10 +1,12 @@
-// Charon burst-tier simulator: the page.
+// Charon limit simulator: the page.
 //
 // The page owns a virtual clock (milliseconds, driven by real time) and the
 // list of requests made so far. It never decides anything itself: whenever
 // the list, the configuration or the clock moves, it sends everything to
 // POST /simulator/api/run, which replays the list from empty state through
-// charon-core's `decide`, and draws what comes back.
+// charon-core's decisions (burst tiers, buckets, windows, queues), and draws
+// what comes back: for a bucket, a window or a queue even the level between
+// events comes from the server (`series`).
 'use strict';
 
 (() => {
@@ -35,7 +37,8 @@
     maxEventTiers: 200000,
     presets: [],
     preset: null,
-    config: { name: 'api/example', hardLimit: '', tiers: [] },
+    config: { kind: 'rate', name: 'api/example', hardLimit: '', tiers: [], meter: {} },
+    defaultSpan: 30000,
     result: null,
     issues: [],
     error: null,
@@ -52,6 +55,22 @@
 
   const numberOrText = (s) => (/^\d+$/.test(s) ? Number(s) : s);
 
+  // The fields of the kinds other than `rate` (SPEC §7–10), with a hint each.
+  const METER_FIELDS = {
+    bucket: [['burst', 'tokens, e.g. 100'], ['count', 'back per period'], ['period', 'e.g. 1m']],
+    window: [['algorithm', ''], ['limit', 'hits per window'], ['window', 'e.g. 1m']],
+    queue: [['rate', 'leave per period'], ['period', 'e.g. 1s'], ['size', 'may wait']],
+  };
+  const SHARED_FIELDS = [['soft_limit', 'e.g. 80%'], ['ban', 'e.g. 1h']];
+  const METER_DEFAULTS = {
+    bucket: { burst: '10', count: '10', period: '1s' },
+    window: { algorithm: 'fixed', limit: '10', window: '1s' },
+    queue: { rate: '10', period: '1s', size: '5' },
+  };
+  const KIND_TITLE = { bucket: 'Bucket', window: 'Window', queue: 'Queue' };
+  const isMeter = () => sim.config.kind !== 'rate';
+  const meterKeys = (kind) => METER_FIELDS[kind].concat(SHARED_FIELDS).map(([k]) => k);
+
   function tierBody(t) {
     const o = {
       limit: t.limit.trim() === '' ? null : numberOrText(t.limit.trim()),
@@ -64,6 +83,14 @@
   }
 
   function configBody() {
+    if (isMeter()) {
+      const b = { name: sim.config.name, kind: sim.config.kind };
+      for (const key of meterKeys(sim.config.kind)) {
+        const v = (sim.config.meter[key] || '').trim();
+        if (v !== '') b[key] = numberOrText(v);
+      }
+      return b;
+    }
     const b = { name: sim.config.name, tiers: sim.config.tiers.map(tierBody) };
     const h = sim.config.hardLimit.trim();
     if (h !== '') b.hard_limit = numberOrText(h);
@@ -131,18 +158,25 @@
     return { copies, min };
   }
 
-  function addEvent(t, a) {
-    // A replay does at most maxEventTiers events × tiers.
-    const cap = Math.min(sim.maxEvents, Math.floor(sim.maxEventTiers / Math.max(1, sim.config.tiers.length)));
+  // `op`: request, charge or refund; `dry` marks a dry run (SPEC §10).
+  function addEvent(t, a, op = 'request', dry = false) {
+    // A replay does at most maxEventTiers events × tiers (a bucket, a
+    // window or a queue counts as one).
+    const tiers = isMeter() ? 1 : sim.config.tiers.length;
+    const cap = Math.min(sim.maxEvents, Math.floor(sim.maxEventTiers / Math.max(1, tiers)));
     if (sim.events.length >= cap) {
-      setStatus(`The simulation holds ${cap} requests with ${sim.config.tiers.length} tiers, the most one replay takes. Reset to go on.`);
+      setStatus(isMeter()
+        ? `The simulation holds ${cap} events, the most one replay takes. Reset to go on.`
+        : `The simulation holds ${cap} requests with ${tiers} tiers, the most one replay takes. Reset to go on.`);
       if (sim.gen.on) setGenerator(false);
       return false;
     }
     const last = sim.events.length ? sim.events[sim.events.length - 1].t : 0;
     const ev = { t: Math.max(Math.floor(t), last) };
+    if (op !== 'request') ev.op = op;
     if (a.copies !== 1) ev.copies = a.copies;
-    if (a.min !== 1) ev.min_copies = a.min;
+    if (a.min !== 1 && op === 'request') ev.min_copies = a.min;
+    if (dry) ev.dry_run = true;
     sim.events.push(ev);
     sim.dirty = true;
     return true;
@@ -155,7 +189,9 @@
       return;
     }
     flushGenerator();
-    if (addEvent(sim.vnow, a)) setStatus('');
+    const op = isMeter() ? $('op').value : 'request';
+    const dry = isMeter() && op === 'request' && $('dry-run').checked;
+    if (addEvent(sim.vnow, a, op, dry)) setStatus('');
   }
 
   // Burstiness b: requests come in clumps of about 1 + 9b at once; the gaps
@@ -246,7 +282,57 @@
     { key: 'cooldown', label: 'cooldown', hint: 'e.g. 15s' },
   ];
 
+  // Shows what belongs to the kind: tiers and hard_limit for `rate`, the
+  // kind's fields, op and dry run for the others.
+  function showKind() {
+    const m = isMeter();
+    document.querySelectorAll('.meter-only').forEach((el) => { el.hidden = !m; });
+    document.querySelectorAll('.rate-only').forEach((el) => { el.hidden = m; });
+  }
+
+  function renderMeterFields() {
+    const box = $('meter-fields');
+    if (!isMeter()) {
+      box.textContent = '';
+      return;
+    }
+    const m = sim.config.meter;
+    box.innerHTML = METER_FIELDS[sim.config.kind].concat(SHARED_FIELDS).map(([key, hint]) => (key === 'algorithm'
+      ? `<label class="stack">algorithm
+          <select data-field="algorithm" data-path="algorithm" data-testid="meter-algorithm">
+            <option value="fixed">fixed</option><option value="sliding_counter">sliding_counter</option>
+          </select></label>`
+      : `<label class="stack">${key}
+          <input data-field="${key}" data-path="${key}" value="${esc(m[key] || '')}" placeholder="${esc(hint)}"
+            spellcheck="false" data-testid="meter-${key}" aria-label="${key}"></label>`)).join('');
+    const alg = box.querySelector('select');
+    if (alg) alg.value = m.algorithm || 'fixed';
+  }
+
+  function onMeterInput(e) {
+    const field = e.target.dataset.field;
+    if (!field) return;
+    sim.config.meter[field] = e.target.value;
+    configChanged(false);
+  }
+
+  function onKind(e) {
+    const kind = e.target.value;
+    sim.config.kind = kind;
+    if (kind !== 'rate') {
+      for (const [k, v] of Object.entries(METER_DEFAULTS[kind])) {
+        if (!(sim.config.meter[k] || '').trim()) sim.config.meter[k] = v;
+      }
+    }
+    sim.issues = [];
+    sim.result = null;
+    configChanged(true);
+  }
+
   function renderEditor() {
+    $('kind').value = sim.config.kind;
+    showKind();
+    renderMeterFields();
     $('name').value = sim.config.name;
     $('hard-limit').value = sim.config.hardLimit;
     const list = $('tiers');
@@ -370,13 +456,29 @@
     $('preset-summary').textContent = p ? p.summary : 'Custom configuration.';
   }
 
+  function setSpan(ms) {
+    sim.span = ms;
+    $('span').value = String(ms);
+    sim.layout = null;
+    sim.dirty = true;
+  }
+
+  // A preset of a bucket, a window or a queue brings the cookbook's events
+  // (`script`): they are loaded with the clock paused at `script.at`, so
+  // the recipe's figures show at once. The others start a fresh clock.
   function loadPreset(id) {
     const p = sim.presets.find((x) => x.id === id);
     if (!p) return;
+    const meter = {};
+    if (p.kind) {
+      for (const key of meterKeys(p.kind)) if (p[key] != null) meter[key] = String(p[key]);
+    }
     sim.config = {
+      kind: p.kind || 'rate',
+      meter,
       name: p.name,
       hardLimit: p.hard_limit == null ? '' : String(p.hard_limit),
-      tiers: p.tiers.map((t) => ({
+      tiers: (p.tiers || []).map((t) => ({
         limit: String(t.limit),
         window: t.window,
         active: t.active || '',
@@ -387,6 +489,16 @@
     sim.issues = [];
     renderEditor();
     reset();
+    if (p.script) {
+      setGenerator(false);
+      sim.events = p.script.events.map((e) => ({ ...e }));
+      sim.vnow = p.script.at;
+      setRunning(false);
+      setSpan(p.script.span);
+    } else {
+      setRunning(true);
+      if (sim.span !== sim.defaultSpan) setSpan(sim.defaultSpan);
+    }
     sim.preset = id;
     renderPresetButtons();
     $('yaml').value = '';
@@ -435,8 +547,13 @@
     const r = sim.result;
     if (sim.error) setStatus(sim.error);
     renderAdjustments(r && r.adjustments);
-    renderCards(r);
-    renderLog(r);
+    if (r && r.kind) {
+      renderMeterCard(r);
+      renderMeterLog(r);
+    } else {
+      renderCards(r);
+      renderLog(r);
+    }
     renderTotals(r);
     layoutTimeline();
     drawMarks();
@@ -444,12 +561,14 @@
   }
 
   function renderTotals(r) {
-    const t = r ? r.totals : { requests: 0, granted_requests: 0, rejected_requests: 0, granted_hits: 0, bursts: 0 };
+    const t = r ? r.totals : { requests: 0, granted_requests: 0, rejected_requests: 0, granted_hits: 0 };
     $('total-requests').textContent = t.requests;
     $('total-granted').textContent = t.granted_requests;
     $('total-rejected').textContent = t.rejected_requests;
     $('total-hits').textContent = t.granted_hits;
-    $('total-bursts').textContent = t.bursts;
+    $('total-bursts').textContent = t.bursts || 0;
+    $('total-warnings').textContent = t.warnings || 0;
+    $('total-banned').textContent = t.banned || 0;
   }
 
   const PHASE_LABEL = { active: 'ACTIVE', cooldown: 'COOLDOWN', inactive: 'INACTIVE' };
@@ -551,6 +670,128 @@
     }).join('');
   }
 
+  // ---- buckets, windows, queues ------------------------------------------
+
+  function meterParams(res) {
+    let p;
+    if (res.kind === 'bucket') p = `burst ${res.burst} · ${res.count} back per ${res.period}`;
+    else if (res.kind === 'window') p = `${res.algorithm} · ${res.limit} per ${res.window}`;
+    else p = `${res.rate} leave per ${res.period} · size ${res.size}`;
+    if (res.soft_limit) p += ` · soft_limit ${res.soft_limit}`;
+    if (res.ban) p += ` · ban ${res.ban}`;
+    return p;
+  }
+
+  // What the level is in words, at one reading of the server's.
+  function levelText(r, l) {
+    if (r.kind === 'bucket') return `${l.remaining} / ${r.limit} tokens left`;
+    if (r.kind === 'queue') return `${l.usage} / ${r.limit} waiting (backlog)`;
+    const est = l.previous !== undefined ? ` · estimate ${l.estimate} / ${r.limit} (with ${l.previous} in the previous window)` : '';
+    return `${l.count} / ${r.limit} hits in this window${est}`;
+  }
+
+  function renderMeterCard(r) {
+    const n = r.now;
+    const title = KIND_TITLE[r.kind];
+    const current = $('current-tier');
+    current.textContent = `${title}: ${levelText(r, n)}${n.banned_until != null ? ' · BANNED' : ''}.`;
+    current.dataset.tier = '';
+    const banned = n.banned_until != null;
+    // A bucket's slots are its tokens left; a window's and a queue's, what is used.
+    const slots = r.kind === 'bucket' ? n.remaining : Math.min(n.usage, r.limit);
+    $('tier-cards').innerHTML = `
+      <article class="tier-card is-current" data-testid="meter-card" data-kind="${r.kind}"
+        data-remaining="${n.remaining}" data-usage="${n.usage}" data-banned="${banned}" data-warning="${n.warning}">
+        <h3>${title}
+          ${banned ? '<span class="badge badge-banned" data-testid="meter-banned">BANNED</span>' : ''}
+          ${n.warning ? '<span class="badge badge-warning" data-testid="meter-warning">WARNING</span>' : ''}</h3>
+        <p class="params">${esc(meterParams(r.resource))}</p>
+        ${meter(slots, r.limit)}
+        <p class="hits" data-testid="meter-level"><strong>${esc(levelText(r, n))}</strong></p>
+        ${banned ? `<p class="timing">banned until ${secs(n.banned_until)} (${shortSecs(n.banned_until - n.t)} left): every request is rejected</p>` : ''}
+        ${n.warning ? `<p class="timing">usage ${n.usage} is at or above the soft limit (${r.soft_threshold})</p>` : ''}
+        <p class="timing">${n.usage === 0 && !banned ? 'nothing to remember' : `back to empty state in ${shortSecs(n.reset_after_ms)}`}</p>
+      </article>`;
+  }
+
+  function renderMeterLog(r) {
+    const list = $('log');
+    const events = r.events;
+    const shown = events.slice(-LOG_ROWS).reverse();
+    const notes = [];
+    if (r.skipped > 0) notes.push(`${r.skipped} earlier events are replayed but not listed (older than the timeline span).`);
+    if (events.length > LOG_ROWS) notes.push(`Showing the latest ${LOG_ROWS} of ${events.length}.`);
+    $('log-note').textContent = notes.join(' ');
+    list.innerHTML = shown.map((e) => {
+      const rp = e.reply;
+      const ask = e.copies > 1 ? ` ×${e.copies}${e.min_copies > 1 ? ` (min ${e.min_copies})` : ''}` : '';
+      const rem = ` · remaining ${rp.remaining}/${rp.limit}`;
+      const retry = rp.retry_after_ms === null ? ' · never: more than the limit'
+        : rp.retry_after_ms > 0 ? ` · retry after ${rp.retry_after_ms} ms` : '';
+      const flags = (rp.warning ? ' · <span class="flag">⚠ WARNING</span>' : '')
+        + (rp.banned ? ' · <span class="flag">⛔ BANNED</span>' : '');
+      let text;
+      let ok = rp.granted > 0;
+      if (e.op === 'charge') {
+        text = `<span class="verdict">CHARGED</span> ${rp.granted}${rem}${retry}`;
+        ok = true;
+      } else if (e.op === 'refund') {
+        text = `<span class="verdict">REFUNDED</span> ${rp.granted}${rem}`;
+        ok = true;
+      } else if (ok) {
+        text = `<span class="verdict">✓ ${e.dry_run ? 'DRY RUN: would be GRANTED' : 'GRANTED'}</span> ${rp.granted}${ask ? ` of${ask}` : ''}${rem}`
+          + (rp.delay_ms != null ? ` · delay ${rp.delay_ms} ms` : '')
+          + (e.dry_run ? ' · nothing recorded' : '');
+      } else {
+        text = `<span class="verdict">✕ ${e.dry_run ? 'DRY RUN: would be REJECTED' : 'REJECTED'}</span>${ask}${rem}${retry}`;
+      }
+      return `<li class="${ok ? 'granted' : 'rejected'}" data-testid="log-entry" data-index="${e.index}" data-op="${e.op}"
+        data-granted="${rp.granted}" data-remaining="${rp.remaining}" data-retry="${rp.retry_after_ms}"
+        data-delay="${rp.delay_ms ?? ''}" data-banned="${rp.banned}" data-warning="${rp.warning}" data-dry-run="${e.dry_run}">
+        <time>${secs(e.t)}</time> <span class="req">#${e.index + 1}</span> ${text}${flags}</li>`;
+    }).join('');
+  }
+
+  // The values a kind draws from a reading: the main line, and the
+  // estimate of a sliding counter.
+  function levelValue(kind, l) {
+    if (kind === 'bucket') return l.remaining;
+    if (kind === 'window') return l.count;
+    return l.usage;
+  }
+
+  function drawMeterMarks(L, r, g) {
+    const vmax = Math.max(r.limit, ...r.series.map((l) => Math.max(levelValue(r.kind, l), l.estimate || 0)), 1);
+    L.vmax = vmax;
+    const y = (v) => L.chartY + L.chartH - 12 - (v / vmax) * (L.chartH - 26);
+    L.levelY = y;
+    for (const b of r.bans) {
+      const x0 = b.from * L.scale;
+      const w = Math.max(1, (b.until - b.from) * L.scale);
+      g.appendChild(svg('rect', { x: x0, y: L.chartY + 2, width: w, height: L.reqY + L.reqH - L.chartY - 4, class: 'ban-span' }));
+      g.appendChild(svg('text', { x: x0 + 4, y: L.chartY + 14, class: 'ban-label' }, 'BANNED'));
+    }
+    const line = (pick, cls) => {
+      const pts = r.series.map((l) => `${l.t * L.scale},${y(pick(l))}`).join(' ');
+      g.appendChild(svg('polyline', { points: pts, class: cls }));
+    };
+    if (r.kind === 'window' && r.resource.algorithm === 'sliding_counter') line((l) => l.estimate, 'estimate-line');
+    line((l) => levelValue(r.kind, l), 'level-line');
+    const perT = new Map();
+    for (const e of r.events) {
+      if (e.reply.warning) {
+        g.appendChild(svg('text', { x: e.t * L.scale, y: y(levelValue(r.kind, e.after)) - 5, class: 'warn-mark', 'text-anchor': 'middle' }, '⚠'));
+      }
+      if (r.kind === 'queue' && e.op === 'request' && e.reply.granted > 0 && !e.dry_run) {
+        const k = perT.get(e.t) || 0;
+        perT.set(e.t, k + 1);
+        const dy = L.delayY + 5 + (k % 5) * 5;
+        const x0 = e.t * L.scale;
+        g.appendChild(svg('line', { x1: x0, x2: x0 + Math.max(2, e.reply.delay_ms * L.scale), y1: dy, y2: dy, class: 'delay-bar' }));
+      }
+    }
+  }
+
   // ---- timeline ---------------------------------------------------------
 
   function svg(tag, attrs, text) {
@@ -565,8 +806,9 @@
     const box = $('lanes');
     const width = Math.max(280, box.clientWidth);
     const r = sim.result;
-    const n = r ? r.now.tiers.length : 0;
-    const key = `${width}/${n}/${sim.span}/${Boolean(r)}`;
+    const kind = r && r.kind ? r.kind : '';
+    const n = r && !kind ? r.now.tiers.length : 0;
+    const key = `${width}/${n}/${sim.span}/${Boolean(r)}/${kind}`;
     if (sim.layout && sim.layout.key === key) return;
     const narrow = width < 560;
     const gutter = narrow ? 74 : 104;
@@ -575,13 +817,20 @@
     const axisH = 20;
     const top = 4;
     const plotW = width - gutter - 6;
-    const height = top + n * laneH + reqH + axisH;
+    // A bucket, a window or a queue: one chart lane of its level (and for
+    // a queue a lane of the delays it gave) instead of the tier lanes.
+    const chartH = kind ? 130 : 0;
+    const delayH = kind === 'queue' ? 32 : 0;
+    const chartY = top + n * laneH;
+    const delayY = chartY + chartH;
+    const reqY = delayY + delayH;
+    const height = reqY + reqH + axisH;
     const L = {
-      key, width, height, gutter, plotW, laneH, reqH, top, n, narrow,
+      key, width, height, gutter, plotW, laneH, reqH, top, n, narrow, kind, chartY, chartH, delayY, delayH,
       scale: plotW / sim.span,
       nowX: gutter + plotW * NOW_AT,
-      reqY: top + n * laneH,
-      axisY: top + n * laneH + reqH,
+      reqY,
+      axisY: reqY + reqH,
     };
     L.laneY = (tier) => top + (n - tier) * laneH;
     box.textContent = '';
@@ -598,7 +847,9 @@
     }
     const root = svg('svg', {
       width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
-      'aria-label': 'Timeline: one lane per tier, highest first, and a lane of requests',
+      'aria-label': kind
+        ? `Timeline: the ${kind}'s level over time${kind === 'queue' ? ', the delays given' : ''} and a lane of requests`
+        : 'Timeline: one lane per tier, highest first, and a lane of requests',
       'data-testid': 'timeline-svg',
     });
     const defs = svg('defs');
@@ -614,13 +865,17 @@
       const y = top + i * laneH;
       root.appendChild(svg('line', { x1: 0, x2: width, y1: y, y2: y, class: 'lane-sep' }));
     }
+    for (const y of kind ? [delayY, reqY] : []) {
+      if (y > chartY) root.appendChild(svg('line', { x1: 0, x2: width, y1: y, y2: y, class: 'lane-sep' }));
+    }
     L.gutterG = svg('g', { class: 'gutter' });
     root.appendChild(L.gutterG);
     const plot = svg('g', { 'clip-path': 'url(#plot-clip)' });
     L.bandsG = svg('g', { class: 'bands' });
     L.marksG = svg('g', { class: 'marks' });
     L.windowsG = svg('g', { class: 'windows' });
-    plot.append(L.bandsG, L.marksG, L.windowsG);
+    L.limitsG = svg('g', { class: 'limits' });
+    plot.append(L.bandsG, L.limitsG, L.marksG, L.windowsG);
     plot.appendChild(svg('line', { x1: L.nowX, x2: L.nowX, y1: 0, y2: L.axisY, class: 'now-line' }));
     root.appendChild(plot);
     root.appendChild(svg('text', { x: L.nowX + 3, y: L.axisY + 14, class: 'now-label' }, 'now'));
@@ -641,11 +896,13 @@
     g.textContent = '';
     const hits = new Map(); // "tier/t" → hits
     const reqs = new Map(); // t → {granted, rejected}
+    if (r.kind) drawMeterMarks(L, r, g);
     for (const e of r.events) {
-      for (const p of e.placed) {
+      for (const p of e.placed || []) {
         const k = `${p.tier}/${e.t}`;
         hits.set(k, (hits.get(k) || 0) + p.hits);
       }
+      // Charges and refunds are drawn with the grants: they never fail.
       const q = reqs.get(e.t) || { granted: 0, rejected: 0 };
       if (e.reply.granted > 0) q.granted++; else q.rejected++;
       reqs.set(e.t, q);
@@ -680,7 +937,19 @@
     // Gutter: which tier, its phase in words, and its role.
     const gg = L.gutterG;
     gg.textContent = '';
-    for (const s of r.now.tiers) {
+    if (r.kind) {
+      const what = { bucket: 'tokens left', window: 'hits in window', queue: 'backlog' }[r.kind];
+      gg.appendChild(svg('text', { x: 4, y: L.chartY + 15, class: 'gutter-tier is-current' }, KIND_TITLE[r.kind]));
+      gg.appendChild(svg('text', { x: 4, y: L.chartY + 30, class: 'gutter-role' }, what));
+      gg.appendChild(svg('text', { x: 4, y: L.chartY + 46, class: 'gutter-phase', 'data-testid': 'lane-level' },
+        `${levelValue(r.kind, r.now)}/${r.limit}`));
+      if (r.kind === 'window' && r.resource.algorithm === 'sliding_counter') {
+        gg.appendChild(svg('text', { x: 4, y: L.chartY + 61, class: 'gutter-role' }, `- - estimate ${r.now.estimate}`));
+      }
+      if (r.now.banned_until != null) gg.appendChild(svg('text', { x: 4, y: L.chartY + 76, class: 'ban-label' }, 'BANNED'));
+      if (r.kind === 'queue') gg.appendChild(svg('text', { x: 4, y: L.delayY + 15, class: 'gutter-role' }, 'delays given'));
+    }
+    for (const s of (r.kind ? [] : r.now.tiers)) {
       const y = L.laneY(s.tier);
       const role = s.current ? 'current' : s.shadowed ? 'shadowed' : '';
       gg.appendChild(svg('text', { x: 4, y: y + 15, class: `gutter-tier${s.current ? ' is-current' : ''}` },
@@ -693,7 +962,11 @@
     gg.appendChild(svg('text', { x: 4, y: L.reqY + 30, class: 'gutter-role' }, '✓ above, ✕ below'));
   }
 
-  const AXIS_STEPS = [100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, 60000, 120000, 300000];
+  // Steps of whole minutes are labelled in minutes (spans up to two hours).
+  const axisLabel = (t, step) => (step >= 60000 && step % 60000 === 0 ? `${t / 60000} min` : shortSecs(t));
+
+  const AXIS_STEPS = [100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, 60000, 120000, 300000,
+    600000, 1200000, 1800000, 3600000];
 
   // What moves with the clock: the marks' offset, phase bands, windows, axis.
   function drawMoving() {
@@ -720,7 +993,7 @@
         bands.push(`<text x="${x0 + 4}" y="${y + L.laneH - 7}" class="band-label">${label}</text>`);
       }
     };
-    r.periods.forEach((periods, i) => {
+    (r.periods || []).forEach((periods, i) => {
       for (const p of periods) {
         const activeEnd = p.active_until === null ? Infinity : p.active_until;
         band(i + 1, p.entered, activeEnd, 'active');
@@ -730,7 +1003,22 @@
     L.bandsG.innerHTML = bands.join('');
 
     const windows = [];
-    for (const s of r.now.tiers) {
+    if (r.kind) {
+      // The limit (and the soft limit) across the chart, with the level at now.
+      const lines = [];
+      const y = L.levelY;
+      const hline = (v, cls, label) => {
+        lines.push(`<line x1="${L.gutter}" x2="${L.gutter + L.plotW}" y1="${y(v)}" y2="${y(v)}" class="${cls}"/>`);
+        lines.push(`<text x="${L.gutter + 3}" y="${y(v) - 3}" class="chart-label">${esc(label)}</text>`);
+      };
+      if (y) {
+        hline(r.limit, 'limit-line', `limit ${r.limit}`);
+        if (r.soft_threshold != null && r.soft_threshold < r.limit) hline(r.soft_threshold, 'soft-line', `soft limit ${r.soft_threshold}`);
+        windows.push(`<text x="${L.nowX + 4}" y="${y(levelValue(r.kind, r.now)) + 4}" class="window-label">${levelValue(r.kind, r.now)}/${r.limit}</text>`);
+      }
+      L.limitsG.innerHTML = lines.join('');
+    }
+    for (const s of (r.kind ? [] : r.now.tiers)) {
       if (s.phase !== 'active') continue;
       const y = L.laneY(s.tier);
       const x0 = x(Math.max(v - s.window_ms, from - 10));
@@ -741,14 +1029,14 @@
     }
     L.windowsG.innerHTML = windows.join('');
 
-    const step = AXIS_STEPS.find((s) => s * L.scale >= (L.narrow ? 48 : 64)) || 600000;
+    const step = AXIS_STEPS.find((s) => s * L.scale >= (L.narrow ? 48 : 64)) || 7200000;
     const ticks = [];
     for (let t = Math.ceil(Math.max(0, from) / step) * step; t <= to; t += step) {
       const tx = x(t);
       if (tx < L.gutter + 8) continue;
       ticks.push(`<line x1="${tx}" x2="${tx}" y1="${L.axisY}" y2="${L.axisY + 4}" class="tick"/>`);
       if (Math.abs(tx - L.nowX) > 26) {
-        ticks.push(`<text x="${tx}" y="${L.axisY + 15}" class="tick-label" text-anchor="middle">${shortSecs(t)}</text>`);
+        ticks.push(`<text x="${tx}" y="${L.axisY + 15}" class="tick-label" text-anchor="middle">${axisLabel(t, step)}</text>`);
       }
     }
     L.axisG.innerHTML = ticks.join('');
@@ -785,6 +1073,9 @@
     $('tiers').addEventListener('input', onTierInput);
     $('tiers').addEventListener('change', onTierInput);
     $('tiers').addEventListener('click', onTierAction);
+    $('kind').addEventListener('change', onKind);
+    $('meter-fields').addEventListener('input', onMeterInput);
+    $('meter-fields').addEventListener('change', onMeterInput);
     $('add-tier').addEventListener('click', addTier);
     $('export').addEventListener('click', exportYaml);
     $('copy-yaml').addEventListener('click', copyYaml);
@@ -812,6 +1103,7 @@
     if (window.innerWidth < 560) {
       // A phone shows ten seconds: thirty would squeeze a second into 9 px.
       sim.span = 10000;
+      sim.defaultSpan = 10000;
       $('span').value = '10000';
     }
     bind();

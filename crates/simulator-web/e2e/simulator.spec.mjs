@@ -1,4 +1,4 @@
-// End-to-end test of the burst-tier simulator in headless Chromium.
+// End-to-end test of the limit simulator in headless Chromium.
 //
 //   CHARON_URL=http://127.0.0.1:7071 E2E_OUT=target/e2e node simulator.spec.mjs
 //
@@ -7,7 +7,13 @@
 // penalty preset, pauses the clock and sends a burst of 35 requests at one
 // instant, then checks that the page shows the 6th request bursting into
 // tier 2, the rejections once tier 2 holds its 25 hits, and tier 2's
-// cooldown five seconds later (no burst then). Screenshots go to E2E_OUT.
+// cooldown five seconds later (no burst then). Then it picks each preset of
+// a bucket, a window or a queue (issue 11's cookbook) and checks the figures
+// the page shows: the credit pool's 40 and 48, the registrations' retry
+// after 50 ms, the sliding counter's estimate, the ban, the queue's delays
+// 0…400 ms and its rejection, the LLM tokens' dry run, charge and debt;
+// at 1280×800 it also switches the editor to a window by hand.
+// Screenshots go to E2E_OUT.
 // Any failed check, page error or console error exits non-zero.
 
 import { mkdirSync } from 'node:fs';
@@ -61,6 +67,131 @@ async function entry(page, index) {
     burst: (await li.getAttribute('data-burst')) === 'true',
     text: (await li.innerText()).replace(/\s+/g, ' '),
   };
+}
+
+// The log entry of event `index` of a bucket, a window or a queue.
+async function meterEntry(page, index) {
+  const li = page.locator(`[data-testid="log-entry"][data-index="${index}"]`);
+  if (await li.count() === 0) return null;
+  const a = (name) => li.getAttribute(name);
+  return {
+    op: await a('data-op'),
+    granted: Number(await a('data-granted')),
+    remaining: Number(await a('data-remaining')),
+    retry: await a('data-retry'),
+    delay: await a('data-delay'),
+    banned: (await a('data-banned')) === 'true',
+    warning: (await a('data-warning')) === 'true',
+    dryRun: (await a('data-dry-run')) === 'true',
+    text: (await li.innerText()).replace(/\s+/g, ' '),
+  };
+}
+
+// Picks a scripted preset and waits for its `events` to be replayed.
+async function scripted(page, id, kind, events) {
+  await page.getByTestId(`preset-${id}`).click();
+  check(await attr(page, `preset-${id}`, 'aria-pressed') === 'true', `the ${id} preset is not selected`);
+  await until(`${id}: ${events} events on a ${kind}`, async () => ({
+    kind: await page.locator('[data-testid="meter-card"]').getAttribute('data-kind').catch(() => null),
+    n: await page.locator('[data-testid="log-entry"]').count(),
+  }), (v) => v.kind === kind && v.n === events);
+  check(await text(page, 'clock-state') === 'PAUSED', `${id}: a scripted preset should pause the clock`);
+  return (i) => meterEntry(page, i);
+}
+
+async function svgCount(page, cls) {
+  return page.locator(`[data-testid="timeline-svg"] .${cls}`).count();
+}
+
+// Issue 11's cookbook presets, each with the figures of its recipe.
+async function meterPresets(page, name, viewport) {
+  let e = await scripted(page, 'credits', 'bucket', 4);
+  let x = await e(2);
+  check(x && x.granted === 20 && x.remaining === 40, `credits: the third POST should leave 40: ${JSON.stringify(x)}`);
+  x = await e(3);
+  check(x && x.granted === 2 && x.remaining === 48, `credits: the GET should leave 48: ${JSON.stringify(x)}`);
+  check((await text(page, 'meter-level')).includes('48 / 100 tokens left'), 'credits: the card should say 48 / 100 tokens left');
+  check(await page.getByTestId('lane-level').textContent() === '48/100', 'credits: the chart lane should say 48/100');
+  check(await svgCount(page, 'level-line') === 1, 'credits: the bucket level should be drawn');
+  await page.screenshot({ path: path.join(out, `simulator-${name}-credits.png`) });
+
+  e = await scripted(page, 'registrations', 'bucket', 22);
+  for (let i = 0; i < 20; i++) {
+    x = await e(i);
+    check(x && x.granted === 1, `registrations: request #${i + 1} should be granted: ${JSON.stringify(x)}`);
+  }
+  x = await e(20);
+  check(x && x.granted === 0 && x.retry === '50' && x.text.includes('retry after 50 ms'),
+    `registrations: the 21st should be told to retry after 50 ms: ${JSON.stringify(x)}`);
+  x = await e(21);
+  check(x && x.granted === 1, `registrations: one more 50 ms later should be granted: ${JSON.stringify(x)}`);
+
+  e = await scripted(page, 'sliding', 'window', 10);
+  x = await e(8);
+  check(x && x.granted === 1 && x.remaining === 0, `sliding: the request at 78 s should be granted with 0 left: ${JSON.stringify(x)}`);
+  x = await e(9);
+  check(x && x.granted === 0 && x.text.includes('REJECTED'), `sliding: the next should be rejected: ${JSON.stringify(x)}`);
+  const level = await text(page, 'meter-level');
+  check(level.includes('4 / 7 hits in this window') && level.includes('estimate 7 / 7') && level.includes('5 in the previous window'),
+    `sliding: the card should show the count and the estimate: ${level}`);
+  check(await svgCount(page, 'estimate-line') === 1, 'sliding: the estimate should be drawn');
+
+  e = await scripted(page, 'ban', 'window', 5);
+  x = await e(1);
+  check(x && x.granted === 0 && x.banned && x.retry === '3600000' && x.text.includes('BANNED'),
+    `ban: the 2,001st should be rejected and banned for an hour: ${JSON.stringify(x)}`);
+  for (const i of [2, 3]) {
+    x = await e(i);
+    check(x && x.granted === 0 && x.banned, `ban: event #${i + 1} should be rejected as banned: ${JSON.stringify(x)}`);
+  }
+  x = await e(3);
+  check(x.retry === '1', `ban: the last millisecond of the ban should say retry after 1 ms: ${JSON.stringify(x)}`);
+  x = await e(4);
+  check(x && x.granted === 1 && !x.banned, `ban: the first request after the hour should be decided normally: ${JSON.stringify(x)}`);
+  check(await text(page, 'total-banned') === '3', 'ban: three replies should say banned');
+  check(await svgCount(page, 'ban-span') === 1, 'ban: the ban should be drawn as a span');
+  await page.screenshot({ path: path.join(out, `simulator-${name}-ban.png`) });
+
+  e = await scripted(page, 'queue', 'queue', 6);
+  const delays = [];
+  for (let i = 0; i < 5; i++) {
+    x = await e(i);
+    check(x && x.granted === 1, `queue: request #${i + 1} should be admitted: ${JSON.stringify(x)}`);
+    delays.push(x.delay);
+  }
+  check(delays.join() === '0,100,200,300,400', `queue: the delays should be 0,100,200,300,400: ${delays}`);
+  check(await page.locator('[data-testid="log-entry"][data-index="4"]').innerText().then((t) => t.includes('delay 400 ms')),
+    'queue: the log should say delay 400 ms');
+  x = await e(5);
+  check(x && x.granted === 0 && x.text.includes('REJECTED') && x.retry === '100',
+    `queue: the sixth should be rejected, retry after 100 ms: ${JSON.stringify(x)}`);
+  check((await text(page, 'meter-level')).includes('0 / 5 waiting'), 'queue: a second later the backlog has drained');
+  check(await svgCount(page, 'delay-bar') === 5, 'queue: the five delays given should be drawn');
+  await page.screenshot({ path: path.join(out, `simulator-${name}-queue.png`) });
+
+  e = await scripted(page, 'llm', 'bucket', 4);
+  x = await e(0);
+  check(x && x.dryRun && x.granted === 500 && x.remaining === 500 && x.text.includes('DRY RUN'),
+    `llm: the dry run should be granted 500 with 500 left: ${JSON.stringify(x)}`);
+  x = await e(1);
+  check(x && x.op === 'charge' && x.granted === 1500 && x.remaining === 0 && x.retry === '30060' && x.warning,
+    `llm: the charge should leave the bucket in debt, warned: ${JSON.stringify(x)}`);
+  x = await e(2);
+  check(x && x.granted === 0, `llm: a request in debt should be rejected: ${JSON.stringify(x)}`);
+  x = await e(3);
+  check(x && x.granted === 1, `llm: a request once the debt is paid back should be granted: ${JSON.stringify(x)}`);
+  check(await svgCount(page, 'warn-mark') >= 1, 'llm: the warning should be marked on the chart');
+  check(Number(await text(page, 'total-warnings')) >= 1, 'llm: the totals should count the warning');
+  // The request row sends charges and refunds too.
+  await page.getByTestId('op').selectOption('refund');
+  await page.getByTestId('copies').fill('100');
+  await page.getByTestId('request').click();
+  await until('the refund', () => meterEntry(page, 4), (v) => v && v.op === 'refund' && v.granted === 100);
+  await page.getByTestId('op').selectOption('request');
+  await page.getByTestId('copies').fill('1');
+  await noHorizontalScroll(page, viewport.width);
+  await page.locator('#timeline-h').evaluate((el) => el.scrollIntoView({ block: 'start' }));
+  await page.screenshot({ path: path.join(out, `simulator-${name}-llm.png`) });
 }
 
 async function noHorizontalScroll(page, width) {
@@ -209,8 +340,34 @@ async function steps(page, { name, viewport, full }) {
     await page.getByTestId('generator').uncheck();
   }
 
+  await meterPresets(page, name, viewport);
+
+  if (full) {
+    // The editor switches kinds: a window of 2 per second, made by hand.
+    await page.getByTestId('reset').click();
+    await page.getByTestId('kind').selectOption('window');
+    await until('the window fields', () => page.getByTestId('meter-limit').count(), (n) => n === 1);
+    check(await page.getByTestId('meter-algorithm').inputValue() === 'fixed', 'a new window should default to fixed');
+    await page.getByTestId('meter-limit').fill('2');
+    await page.getByTestId('request').focus();
+    for (let i = 0; i < 3; i++) await page.keyboard.press('r');
+    await until('three requests on the window', () => text(page, 'total-requests'), (t) => t === '3');
+    const third = await meterEntry(page, 2);
+    check(third && third.granted === 0 && third.retry === '1000', `the third request in the window should wait 1 s: ${JSON.stringify(third)}`);
+    expect400 = true;
+    await page.getByTestId('meter-window').fill('0s');
+    await until('the issue for window', () => text(page, 'issues'), (t) => t.includes('window'));
+    check(await attr(page, 'meter-window', 'aria-invalid') === 'true', 'the broken window field should be marked invalid');
+    await page.getByTestId('meter-window').fill('1s');
+    await until('the issue to clear', () => text(page, 'issues'), (t) => t.trim() === '');
+    expect400 = false;
+    await page.getByTestId('export').click();
+    const yaml = await until('the window YAML', () => page.getByTestId('yaml').inputValue(), (v) => v.includes('kind: window'));
+    check(yaml.includes('algorithm: fixed') && yaml.includes('limit: 2'), `the exported YAML of the window: ${yaml}`);
+  }
+
   check(problems.length === 0, `the page reported problems:\n${problems.join('\n')}`);
-  console.log(`ok ${name}: burst into tier 2, rejections at 25/25, cooldown; screenshots in ${out}`);
+  console.log(`ok ${name}: burst into tier 2, rejections at 25/25, cooldown; bucket, window, queue, ban and charge presets; screenshots in ${out}`);
 }
 
 const browser = await chromium.launch({ executablePath, args: ARGS, headless: true });

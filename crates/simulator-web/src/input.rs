@@ -1,14 +1,17 @@
 //! From a request body to a validated configuration and request list.
 //!
 //! The configuration part is checked by charon-core exactly as a
-//! configuration file is: the body's `name`, `hard_limit` and `tiers` become
-//! one rate resource, [`Config::from_value`] validates and normalizes it
-//! (SPEC §2), and its issue paths are reported relative to the body
+//! configuration file is: the body's `kind` (default `rate`) and the fields
+//! of that kind (`name`, `hard_limit` and `tiers` for `rate`; `burst`,
+//! `count`, `period`, … for a bucket, a window or a queue) become one
+//! resource, [`Config::from_value`] validates and normalizes it (SPEC §2,
+//! §7–10), and its issue paths are reported relative to the body
 //! (`tiers[1].window`, not `resources[0].tiers[1].window`).
 
 use charon_core::Millis;
 use charon_core::config::{Adjustment, Config, ConfigIssue, RateResource, ResourceKind};
 use charon_core::fields::{self, Issues, Path, describe};
+use charon_core::meter::{Meter, Op};
 use charon_core::request::Amount;
 use serde_json::{Map, Value, json};
 
@@ -41,14 +44,46 @@ const DEFAULT_NAME: &str = "simulator/example";
 /// same body and uses the configuration fields only.
 const BODY_FIELDS: &[&str] = &[
     "name",
+    "kind",
     "hard_limit",
     "tiers",
+    "burst",
+    "count",
+    "period",
+    "algorithm",
+    "limit",
+    "window",
+    "rate",
+    "size",
+    "soft_limit",
+    "ban",
     "events",
     "at",
     "report_from",
     "detail",
 ];
-const EVENT_FIELDS: &[&str] = &["t", "copies", "min_copies"];
+/// The configuration fields copied into the resource (the rest of
+/// [`BODY_FIELDS`] is the replay's). charon-core says which of them the
+/// kind does not have, at the body's path.
+const RESOURCE_FIELDS: &[&str] = &[
+    "hard_limit",
+    "tiers",
+    "burst",
+    "count",
+    "period",
+    "algorithm",
+    "limit",
+    "window",
+    "rate",
+    "size",
+    "soft_limit",
+    "ban",
+];
+/// The kinds the page simulates: one domain of a rate-like resource
+/// (`copy` needs sessions, which a replay of requests has not).
+pub(crate) const KINDS: &[&str] = &["rate", "bucket", "window", "queue"];
+const EVENT_FIELDS: &[&str] = &["t", "op", "copies", "min_copies", "dry_run"];
+const OPS: &[&str] = &["request", "charge", "refund"];
 
 /// A validated, normalized one-resource configuration.
 #[derive(Debug)]
@@ -59,20 +94,45 @@ pub(crate) struct Setup {
 }
 
 impl Setup {
-    pub fn rate(&self) -> &RateResource {
-        match &self.config.resources()[0].kind {
-            ResourceKind::Rate(r) => r,
-            // `setup` builds the value with `kind: rate` itself.
-            _ => unreachable!("the simulator builds rate resources only"),
+    /// The burst tiers, for `kind: rate`.
+    pub fn rate(&self) -> Option<&RateResource> {
+        match &self.config.resources().first()?.kind {
+            ResourceKind::Rate(r) => Some(r),
+            _ => None,
         }
+    }
+
+    /// A bucket's, window's or queue's parameters for `domain`.
+    pub fn meter(&self, domain: &str) -> Option<Meter> {
+        self.config.resources().first()?.kind.meter(domain)
     }
 }
 
-/// One simulated request.
+/// One simulated event: a request (maybe a dry run), a charge or a refund
+/// (SPEC §10).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Event {
     pub t: Millis,
-    pub amount: Amount,
+    pub op: Op,
+}
+
+impl Event {
+    /// The amount of a request; `None` for a charge or a refund.
+    pub fn amount(&self) -> Option<Amount> {
+        match self.op {
+            Op::Request { amount, .. } => Some(amount),
+            Op::Charge(_) | Op::Refund(_) => None,
+        }
+    }
+
+    /// `request`, `charge` or `refund`, as events and replies write it.
+    pub fn op_name(&self) -> &'static str {
+        match self.op {
+            Op::Request { .. } => "request",
+            Op::Charge(_) => "charge",
+            Op::Refund(_) => "refund",
+        }
+    }
 }
 
 /// How much of each event's state `/run` reports.
@@ -151,10 +211,16 @@ pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
     let mut issues = Issues::default();
     fields::unknown_fields(body, &root, BODY_FIELDS, &mut issues);
     let setup = setup(body, Some(DEFAULT_NAME), &mut issues);
+    // Dry runs, charges and refunds are for buckets, windows and queues; the
+    // burst tiers do not take them yet (as the limiter says).
+    // Read from the body, so that a configuration with problems does not
+    // add issues about its events.
+    let tiers = matches!(body.get("kind"), None | Some(Value::Null))
+        || body.get("kind").and_then(Value::as_str) == Some("rate");
     let events = match body.get("events") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => fields::list(v, &root.key("events"), &mut issues)
-            .map(|items| events(items, &root.key("events"), &mut issues))
+            .map(|items| events(items, &root.key("events"), tiers, &mut issues))
             .unwrap_or_default(),
     };
     let at = fields::optional_count(body, "at", &root, &mut issues);
@@ -193,9 +259,19 @@ fn setup(
         }
         (None, None) => {}
     }
-    resource.insert("kind".into(), "rate".into());
-    if let Some(h) = body.get("hard_limit") {
-        resource.insert("hard_limit".into(), h.clone());
+    let kind = match body.get("kind") {
+        None | Some(Value::Null) => "rate",
+        Some(v) => fields::one_of(v, KINDS, &Path::root().key("kind"), issues)?,
+    };
+    resource.insert("kind".into(), kind.into());
+    for key in RESOURCE_FIELDS {
+        if let Some(v) = body.get(*key) {
+            let v = match *key {
+                "period" | "window" | "ban" => millis_to_span(v),
+                _ => v.clone(),
+            };
+            resource.insert((*key).into(), v);
+        }
     }
     if let Some(tiers) = body.get("tiers") {
         if let Value::Array(items) = tiers
@@ -233,6 +309,14 @@ fn setup(
     }
 }
 
+/// A duration given as whole milliseconds, as the string charon-core reads.
+fn millis_to_span(v: &Value) -> Value {
+    match v.as_u64() {
+        Some(ms) => format!("{ms}ms").into(),
+        None => v.clone(),
+    }
+}
+
 /// Durations may be given as whole milliseconds for convenience; charon-core
 /// reads the human strings of SPEC §1, so `250` becomes `"250ms"`.
 fn millis_to_spans(tiers: &Value) -> Value {
@@ -267,7 +351,8 @@ fn local_path(path: &str) -> String {
         .to_owned()
 }
 
-fn events(items: &[Value], path: &Path, issues: &mut Issues) -> Vec<Event> {
+/// The events of a body; with `tiers` (`kind: rate`) only plain requests.
+fn events(items: &[Value], path: &Path, tiers: bool, issues: &mut Issues) -> Vec<Event> {
     let mut out = Vec::with_capacity(items.len());
     let mut latest: Option<Millis> = None;
     for (i, item) in items.iter().enumerate() {
@@ -287,16 +372,51 @@ fn events(items: &[Value], path: &Path, issues: &mut Issues) -> Vec<Event> {
                 ),
             );
         }
+        let op = match map.get("op") {
+            None | Some(Value::Null) => Some("request"),
+            Some(v) => fields::one_of(v, OPS, &path.key("op"), issues),
+        };
+        let dry_run = fields::boolean(map, "dry_run", &path, issues);
         let copies = fields::count_or(map, "copies", 1, &path, issues);
         let min_copies = fields::count_or(map, "min_copies", 1, &path, issues);
+        let Some(op) = op else { continue };
+        if op != "request" {
+            for key in ["dry_run", "min_copies"] {
+                if map.get(key).is_some_and(|v| !v.is_null()) {
+                    issues.push(&path.key(key), format!("only for op request, not {op}"));
+                }
+            }
+        }
+        if tiers && dry_run {
+            issues.push(
+                &path.key("dry_run"),
+                "dry runs are not supported for kind rate yet (buckets, windows and queues have them)",
+            );
+        }
+        if tiers && op != "request" {
+            issues.push(
+                &path.key("op"),
+                format!(
+                    "{op} is not supported for kind rate yet (buckets, windows and queues have it)"
+                ),
+            );
+        }
         let (Some(t), Some(copies), Some(min_copies)) = (t, copies, min_copies) else {
             continue;
         };
         latest = Some(latest.map_or(t, |l| l.max(t)));
-        match Amount::new(copies, min_copies) {
-            Ok(amount) => out.push(Event { t, amount }),
-            Err(e) => issues.push(&path, e.to_string()),
-        }
+        let op = match op {
+            "charge" => Op::Charge(copies),
+            "refund" => Op::Refund(copies),
+            _ => match Amount::new(copies, min_copies) {
+                Ok(amount) => Op::Request { amount, dry_run },
+                Err(e) => {
+                    issues.push(&path, e.to_string());
+                    continue;
+                }
+            },
+        };
+        out.push(Event { t, op });
     }
     out
 }

@@ -1,11 +1,14 @@
-//! The interactive burst-tier simulator in the browser (issue 6).
+//! The interactive limit simulator in the browser (issue 6; buckets,
+//! windows and queues: issue 11).
 //!
 //! [`router`] serves one page at `/simulator` and a small JSON API under
 //! `/simulator/api/`. The page keeps its own virtual clock and the list of
 //! requests made so far; every time something changes it sends the whole
 //! list to `POST /simulator/api/run`, which replays it from empty state
-//! through [`charon_core::rate::decide`] (the function every store calls)
-//! and answers with each reply and the tiers' state. The API holds no state
+//! through [`charon_core::rate::decide`] or, for a bucket, a window or a
+//! queue, [`charon_core::meter::Meter::decide`] (the functions the stores
+//! call) and answers with each reply and the state: the tiers', or the
+//! level over time. The API holds no state
 //! between calls, so the page needs nothing from the server but this router,
 //! and no decision is ever made in JavaScript.
 //!
@@ -16,6 +19,7 @@
 
 mod api;
 mod input;
+mod meters;
 mod presets;
 mod replay;
 

@@ -28,7 +28,7 @@ pub const MAX_HIT_TIMES: usize = 100_000;
 pub const MAX_LISTED_TIER_STATES: usize = 20_000;
 
 /// The domain the replay runs as (no overrides exist, so any name would do).
-const DOMAIN: &str = "simulated";
+pub(crate) const DOMAIN: &str = "simulated";
 
 /// The answer to a replay but its `events`, which are written as they are
 /// replayed (see [`run`]).
@@ -132,7 +132,7 @@ struct NowOut {
     tiers: Vec<TierSnapshot>,
 }
 
-fn encoding(e: serde_json::Error) -> ApiError {
+pub(crate) fn encoding(e: serde_json::Error) -> ApiError {
     ApiError::Internal(format!("cannot encode the answer: {e}"))
 }
 
@@ -141,7 +141,13 @@ fn encoding(e: serde_json::Error) -> ApiError {
 /// with `"events"`), so what is held is the answer's bytes, not a tree of
 /// values several times their size.
 pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
-    let rate = replay.setup.rate();
+    if let Some(meter) = replay.setup.meter(DOMAIN) {
+        return crate::meters::run(replay, meter);
+    }
+    let rate = replay
+        .setup
+        .rate()
+        .ok_or_else(|| ApiError::Internal("the simulator replays rate-like kinds only".into()))?;
     let limits = rate.limits_for(DOMAIN);
     let tiers = limits.tiers;
     let mut state = RateState::default();
@@ -160,12 +166,16 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
         // decision, so the difference after it is where the hits went.
         state.advance(tiers, now);
         let before: Vec<u64> = (1..=tiers.len()).map(|i| state.tier_hits(i)).collect();
+        // `input` lets only plain requests through for the burst tiers.
+        let amount = ev.amount().ok_or_else(|| {
+            ApiError::Internal(format!("events[{index}]: kind rate takes requests only"))
+        })?;
         let reply = decide(
             limits,
             &mut state,
             &mut global,
             now,
-            ev.amount,
+            amount,
             Enforcement::Enforce,
         )
         .map_err(|e| {
@@ -219,8 +229,8 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
             &EventOut {
                 index,
                 t: now,
-                copies: ev.amount.copies(),
-                min_copies: ev.amount.min_copies(),
+                copies: amount.copies(),
+                min_copies: amount.min_copies(),
                 reply,
                 placed,
                 tiers: snapshots,
@@ -245,14 +255,7 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
     for log in &mut periods {
         log.retain(|p| p.cooldown_until.is_none_or(|c| c >= replay.report_from));
     }
-    let resource = replay
-        .setup
-        .config
-        .to_value()
-        .get_mut("resources")
-        .and_then(|r| r.get_mut(0))
-        .map(Value::take)
-        .unwrap_or_default();
+    let resource = resource_value(replay);
     let rest = serde_json::to_vec(&Answer {
         resource,
         adjustments: &replay.setup.adjustments,
@@ -266,6 +269,18 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
     json.push(b',');
     json.extend_from_slice(rest.strip_prefix(b"{").unwrap_or(&rest));
     Ok(json)
+}
+
+/// The resource as it will be enforced (SPEC §6 layout, normalized).
+pub(crate) fn resource_value(replay: &Replay) -> Value {
+    replay
+        .setup
+        .config
+        .to_value()
+        .get_mut("resources")
+        .and_then(|r| r.get_mut(0))
+        .map(Value::take)
+        .unwrap_or_default()
 }
 
 /// Events whose answer space is reserved up front (the rest grows).

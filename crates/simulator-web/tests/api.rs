@@ -285,7 +285,7 @@ async fn validation_errors_carry_body_paths() {
     for expected in [
         "hard_limit: -1 is negative; counts start at 0",
         "events[3].t: expected a whole number, found the string \"soon\"",
-        "events[3].colour: unknown field (expected one of: t, copies, min_copies)",
+        "events[3].colour: unknown field (expected one of: t, op, copies, min_copies, dry_run)",
         "tiers[1].limt: unknown field (expected one of: limit, window, active, cooldown, skippable)",
     ] {
         assert!(message.contains(expected), "no {expected:?} in {message}");
@@ -509,7 +509,21 @@ async fn presets_hold_the_cookbook() {
         .iter()
         .map(|p| p["id"].as_str().expect("id"))
         .collect();
-    assert_eq!(ids, ["simple", "penalty", "prison", "batch"]);
+    assert_eq!(
+        ids,
+        [
+            "simple",
+            "penalty",
+            "prison",
+            "batch",
+            "credits",
+            "registrations",
+            "sliding",
+            "ban",
+            "queue",
+            "llm"
+        ]
+    );
     let penalty = &out["presets"][1];
     assert_eq!(penalty["tiers"][1]["limit"], 25);
     assert_eq!(out["max_events"], charon_simulator_web::MAX_EVENTS);
@@ -551,4 +565,271 @@ async fn the_page_and_its_assets_are_served() {
     }
     let (status, _, _) = call("GET", "/simulator/", None).await;
     assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
+}
+
+// ---- buckets, windows and queues (issue 11, SPEC §7–10) -------------------
+
+/// Runs preset `id` with its script, as the page does when it is picked.
+async fn run_preset(id: &str) -> Value {
+    let (_, _, bytes) = call("GET", "/simulator/api/presets", None).await;
+    let presets: Value = serde_json::from_slice(&bytes).expect("JSON");
+    let preset = presets["presets"]
+        .as_array()
+        .expect("presets")
+        .iter()
+        .find(|p| p["id"] == id)
+        .unwrap_or_else(|| panic!("no preset {id}"));
+    let mut body = preset.as_object().expect("a mapping").clone();
+    for key in ["id", "title", "summary", "script"] {
+        body.remove(key);
+    }
+    body.insert("events".into(), preset["script"]["events"].clone());
+    body.insert("at".into(), preset["script"]["at"].clone());
+    let (status, out) = post("/simulator/api/run", Value::Object(body)).await;
+    assert_eq!(status, StatusCode::OK, "preset {id}: {out}");
+    out
+}
+
+fn reply(out: &Value, i: usize) -> &Value {
+    &out["events"][i]["reply"]
+}
+
+#[tokio::test]
+async fn the_credit_pool_refills_one_credit_a_minute_between_events() {
+    let out = run_preset("credits").await;
+    assert_eq!(out["kind"], "bucket");
+    assert_eq!(out["limit"], 100);
+    assert_eq!(reply(&out, 2)["remaining"], 40);
+    assert_eq!(reply(&out, 3)["granted"], 2);
+    assert_eq!(reply(&out, 3)["remaining"], 48);
+    // The level between the events is the bucket's own: 40 at 10 min,
+    // rising a credit a minute to 50 just before the GET.
+    let e3 = &out["events"][3];
+    assert_eq!(e3["before"]["remaining"], 50);
+    assert_eq!(e3["after"]["remaining"], 48);
+    let series = out["series"].as_array().expect("series");
+    let mid = series
+        .iter()
+        .find(|l| {
+            l["t"]
+                .as_u64()
+                .is_some_and(|t| (900_000..960_000).contains(&t))
+        })
+        .expect("a sample at 15 min");
+    assert_eq!(mid["remaining"], 45, "{mid}");
+    assert!(
+        series
+            .windows(2)
+            .all(|p| p[0]["t"].as_u64() <= p[1]["t"].as_u64()),
+        "the series is in time order"
+    );
+    assert_eq!(out["now"]["remaining"], 48);
+    assert_eq!(out["totals"]["granted_hits"], 62);
+}
+
+#[tokio::test]
+async fn registrations_per_ip_say_when_to_come_back() {
+    let out = run_preset("registrations").await;
+    for i in 0..20 {
+        assert_eq!(reply(&out, i)["granted"], 1, "request {i}");
+    }
+    let r = reply(&out, 20);
+    assert_eq!(
+        (r["granted"].as_u64(), r["remaining"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(r["retry_after_ms"], 50);
+    assert_eq!(reply(&out, 21)["granted"], 1);
+    assert_eq!(out["totals"]["rejected_requests"], 1);
+}
+
+#[tokio::test]
+async fn the_sliding_counter_shows_its_count_and_estimate() {
+    let out = run_preset("sliding").await;
+    let e = &out["events"][8];
+    assert_eq!(e["reply"]["granted"], 1);
+    assert_eq!(e["reply"]["remaining"], 0);
+    // 30 % into the minute: 3 + floor(5 × 0.7) = 6 before, 7 after.
+    assert_eq!(e["before"]["count"], 3);
+    assert_eq!(e["before"]["previous"], 5);
+    assert_eq!(e["before"]["estimate"], 6);
+    assert_eq!(e["after"]["count"], 4);
+    assert_eq!(e["after"]["estimate"], 7);
+    assert_eq!(reply(&out, 9)["granted"], 0);
+    // The window turns at 60 s: the count drops from 5 to 0 there.
+    let series = out["series"].as_array().expect("series");
+    let at = |t: u64| {
+        series
+            .iter()
+            .find(|l| l["t"] == t)
+            .unwrap_or_else(|| panic!("no reading at {t}"))
+    };
+    assert_eq!(at(59_999)["count"], 5);
+    assert_eq!(at(60_000)["count"], 0);
+    assert_eq!(at(60_000)["estimate"], 5);
+}
+
+#[tokio::test]
+async fn a_ban_is_a_span_and_every_request_in_it_is_banned() {
+    let out = run_preset("ban").await;
+    assert_eq!(reply(&out, 0)["granted"], 2000);
+    let first = reply(&out, 1);
+    assert_eq!(first["granted"], 0);
+    assert_eq!(first["banned"], true);
+    assert_eq!(first["retry_after_ms"], 3_600_000);
+    assert_eq!(reply(&out, 2)["banned"], true);
+    assert_eq!(reply(&out, 2)["retry_after_ms"], 1_800_001);
+    assert_eq!(reply(&out, 3)["retry_after_ms"], 1);
+    assert_eq!(reply(&out, 4)["banned"], false);
+    assert_eq!(reply(&out, 4)["granted"], 1);
+    assert_eq!(out["bans"], json!([{ "from": 1, "until": 3_600_001 }]));
+    assert_eq!(out["events"][2]["before"]["banned_until"], 3_600_001);
+    assert!(out["now"].get("banned_until").is_none(), "{}", out["now"]);
+    assert_eq!(out["totals"]["banned"], 3);
+    assert_eq!(out["totals"]["bans"], 1);
+}
+
+#[tokio::test]
+async fn the_queue_delays_then_rejects_and_shows_its_backlog() {
+    let out = run_preset("queue").await;
+    let delays: Vec<Value> = (0..6).map(|i| reply(&out, i)["delay_ms"].clone()).collect();
+    assert_eq!(
+        delays,
+        [
+            json!(0),
+            json!(100),
+            json!(200),
+            json!(300),
+            json!(400),
+            json!(0)
+        ]
+    );
+    assert_eq!(reply(&out, 5)["granted"], 0);
+    assert_eq!(reply(&out, 5)["retry_after_ms"], 100);
+    assert_eq!(out["events"][4]["after"]["usage"], 5);
+    // The backlog drains at ten a second: 3 waiting at 250 ms (rounded up),
+    // none from 500 ms, as the series shows.
+    let series = out["series"].as_array().expect("series");
+    let usage_at = |t: u64| {
+        series
+            .iter()
+            .find(|l| l["t"] == t)
+            .map(|l| l["usage"].clone())
+            .unwrap_or_else(|| panic!("no reading at {t}"))
+    };
+    assert_eq!(usage_at(250), 3);
+    assert_eq!(usage_at(500), 0);
+    assert_eq!(out["now"]["usage"], 0);
+}
+
+#[tokio::test]
+async fn llm_tokens_dry_run_then_charge_into_debt() {
+    let out = run_preset("llm").await;
+    let dry = &out["events"][0];
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["reply"]["granted"], 500);
+    assert_eq!(dry["reply"]["remaining"], 500);
+    assert_eq!(dry["after"]["remaining"], 1000, "a dry run records nothing");
+    let charge = &out["events"][1];
+    assert_eq!(charge["op"], "charge");
+    assert_eq!(charge["reply"]["granted"], 1500);
+    assert_eq!(charge["reply"]["remaining"], 0);
+    assert_eq!(charge["reply"]["retry_after_ms"], 30_060);
+    assert_eq!(charge["reply"]["warning"], true);
+    assert_eq!(reply(&out, 2)["granted"], 0);
+    assert_eq!(reply(&out, 3)["granted"], 1);
+    assert_eq!(out["soft_threshold"], 800);
+    assert_eq!(out["totals"]["charged"], 1500);
+    assert_eq!(out["totals"]["dry_runs"], 1);
+}
+
+#[tokio::test]
+async fn kinds_and_events_are_checked_with_body_paths() {
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({ "kind": "copy", "events": [] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
+    assert_eq!(out["issues"][0]["path"], "kind", "{out}");
+
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "tiers": penalty_tiers(),
+            "events": [ { "t": 0, "op": "charge" }, { "t": 0, "dry_run": true } ]
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
+    let message = out["message"].as_str().expect("message");
+    assert!(
+        message.contains("events[0].op: charge is not supported for kind rate"),
+        "{message}"
+    );
+    assert!(
+        message.contains("events[1].dry_run: dry runs are not supported"),
+        "{message}"
+    );
+
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "kind": "bucket", "burst": 0, "count": 1, "period": 1000, "tiers": [],
+            "events": [ { "t": 0, "op": "refund", "min_copies": 1 } ]
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
+    let paths: Vec<&str> = out["issues"]
+        .as_array()
+        .expect("issues")
+        .iter()
+        .map(|i| i["path"].as_str().expect("path"))
+        .collect();
+    for expected in ["burst", "tiers", "events[0].min_copies"] {
+        assert!(paths.contains(&expected), "no issue at {expected}: {out}");
+    }
+    assert!(
+        !paths.contains(&"events[0].op"),
+        "a broken bucket is still a bucket: {out}"
+    );
+
+    // A refund on a window is the limiter's client error, at the event.
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "kind": "window", "algorithm": "fixed", "limit": 2, "window": "1s",
+            "events": [ { "t": 0 }, { "t": 1, "op": "refund" } ]
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
+    assert_eq!(out["issues"][0]["path"], "events[1].op", "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .expect("message")
+            .contains("only for kind bucket"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_bucket_exports_as_yaml() {
+    let (status, out) = post(
+        "/simulator/api/yaml",
+        json!({ "name": "api/credits", "kind": "bucket", "burst": 100, "count": 1, "period": 60_000, "soft_limit": "80%" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let yaml = out["yaml"].as_str().expect("yaml");
+    for needle in [
+        "kind: bucket",
+        "burst: 100",
+        "period: 1m",
+        "soft_limit: 80%",
+    ] {
+        assert!(yaml.contains(needle), "no {needle:?} in\n{yaml}");
+    }
 }

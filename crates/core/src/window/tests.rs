@@ -194,3 +194,25 @@ fn bad_parameters_name_their_field() {
     );
     assert_eq!(Ban::new(0).expect_err("0").field, "ban");
 }
+
+#[test]
+fn seen_reports_what_the_decision_compares_with_the_limit() {
+    let p = Params::new(Algorithm::SlidingCounter, 7, MINUTE, Policy::default()).expect("valid");
+    let s = Counts {
+        index: 1,
+        curr: 3,
+        prev: 5,
+    };
+    // 30 % into the minute: 3 + floor(5 × 0.7) = 6, and room for 1.
+    let seen = p.seen(Some(&s), 78_000);
+    assert_eq!((seen.count, seen.previous, seen.estimate), (3, 5, 6));
+    assert_eq!(p.room(Some(&s), 78_000), 7 - seen.estimate);
+    // At the next turn the current count becomes the previous one.
+    let seen = p.seen(Some(&s), 120_000);
+    assert_eq!((seen.count, seen.previous, seen.estimate), (0, 3, 3));
+    // A fixed window has no previous count: the estimate is the count.
+    let f = Params::new(Algorithm::Fixed, 7, MINUTE, Policy::default()).expect("valid");
+    let seen = f.seen(Some(&s), 78_000);
+    assert_eq!((seen.count, seen.previous, seen.estimate), (3, 0, 3));
+    assert_eq!(f.seen(None, 0).estimate, 0);
+}

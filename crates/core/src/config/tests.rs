@@ -932,9 +932,66 @@ fn meter_resources_built_in_code_are_checked_too() {
     assert_eq!(r.params().burst(), 1);
 }
 
+/// A random `envoy:` section naming the resources `r0`…`r{resources-1}`:
+/// up to three domains of trees up to three levels deep, each node with
+/// or without a value, a mask, an action and a shadow mode.
+fn random_envoy(d: &mut impl crate::testing::Draw, resources: u64) -> serde_json::Value {
+    fn nodes(
+        d: &mut impl crate::testing::Draw,
+        resources: u64,
+        depth: u64,
+    ) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for i in 0..d.draw(0..=3) {
+            let mut n = serde_json::json!({ "key": format!("k{i}") });
+            if d.one_in(2) {
+                n["value"] = format!("v/{i}=|{}", d.draw(0..=9)).into();
+            } else if d.one_in(2) {
+                let mut m = serde_json::Map::new();
+                if d.one_in(2) {
+                    m.insert("ipv4".into(), d.draw(0..=32).into());
+                }
+                if d.one_in(2) {
+                    m.insert("ipv6".into(), d.draw(0..=128).into());
+                }
+                n["mask"] = serde_json::Value::Object(m);
+            }
+            match d.draw(0..=3) {
+                0 => n["resource"] = format!("r{}", d.draw(0..=resources - 1)).into(),
+                1 => {
+                    let unit = ["second", "minute", "hour", "day"][d.draw(0..=3) as usize];
+                    n["rate_limit"] = serde_json::json!({
+                        "unit": unit,
+                        "requests_per_unit": d.draw(1..=MAX_COUNT),
+                    });
+                }
+                2 => n["unlimited"] = d.one_in(2).into(),
+                _ => {}
+            }
+            if d.one_in(3) {
+                n["shadow_mode"] = d.one_in(2).into();
+            }
+            if depth < 3 {
+                n["descriptors"] = nodes(d, resources, depth + 1).into();
+            }
+            out.push(n);
+        }
+        out
+    }
+    let domains: Vec<_> = (0..d.draw(0..=3))
+        .map(|i| serde_json::json!({ "domain": format!("dom {i}"), "descriptors": nodes(d, resources, 1) }))
+        .collect();
+    serde_json::json!({
+        "shadow_mode": d.one_in(2),
+        "headers": d.one_in(2),
+        "domains": domains,
+    })
+}
+
 /// A random configuration of every rate-like kind (the generators of
-/// `meter::testing`), with overrides, soft limits and bans, renders to
-/// YAML that parses back to the same configuration.
+/// `meter::testing`), with overrides, soft limits and bans, and a random
+/// `envoy:` section naming them, renders to YAML that parses back to the
+/// same configuration.
 #[test]
 fn random_configurations_of_every_kind_round_trip() {
     use crate::meter::testing;
@@ -955,6 +1012,7 @@ fn random_configurations_of_every_kind_round_trip() {
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17))
         .collect();
     let mut d = Raw::new(&values);
+    let mut envoy_nodes = 0;
     for round in 0..100 {
         let mut resources = Vec::new();
         for i in 0..d.draw(1..=6) {
@@ -1020,7 +1078,10 @@ fn random_configurations_of_every_kind_round_trip() {
             r["domains"] = serde_json::Value::Object(ds);
             resources.push(r);
         }
-        let doc = serde_json::json!({ "resources": resources });
+        let mut doc = serde_json::json!({ "resources": resources });
+        if !d.one_in(4) {
+            doc["envoy"] = random_envoy(&mut d, resources.len() as u64);
+        }
         let (c, _) =
             Config::from_value(&doc).unwrap_or_else(|e| panic!("round {round}: {e}\n{doc:#}"));
         let yaml = c.to_yaml();
@@ -1028,7 +1089,9 @@ fn random_configurations_of_every_kind_round_trip() {
         assert!(adj.is_empty(), "{adj:?}");
         assert_eq!(again, c, "round {round}:\n{yaml}");
         assert_eq!(again.to_yaml(), yaml, "rendering is stable");
+        envoy_nodes += yaml.matches("- key:").count();
     }
+    assert!(envoy_nodes > 500, "{envoy_nodes} descriptor nodes in all");
 }
 
 /// SPEC §11's `envoy:` example, with the resource it names.

@@ -251,21 +251,17 @@ impl Children {
 
 /// One node of a descriptor tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its fields are read through methods: a node is built once, with the
+/// index of its children, and never changed (an index that no longer
+/// matched its children would make matching wrong).
 pub struct Node {
-    /// The entry key it matches.
-    pub key: String,
-    /// The only value it matches; `None` matches every value, each its own
-    /// Charon domain.
-    pub value: Option<String>,
-    /// How a value-less node reads its value as an IP address.
-    pub mask: Option<Mask>,
-    /// What applies when this is the deepest matched node with an action.
-    pub action: Option<Action>,
-    /// Overrides the shadow mode of the nodes above (and of the section)
-    /// for this subtree.
-    pub shadow_mode: Option<bool>,
-    /// Its children, in configuration order.
-    pub descriptors: Vec<Node>,
+    key: String,
+    value: Option<String>,
+    mask: Option<Mask>,
+    action: Option<Action>,
+    shadow_mode: Option<bool>,
+    descriptors: Vec<Node>,
     id: String,
     children: Children,
 }
@@ -296,6 +292,38 @@ impl Node {
         }
     }
 
+    /// The entry key it matches.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The only value it matches; `None` matches every value, each its own
+    /// Charon domain.
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+
+    /// How a value-less node reads its value as an IP address.
+    pub fn mask(&self) -> Option<Mask> {
+        self.mask
+    }
+
+    /// What applies when this is the deepest matched node with an action.
+    pub fn action(&self) -> Option<&Action> {
+        self.action.as_ref()
+    }
+
+    /// Overrides the shadow mode of the nodes above (and of the section)
+    /// for this subtree.
+    pub fn shadow_mode(&self) -> Option<bool> {
+        self.shadow_mode
+    }
+
+    /// Its children, in configuration order.
+    pub fn descriptors(&self) -> &[Node] {
+        &self.descriptors
+    }
+
     /// The node's stable name: `envoy/DOMAIN/KEY[=VALUE]/…`, from the
     /// domain and the keys and values on its path (`\`, `/` and `=` in them
     /// escaped with `\`, so different paths never share a name). It is the
@@ -323,10 +351,8 @@ impl Node {
 /// The descriptor tree of one Envoy domain (`RateLimitRequest.domain`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvoyDomain {
-    /// The name Envoy sends.
-    pub domain: String,
-    /// The top-level nodes, in configuration order.
-    pub descriptors: Vec<Node>,
+    name: String,
+    descriptors: Vec<Node>,
     children: Children,
 }
 
@@ -340,10 +366,20 @@ impl EnvoyDomain {
         }
         let children = Children::of(&descriptors);
         Self {
-            domain,
+            name: domain,
             descriptors,
             children,
         }
+    }
+
+    /// The name Envoy sends.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The top-level nodes, in configuration order.
+    pub fn descriptors(&self) -> &[Node] {
+        &self.descriptors
     }
 }
 
@@ -406,7 +442,7 @@ impl Envoy {
     pub fn new(shadow_mode: bool, headers: bool, domains: Vec<EnvoyDomain>) -> Self {
         let mut index = HashMap::new();
         for (i, d) in domains.iter().enumerate() {
-            index.entry(d.domain.clone()).or_insert(i);
+            index.entry(d.name.clone()).or_insert(i);
         }
         Self {
             shadow_mode,

@@ -152,7 +152,7 @@ proptest! {
             (e.match_descriptor("edge", &da), e.match_descriptor("edge", &db))
             && la.node.id() == lb.node.id()
         {
-            let used = if la.node.key == "c" { 3 } else { 1 };
+            let used = if la.node.key() == "c" { 3 } else { 1 };
             prop_assert_eq!(la.domain == lb.domain, a[..used] == b[..used]);
         }
     }

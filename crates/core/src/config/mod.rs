@@ -688,7 +688,7 @@ impl Config {
             let path = Path::root().key("envoy").key("domains");
             for (i, d) in e.domains().iter().enumerate() {
                 let p = path.index(i).key("descriptors");
-                for (j, n) in d.descriptors.iter().enumerate() {
+                for (j, n) in d.descriptors().iter().enumerate() {
                     check_node(n, &p.index(j), &resources, &index, &mut issues);
                 }
             }
@@ -867,7 +867,7 @@ fn check_node(
             message,
         });
     };
-    match &node.action {
+    match node.action() {
         Some(Action::Resource(name)) => match index.get(name).map(|&i| &resources[i].kind) {
             None => push(
                 path.key("resource"),
@@ -905,7 +905,7 @@ fn check_node(
         Some(Action::Unlimited) | None => {}
     }
     let children = path.key("descriptors");
-    for (j, c) in node.descriptors.iter().enumerate() {
+    for (j, c) in node.descriptors().iter().enumerate() {
         check_node(c, &children.index(j), resources, index, issues);
     }
 }

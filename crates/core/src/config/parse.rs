@@ -779,7 +779,7 @@ fn envoy_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Envoy> {
                             &p.key("domain"),
                             format!(
                                 "duplicate Envoy domain {:?} (first at {})",
-                                d.domain,
+                                d.name(),
                                 dpath.index(first)
                             ),
                         );

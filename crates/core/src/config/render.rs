@@ -45,8 +45,8 @@ fn envoy_value(e: &Envoy) -> Value {
         .domains()
         .iter()
         .map(|d| {
-            let nodes: Vec<Value> = d.descriptors.iter().map(node_value).collect();
-            json!({"domain": d.domain, "descriptors": nodes})
+            let nodes: Vec<Value> = d.descriptors().iter().map(node_value).collect();
+            json!({"domain": d.name(), "descriptors": nodes})
         })
         .collect();
     json!({"shadow_mode": e.shadow_mode, "headers": e.headers, "domains": domains})
@@ -54,14 +54,14 @@ fn envoy_value(e: &Envoy) -> Value {
 
 fn node_value(n: &Node) -> Value {
     let mut m = Map::new();
-    m.insert("key".into(), n.key.clone().into());
-    if let Some(v) = &n.value {
-        m.insert("value".into(), v.clone().into());
+    m.insert("key".into(), n.key().into());
+    if let Some(v) = n.value() {
+        m.insert("value".into(), v.into());
     }
-    if let Some(mask) = n.mask {
+    if let Some(mask) = n.mask() {
         m.insert("mask".into(), json!({"ipv4": mask.ipv4, "ipv6": mask.ipv6}));
     }
-    match &n.action {
+    match n.action() {
         Some(Action::Resource(r)) => {
             m.insert("resource".into(), r.clone().into());
         }
@@ -76,11 +76,11 @@ fn node_value(n: &Node) -> Value {
         }
         None => {}
     }
-    if let Some(s) = n.shadow_mode {
+    if let Some(s) = n.shadow_mode() {
         m.insert("shadow_mode".into(), s.into());
     }
-    if !n.descriptors.is_empty() {
-        let children: Vec<Value> = n.descriptors.iter().map(node_value).collect();
+    if !n.descriptors().is_empty() {
+        let children: Vec<Value> = n.descriptors().iter().map(node_value).collect();
         m.insert("descriptors".into(), children.into());
     }
     Value::Object(m)

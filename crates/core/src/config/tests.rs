@@ -1128,10 +1128,10 @@ fn the_envoy_section_loads_and_round_trips() {
     let e = c.envoy().expect("envoy");
     assert!(!e.shadow_mode && e.headers);
     let edge = e.domain("edge").expect("edge");
-    assert_eq!(edge.descriptors.len(), 4);
+    assert_eq!(edge.descriptors().len(), 4);
     // `mask: {}` is /32 and /48.
     assert_eq!(
-        edge.descriptors[3].mask,
+        edge.descriptors()[3].mask(),
         Some(crate::envoy::Mask { ipv4: 32, ipv6: 48 })
     );
     let yaml = c.to_yaml();
@@ -1361,8 +1361,8 @@ fn inline_limit_names_are_checked_against_resources() {
     let yaml = "envoy:\n  domains:\n    - domain: a/b\n      descriptors:\n        - { key: 'c=d', rate_limit: { unit: hour, requests_per_unit: 3 } }\n    - domain: a\n      descriptors:\n        - { key: b, descriptors: [ { key: c, value: d, rate_limit: { unit: hour, requests_per_unit: 3 } } ] }\n";
     let (c, _) = Config::from_yaml(yaml).expect("valid");
     let e = c.envoy().expect("envoy");
-    let first = e.domains()[0].descriptors[0].id();
-    let second = e.domains()[1].descriptors[0].descriptors[0].id();
+    let first = e.domains()[0].descriptors()[0].id();
+    let second = e.domains()[1].descriptors()[0].descriptors()[0].id();
     assert_eq!((first, second), ("envoy/a\\/b/c\\=d", "envoy/a/b/c=d"));
     // A name longer than a resource name may be is refused at its node.
     let long = "d".repeat(1000);

@@ -175,7 +175,7 @@ fn nested_inline_limits_get_a_fixed_window_and_a_stable_name() {
         (l.resource, l.domain.as_str()),
         ("envoy/edge/tenant", "acme")
     );
-    let vip = &envoy(&c).domain("users").expect("users").descriptors[1];
+    let vip = &envoy(&c).domain("users").expect("users").descriptors()[1];
     assert_eq!(vip.id(), "envoy/users/user=vip");
 }
 
@@ -185,7 +185,7 @@ fn unlimited_applies_when_deepest_and_a_deeper_action_beats_it() {
     let m = envoy(&c)
         .match_descriptor("edge", &[("health", "ok")])
         .expect("valid");
-    assert!(matches!(m, Matched::Unlimited { node } if node.key == "health"));
+    assert!(matches!(m, Matched::Unlimited { node } if node.key() == "health"));
     let m = envoy(&c)
         .match_descriptor("users", &[("region", "eu"), ("unlimited_below", "y")])
         .expect("valid");

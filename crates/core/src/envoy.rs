@@ -568,7 +568,8 @@ impl Envoy {
 /// Checks one request descriptor against the bounds: at least one entry,
 /// at most [`MAX_ENTRIES`], keys of 1 to [`MAX_KEY_BYTES`] bytes, values of
 /// 1 to [`MAX_VALUE_BYTES`] bytes. Messages name the entry
-/// (`entries[2].value: …`), for the server to prefix with the descriptor.
+/// (`entries[2].value must not be empty`), for the server to prefix with
+/// the descriptor.
 pub fn check_entries(entries: &[(&str, &str)]) -> Result<(), ClientError> {
     if entries.is_empty() {
         return Err(ClientError::invalid(

@@ -154,6 +154,52 @@ fn config_check_prints_the_exact_path_of_bad_values_of_the_new_kinds() {
 }
 
 #[test]
+fn config_check_prints_the_envoy_section_and_its_errors_by_path() {
+    let text = r#"
+resources:
+  - { name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }
+envoy:
+  headers: true
+  domains:
+    - domain: edge
+      descriptors:
+        - key: generic_key
+          value: search
+          descriptors:
+            - { key: remote_address, mask: {}, resource: api/search }
+        - { key: tenant, rate_limit: { unit: minute, requests_per_unit: 100 }, shadow_mode: true }
+        - { key: health, unlimited: true }
+"#;
+    let (ok, stdout, stderr) = config_check(text);
+    assert!(ok, "{stderr}");
+    for field in [
+        "envoy:",
+        "headers: true",
+        "domain: edge",
+        "ipv6: 48",
+        "resource: api/search",
+        "unit: minute",
+        "unlimited: true",
+    ] {
+        assert!(stdout.contains(field), "{field} in:\n{stdout}");
+    }
+    let (ok, again, _) = config_check(&stdout);
+    assert!(ok);
+    assert_eq!(again, stdout);
+    let (ok, stdout, stderr) = config_check(
+        "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: week, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: { ipv4: 24 }, resource: nowhere }\n",
+    );
+    assert!(!ok);
+    assert!(stdout.is_empty());
+    for want in [
+        "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour or day, found the string \"week\"",
+        "envoy.domains[0].descriptors[1].mask: only a node without a value can have a mask",
+    ] {
+        assert!(stderr.contains(want), "{want} in:\n{stderr}");
+    }
+}
+
+#[test]
 fn config_check_of_a_missing_file_fails_clearly() {
     let out = charon()
         .args(["config", "check", "/nonexistent/limits.yaml"])

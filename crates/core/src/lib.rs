@@ -11,6 +11,9 @@
 //! in, and swap the new state in atomically however they can (a mutex, a
 //! Redis script).
 //!
+//! The `envoy:` section of the configuration and descriptor matching for
+//! Envoy's rate-limit protocol (SPEC §11) are in [`envoy`].
+//!
 //! Core also owns how input and output look: [`fields`] is the one checker
 //! of JSON/YAML fields every input path uses, and the replies and issues
 //! derive `Serialize` in the field names of SPEC §6.
@@ -25,6 +28,7 @@ pub mod bucket;
 pub mod config;
 pub mod copy;
 pub mod drain;
+pub mod envoy;
 pub mod error;
 pub mod fields;
 pub mod meter;

@@ -160,7 +160,17 @@ fn parse_import(
             )));
         }
     };
-    parsed.map_err(ApiError::config)
+    let (config, adjustments) = parsed.map_err(ApiError::config)?;
+    // The store keeps resources and namespaces only: an `envoy:` section
+    // accepted here would be dropped without a word.
+    if config.envoy().is_some() {
+        return Err(ApiError::invalid_at(
+            "envoy",
+            "the configuration API does not keep an envoy: section yet; give it to the \
+             server in its configuration file",
+        ));
+    }
+    Ok((config, adjustments))
 }
 
 /// What the imported configuration holds, by name.

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::LazyLock;
 
+use crate::envoy::{Action, Envoy, Node};
+use crate::fields::Path;
 pub use crate::meter::Meter;
 use crate::meter::{FieldError, Policy};
 use crate::time::{Millis, SECOND};
@@ -609,6 +611,7 @@ pub struct Config {
     namespaces: BTreeMap<String, NamespaceSettings>,
     resources: Vec<Resource>,
     index: HashMap<String, usize>,
+    envoy: Option<Envoy>,
 }
 
 /// One problem found in a configuration, with the exact place. The
@@ -655,6 +658,19 @@ impl Config {
         namespaces: BTreeMap<String, NamespaceSettings>,
         resources: Vec<Resource>,
     ) -> Result<(Self, Vec<Adjustment>), ConfigErrors> {
+        Self::with_envoy(namespaces, resources, None)
+    }
+
+    /// [`Config::new`] with an `envoy:` section (SPEC §11), whose
+    /// references are checked against the resources: a `resource:` must
+    /// name a rate-like resource of this configuration, and the name of an
+    /// inline `rate_limit` ([`Node::id`]) must fit a resource name and be
+    /// no configured resource's (the two would share counts).
+    pub fn with_envoy(
+        namespaces: BTreeMap<String, NamespaceSettings>,
+        resources: Vec<Resource>,
+        envoy: Option<Envoy>,
+    ) -> Result<(Self, Vec<Adjustment>), ConfigErrors> {
         let mut issues = Vec::new();
         let mut index = HashMap::new();
         for (i, r) in resources.iter().enumerate() {
@@ -668,6 +684,15 @@ impl Config {
                 });
             }
         }
+        if let Some(e) = &envoy {
+            let path = Path::root().key("envoy").key("domains");
+            for (i, d) in e.domains().iter().enumerate() {
+                let p = path.index(i).key("descriptors");
+                for (j, n) in d.descriptors().iter().enumerate() {
+                    check_node(n, &p.index(j), &resources, &index, &mut issues);
+                }
+            }
+        }
         if !issues.is_empty() {
             return Err(ConfigErrors(issues));
         }
@@ -675,6 +700,7 @@ impl Config {
             namespaces,
             resources,
             index,
+            envoy,
         };
         let adjustments = normalize::normalize(&mut config.resources);
         for r in &mut config.resources {
@@ -702,8 +728,8 @@ impl Config {
     /// Validates and normalizes a configuration already parsed into a JSON
     /// value (the config API's import format is the same as the file's).
     pub fn from_value(value: &serde_json::Value) -> Result<(Self, Vec<Adjustment>), ConfigErrors> {
-        let (namespaces, resources) = parse::parse_config(value)?;
-        Self::new(namespaces, resources)
+        let (namespaces, resources, envoy) = parse::parse_config(value)?;
+        Self::with_envoy(namespaces, resources, envoy)
     }
 
     /// The configuration as the YAML of SPEC §6, normalized.
@@ -714,6 +740,12 @@ impl Config {
     /// The configuration as a JSON value in the SPEC §6 layout.
     pub fn to_value(&self) -> serde_json::Value {
         render::config_value(self)
+    }
+
+    /// The `envoy:` section (SPEC §11); `None` when the configuration has
+    /// none (the server then answers every Envoy call OK).
+    pub fn envoy(&self) -> Option<&Envoy> {
+        self.envoy.as_ref()
     }
 
     /// Namespace switches in force, by namespace name.
@@ -817,6 +849,64 @@ impl Config {
             None if ns.allow_unconfigured => Ok((&PERMISSIVE_COPY, enforcement)),
             None => Err(ClientError::UnknownResource(resource.to_owned())),
         }
+    }
+}
+
+/// Checks what a descriptor node refers to (see [`Config::with_envoy`]),
+/// and its children's; the tree's depth is bounded by the parser.
+fn check_node(
+    node: &Node,
+    path: &Path,
+    resources: &[Resource],
+    index: &HashMap<String, usize>,
+    issues: &mut Vec<ConfigIssue>,
+) {
+    let mut push = |at: Path, message: String| {
+        issues.push(ConfigIssue {
+            path: at.as_str().to_owned(),
+            message,
+        });
+    };
+    match node.action() {
+        Some(Action::Resource(name)) => match index.get(name).map(|&i| &resources[i].kind) {
+            None => push(
+                path.key("resource"),
+                format!("unknown resource {name:?} (name a resource of this configuration)"),
+            ),
+            Some(ResourceKind::Copy(_)) => push(
+                path.key("resource"),
+                format!(
+                    "resource {name:?} is copy-limited; an Envoy descriptor needs a rate-like \
+                     one (rate, bucket, window or queue)"
+                ),
+            ),
+            Some(_) => {}
+        },
+        Some(Action::RateLimit(_)) => {
+            let id = node.id();
+            if let Err(e) = crate::request::check_name("resource", id) {
+                push(
+                    path.key("rate_limit"),
+                    format!(
+                        "its resource name, derived from the domain, keys and values on its \
+                         path, cannot be used: {e}"
+                    ),
+                );
+            } else if let Some(&i) = index.get(id) {
+                push(
+                    path.key("rate_limit"),
+                    format!(
+                        "its resource name {id:?} is also the name of resources[{i}]; the two \
+                         would share counts, so rename that resource"
+                    ),
+                );
+            }
+        }
+        Some(Action::Unlimited) | None => {}
+    }
+    let children = path.key("descriptors");
+    for (j, c) in node.descriptors().iter().enumerate() {
+        check_node(c, &children.index(j), resources, index, issues);
     }
 }
 

@@ -8,6 +8,7 @@ use super::{
     BucketFields, Config, CopyResource, MeterFields, MeterResource, MeterSpec, QueueFields,
     RateResource, ResourceKind, Tier, WindowFields,
 };
+use crate::envoy::{Action, Envoy, Node};
 use crate::meter::Policy;
 use crate::time::format_span;
 use crate::window::Algorithm;
@@ -30,7 +31,59 @@ pub(super) fn config_value(config: &Config) -> Value {
         .map(|r| resource_value(&r.name, &r.kind))
         .collect();
     root.insert("resources".into(), Value::Array(resources));
+    if let Some(e) = config.envoy() {
+        root.insert("envoy".into(), envoy_value(e));
+    }
     Value::Object(root)
+}
+
+/// The `envoy:` section in the SPEC §11 layout: the section's switches
+/// always, a node's fields where set (a mask with both prefixes, so what
+/// applies is written out).
+fn envoy_value(e: &Envoy) -> Value {
+    let domains: Vec<Value> = e
+        .domains()
+        .iter()
+        .map(|d| {
+            let nodes: Vec<Value> = d.descriptors().iter().map(node_value).collect();
+            json!({"domain": d.name(), "descriptors": nodes})
+        })
+        .collect();
+    json!({"shadow_mode": e.shadow_mode, "headers": e.headers, "domains": domains})
+}
+
+fn node_value(n: &Node) -> Value {
+    let mut m = Map::new();
+    m.insert("key".into(), n.key().into());
+    if let Some(v) = n.value() {
+        m.insert("value".into(), v.into());
+    }
+    if let Some(mask) = n.mask() {
+        m.insert("mask".into(), json!({"ipv4": mask.ipv4, "ipv6": mask.ipv6}));
+    }
+    match n.action() {
+        Some(Action::Resource(r)) => {
+            m.insert("resource".into(), r.clone().into());
+        }
+        Some(Action::RateLimit(l)) => {
+            m.insert(
+                "rate_limit".into(),
+                json!({"unit": l.unit().name(), "requests_per_unit": l.requests_per_unit()}),
+            );
+        }
+        Some(Action::Unlimited) => {
+            m.insert("unlimited".into(), true.into());
+        }
+        None => {}
+    }
+    if let Some(s) = n.shadow_mode() {
+        m.insert("shadow_mode".into(), s.into());
+    }
+    if !n.descriptors().is_empty() {
+        let children: Vec<Value> = n.descriptors().iter().map(node_value).collect();
+        m.insert("descriptors".into(), children.into());
+    }
+    Value::Object(m)
 }
 
 /// One resource in the SPEC §6 layout.

@@ -932,9 +932,66 @@ fn meter_resources_built_in_code_are_checked_too() {
     assert_eq!(r.params().burst(), 1);
 }
 
+/// A random `envoy:` section naming the resources `r0`…`r{resources-1}`:
+/// up to three domains of trees up to three levels deep, each node with
+/// or without a value, a mask, an action and a shadow mode.
+fn random_envoy(d: &mut impl crate::testing::Draw, resources: u64) -> serde_json::Value {
+    fn nodes(
+        d: &mut impl crate::testing::Draw,
+        resources: u64,
+        depth: u64,
+    ) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for i in 0..d.draw(0..=3) {
+            let mut n = serde_json::json!({ "key": format!("k{i}") });
+            if d.one_in(2) {
+                n["value"] = format!("v/{i}=|{}", d.draw(0..=9)).into();
+            } else if d.one_in(2) {
+                let mut m = serde_json::Map::new();
+                if d.one_in(2) {
+                    m.insert("ipv4".into(), d.draw(0..=32).into());
+                }
+                if d.one_in(2) {
+                    m.insert("ipv6".into(), d.draw(0..=128).into());
+                }
+                n["mask"] = serde_json::Value::Object(m);
+            }
+            match d.draw(0..=3) {
+                0 => n["resource"] = format!("r{}", d.draw(0..=resources - 1)).into(),
+                1 => {
+                    let unit = ["second", "minute", "hour", "day"][d.draw(0..=3) as usize];
+                    n["rate_limit"] = serde_json::json!({
+                        "unit": unit,
+                        "requests_per_unit": d.draw(1..=MAX_COUNT),
+                    });
+                }
+                2 => n["unlimited"] = d.one_in(2).into(),
+                _ => {}
+            }
+            if d.one_in(3) {
+                n["shadow_mode"] = d.one_in(2).into();
+            }
+            if depth < 3 {
+                n["descriptors"] = nodes(d, resources, depth + 1).into();
+            }
+            out.push(n);
+        }
+        out
+    }
+    let domains: Vec<_> = (0..d.draw(0..=3))
+        .map(|i| serde_json::json!({ "domain": format!("dom {i}"), "descriptors": nodes(d, resources, 1) }))
+        .collect();
+    serde_json::json!({
+        "shadow_mode": d.one_in(2),
+        "headers": d.one_in(2),
+        "domains": domains,
+    })
+}
+
 /// A random configuration of every rate-like kind (the generators of
-/// `meter::testing`), with overrides, soft limits and bans, renders to
-/// YAML that parses back to the same configuration.
+/// `meter::testing`), with overrides, soft limits and bans, and a random
+/// `envoy:` section naming them, renders to YAML that parses back to the
+/// same configuration.
 #[test]
 fn random_configurations_of_every_kind_round_trip() {
     use crate::meter::testing;
@@ -955,6 +1012,7 @@ fn random_configurations_of_every_kind_round_trip() {
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17))
         .collect();
     let mut d = Raw::new(&values);
+    let mut envoy_nodes = 0;
     for round in 0..100 {
         let mut resources = Vec::new();
         for i in 0..d.draw(1..=6) {
@@ -1020,7 +1078,10 @@ fn random_configurations_of_every_kind_round_trip() {
             r["domains"] = serde_json::Value::Object(ds);
             resources.push(r);
         }
-        let doc = serde_json::json!({ "resources": resources });
+        let mut doc = serde_json::json!({ "resources": resources });
+        if !d.one_in(4) {
+            doc["envoy"] = random_envoy(&mut d, resources.len() as u64);
+        }
         let (c, _) =
             Config::from_value(&doc).unwrap_or_else(|e| panic!("round {round}: {e}\n{doc:#}"));
         let yaml = c.to_yaml();
@@ -1028,5 +1089,290 @@ fn random_configurations_of_every_kind_round_trip() {
         assert!(adj.is_empty(), "{adj:?}");
         assert_eq!(again, c, "round {round}:\n{yaml}");
         assert_eq!(again.to_yaml(), yaml, "rendering is stable");
+        envoy_nodes += yaml.matches("- key:").count();
     }
+    assert!(envoy_nodes > 500, "{envoy_nodes} descriptor nodes in all");
+}
+
+/// SPEC §11's `envoy:` example, with the resource it names.
+const ENVOY_EXAMPLE: &str = r#"
+resources:
+  - { name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }
+  - { name: sandbox/vm, kind: copy, domain_limit: 4 }
+envoy:
+  shadow_mode: false
+  headers: true
+  domains:
+    - domain: edge
+      descriptors:
+        - key: generic_key
+          value: search
+          descriptors:
+            - key: remote_address
+              mask: { ipv4: 32, ipv6: 48 }
+              resource: api/search
+        - key: tenant
+          rate_limit: { unit: minute, requests_per_unit: 100 }
+          shadow_mode: true
+        - key: health
+          unlimited: true
+        - key: client
+          mask: {}
+          resource: api/search
+"#;
+
+#[test]
+fn the_envoy_section_loads_and_round_trips() {
+    let (c, adj) = Config::from_yaml(ENVOY_EXAMPLE).expect("valid");
+    assert!(adj.is_empty());
+    let e = c.envoy().expect("envoy");
+    assert!(!e.shadow_mode && e.headers);
+    let edge = e.domain("edge").expect("edge");
+    assert_eq!(edge.descriptors().len(), 4);
+    // `mask: {}` is /32 and /48.
+    assert_eq!(
+        edge.descriptors()[3].mask(),
+        Some(crate::envoy::Mask { ipv4: 32, ipv6: 48 })
+    );
+    let yaml = c.to_yaml();
+    for field in [
+        "envoy:",
+        "domain: edge",
+        "value: search",
+        "ipv6: 48",
+        "resource: api/search",
+        "unit: minute",
+        "requests_per_unit: 100",
+        "unlimited: true",
+        "shadow_mode: true",
+        "headers: true",
+    ] {
+        assert!(yaml.contains(field), "{field} in\n{yaml}");
+    }
+    let (again, adj) = Config::from_yaml(&yaml).expect("rendered config parses");
+    assert!(adj.is_empty());
+    assert_eq!(again, c, "{yaml}");
+    assert_eq!(again.to_yaml(), yaml);
+    let (from_json, _) = Config::from_value(&c.to_value()).expect("JSON too");
+    assert_eq!(from_json, c);
+}
+
+#[test]
+fn a_configuration_without_envoy_is_unchanged() {
+    let (c, _) = Config::from_yaml(SPEC_EXAMPLE).expect("valid");
+    assert!(c.envoy().is_none());
+    assert!(!c.to_yaml().contains("envoy"));
+    assert!(c.to_value().get("envoy").is_none());
+    let (n, _) = Config::from_yaml(&format!("{SPEC_EXAMPLE}envoy: null\n")).expect("valid");
+    assert_eq!(n, c, "a null section is no section");
+    // An empty section is a section: Envoy calls are answered, for no
+    // domain.
+    let (empty, _) = Config::from_yaml(&format!("{SPEC_EXAMPLE}envoy: {{}}\n")).expect("valid");
+    let e = empty.envoy().expect("a section");
+    assert!(e.domains().is_empty() && !e.shadow_mode && !e.headers);
+    let (again, _) = Config::from_yaml(&empty.to_yaml()).expect("parses");
+    assert_eq!(again, empty);
+}
+
+fn envoy_errors(section: &str) -> Vec<String> {
+    errors(&format!(
+        "resources:\n  - {{ name: api/search, kind: bucket, burst: 1, count: 1, period: 1s }}\n  - {{ name: vm, kind: copy, domain_limit: 1 }}\nenvoy:\n{section}"
+    ))
+}
+
+#[test]
+fn bad_envoy_sections_name_the_exact_path() {
+    let d = "  domains:\n    - domain: edge\n      descriptors:\n";
+    let cases: &[(String, &str)] = &[
+        (
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: week, requests_per_unit: 1 }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour or day, found the string \"week\"",
+        ),
+        (
+            "  domains:\n    - { domain: first }\n    - domain: edge\n      descriptors:\n        - { key: a }\n        - { key: b, descriptors: [ { key: c }, { key: d, rate_limit: { unit: sec, requests_per_unit: 1 } } ] }\n".to_owned(),
+            "envoy.domains[1].descriptors[1].descriptors[1].rate_limit.unit: expected second",
+        ),
+        (
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: second, requests_per_unit: 0 }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit.requests_per_unit: 0 must be at least 1",
+        ),
+        (
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: second, requests_per_unit: 9007199254740992 }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit.requests_per_unit: 9007199254740992 is too large (at most 9007199254740991)",
+        ),
+        (
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: second }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit.requests_per_unit: is required",
+        ),
+        (
+            format!("{d}        - {{ key: a, value: x, mask: {{ ipv4: 24 }}, resource: api/search }}\n"),
+            "envoy.domains[0].descriptors[0].mask: only a node without a value can have a mask",
+        ),
+        (
+            format!("{d}        - {{ key: a, mask: {{ ipv4: 33 }} }}\n"),
+            "envoy.domains[0].descriptors[0].mask.ipv4: 33 is longer than an IPv4 address (32 bits)",
+        ),
+        (
+            format!("{d}        - {{ key: a, mask: {{ ipv6: 129 }} }}\n"),
+            "envoy.domains[0].descriptors[0].mask.ipv6: 129 is longer than an IPv6 address (128 bits)",
+        ),
+        (
+            format!("{d}        - {{ key: a, mask: {{ ipv6: 99999999999 }} }}\n"),
+            "envoy.domains[0].descriptors[0].mask.ipv6: 99999999999 is longer than an IPv6 address",
+        ),
+        (
+            format!("{d}        - {{ key: a, mask: {{ ipv5: 1 }} }}\n"),
+            "envoy.domains[0].descriptors[0].mask.ipv5: unknown field (expected one of: ipv4, ipv6)",
+        ),
+        (
+            format!("{d}        - {{ key: a, resource: nowhere }}\n"),
+            "envoy.domains[0].descriptors[0].resource: unknown resource \"nowhere\"",
+        ),
+        (
+            format!("{d}        - {{ key: a, descriptors: [ {{ key: b, resource: vm }} ] }}\n"),
+            "envoy.domains[0].descriptors[0].descriptors[0].resource: resource \"vm\" is copy-limited",
+        ),
+        (
+            format!("{d}        - {{ key: a, resource: api/search, unlimited: true }}\n"),
+            "envoy.domains[0].descriptors[0]: names resource and unlimited; a descriptor has at most one",
+        ),
+        (
+            format!("{d}        - {{ key: a, value: x }}\n        - {{ key: a }}\n        - {{ key: a, value: x }}\n"),
+            "envoy.domains[0].descriptors[2]: duplicate descriptor: key \"a\" and value \"x\" (first at envoy.domains[0].descriptors[0])",
+        ),
+        (
+            format!("{d}        - {{ key: a }}\n        - {{ key: a, unlimited: true }}\n"),
+            "envoy.domains[0].descriptors[1]: duplicate descriptor: key \"a\" and no value",
+        ),
+        (
+            format!("{d}        - {{ key: a, value: 5 }}\n"),
+            "envoy.domains[0].descriptors[0].value: expected a string, found the number 5; quote it: \"5\"",
+        ),
+        (
+            format!("{d}        - {{ key: '' }}\n"),
+            "envoy.domains[0].descriptors[0].key: must not be empty",
+        ),
+        (
+            format!("{d}        - {{ value: x }}\n"),
+            "envoy.domains[0].descriptors[0].key: is required",
+        ),
+        (
+            format!("{d}        - {{ key: a, limit: 5 }}\n"),
+            "envoy.domains[0].descriptors[0].limit: unknown field",
+        ),
+        (
+            format!("{d}        - {{ key: a, shadow_mode: yes please }}\n"),
+            "envoy.domains[0].descriptors[0].shadow_mode: expected true or false",
+        ),
+        (
+            "  domains:\n    - { domain: edge }\n    - { domain: edge }\n".to_owned(),
+            "envoy.domains[1].domain: duplicate Envoy domain \"edge\" (first at envoy.domains[0])",
+        ),
+        (
+            "  domains:\n    - { descriptors: [] }\n".to_owned(),
+            "envoy.domains[0].domain: is required",
+        ),
+        (
+            "  shadow: true\n".to_owned(),
+            "envoy.shadow: unknown field (expected one of: shadow_mode, headers, domains)",
+        ),
+        (
+            "  headers: 1\n".to_owned(),
+            "envoy.headers: expected true or false, found the number 1",
+        ),
+        (
+            "  - domain: edge\n".to_owned(),
+            "envoy: expected the envoy section (a mapping), found a list",
+        ),
+    ];
+    for (section, want) in cases {
+        let got = envoy_errors(section);
+        assert!(
+            got.len() == 1 && got[0].starts_with(want),
+            "{section}\nwant {want}\ngot {got:#?}"
+        );
+    }
+}
+
+#[test]
+fn envoy_sections_are_bounded_before_they_are_read() {
+    // Too deep: the 17th level is refused at the 16th's `descriptors`.
+    let mut node = serde_json::json!({"key": "leaf", "unlimited": true});
+    for i in 0..crate::envoy::MAX_DEPTH {
+        node = serde_json::json!({"key": format!("k{i}"), "descriptors": [node]});
+    }
+    let doc = serde_json::json!({"envoy": {"domains": [{"domain": "d", "descriptors": [node]}]}});
+    let e = Config::from_value(&doc).expect_err("too deep");
+    let path = format!(
+        "envoy.domains[0].descriptors[0]{}",
+        ".descriptors[0]".repeat(crate::envoy::MAX_DEPTH - 1)
+    );
+    assert_eq!(
+        e.0[0].to_string(),
+        format!("{path}.descriptors: descriptors nest deeper than 16 levels, the most allowed")
+    );
+    // Exactly 16 levels load.
+    let node = node["descriptors"][0].clone();
+    let doc = serde_json::json!({"envoy": {"domains": [{"domain": "d", "descriptors": [node]}]}});
+    Config::from_value(&doc).expect("16 levels");
+    // Too many nodes, over all domains.
+    let wide: Vec<_> = (0..=crate::envoy::MAX_NODES / 2)
+        .map(|i| serde_json::json!({"key": format!("k{i}")}))
+        .collect();
+    let doc = serde_json::json!({"envoy": {"domains": [
+        {"domain": "a", "descriptors": wide},
+        {"domain": "b", "descriptors": wide},
+    ]}});
+    let e = Config::from_value(&doc).expect_err("too many");
+    assert_eq!(
+        e.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["envoy.domains: 100002 descriptor nodes, at most 100000"]
+    );
+    // Too long a key or value.
+    let long = "v".repeat(crate::envoy::MAX_VALUE_BYTES + 1);
+    let doc = serde_json::json!({"envoy": {"domains": [{"domain": "d", "descriptors": [
+        {"key": "k".repeat(257), "value": long}
+    ]}]}});
+    let e: Vec<_> = Config::from_value(&doc)
+        .expect_err("too long")
+        .0
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        e,
+        [
+            "envoy.domains[0].descriptors[0].key: is 257 bytes long; at most 256 are allowed",
+            "envoy.domains[0].descriptors[0].value: is 1025 bytes long; at most 1024 are allowed",
+        ]
+    );
+}
+
+#[test]
+fn inline_limit_names_are_checked_against_resources() {
+    let yaml = "resources:\n  - { name: envoy/edge/tenant, kind: rate, tiers: [] }\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: tenant, rate_limit: { unit: hour, requests_per_unit: 3 } }\n";
+    assert_eq!(
+        errors(yaml),
+        [
+            "envoy.domains[0].descriptors[0].rate_limit: its resource name \"envoy/edge/tenant\" is also the name of resources[0]; the two would share counts, so rename that resource"
+        ]
+    );
+    // Names escape `/` and `=`, so these two never share counts.
+    let yaml = "envoy:\n  domains:\n    - domain: a/b\n      descriptors:\n        - { key: 'c=d', rate_limit: { unit: hour, requests_per_unit: 3 } }\n    - domain: a\n      descriptors:\n        - { key: b, descriptors: [ { key: c, value: d, rate_limit: { unit: hour, requests_per_unit: 3 } } ] }\n";
+    let (c, _) = Config::from_yaml(yaml).expect("valid");
+    let e = c.envoy().expect("envoy");
+    let first = e.domains()[0].descriptors()[0].id();
+    let second = e.domains()[1].descriptors()[0].descriptors()[0].id();
+    assert_eq!((first, second), ("envoy/a\\/b/c\\=d", "envoy/a/b/c=d"));
+    // A name longer than a resource name may be is refused at its node.
+    let long = "d".repeat(1000);
+    let yaml = format!(
+        "envoy:\n  domains:\n    - domain: {long}\n      descriptors:\n        - {{ key: tenant, value: {long}, rate_limit: {{ unit: hour, requests_per_unit: 3 }} }}\n"
+    );
+    let e = errors(&yaml);
+    assert_starts(
+        &e,
+        0,
+        "envoy.domains[0].descriptors[0].rate_limit: its resource name, derived from the domain, keys and values on its path, cannot be used: resource is 2014 bytes long",
+    );
 }

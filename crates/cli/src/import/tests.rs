@@ -245,7 +245,7 @@ fn several_files_are_several_domains() {
         .expect("envoy")
         .domains()
         .iter()
-        .map(|d| d.name())
+        .map(charon_core::envoy::EnvoyDomain::name)
         .collect();
     assert_eq!(names, ["messaging", "internal"]);
 }

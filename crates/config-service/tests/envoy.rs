@@ -220,3 +220,39 @@ on_both_databases!(
     envoy_section_round_trips,
     envoy_section_is_validated_by_path_on_import_and_edit,
 );
+
+/// The OpenAPI document describes the section where it travels: in the
+/// imported and exported configuration and in the change feed, nodes
+/// nested by reference.
+#[test]
+fn the_openapi_document_describes_the_envoy_section() {
+    let doc: serde_json::Value =
+        serde_json::from_str(charon_config_service::openapi_json()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    for holder in ["ConfigDocument", "ExportedConfig", "Changes"] {
+        let envoy = serde_json::to_string(&schemas[holder]["properties"]["envoy"]).unwrap();
+        assert!(
+            envoy.contains("#/components/schemas/EnvoySection"),
+            "{holder}: {envoy}"
+        );
+    }
+    assert_eq!(
+        schemas["Changes"]["properties"]["envoy_removed"]["type"],
+        "boolean"
+    );
+    let node = &schemas["EnvoyNode"];
+    assert_eq!(node["additionalProperties"], false);
+    assert_eq!(
+        node["properties"]["descriptors"]["type"],
+        json!(["array", "null"]),
+        "{node}"
+    );
+    assert_eq!(
+        node["properties"]["descriptors"]["items"]["$ref"],
+        "#/components/schemas/EnvoyNode"
+    );
+    assert_eq!(
+        schemas["EnvoyUnit"]["enum"],
+        json!(["second", "minute", "hour", "day"])
+    );
+}

@@ -20,8 +20,7 @@ use serde_json::Value;
 
 use super::tree::{Action, NAMESPACE, Node, Output, name_part};
 use super::{
-    Report, bool_field, count_field, describe, index, join, list_field, object, scalar_text,
-    text_field,
+    Report, bool_field, count_field, describe, index, join, list_field, object, text_field, text_of,
 };
 
 const TOP_FIELDS: &[&str] = &["domain", "descriptors"];
@@ -127,17 +126,7 @@ fn node(
     // An empty value is no value there (any value matches).
     let value = match map.get("value") {
         None | Some(Value::Null) => None,
-        Some(v) => match scalar_text(v) {
-            Some(s) if s.is_empty() => None,
-            Some(s) => Some(s),
-            None => {
-                report.error(
-                    &join(path, "value"),
-                    format!("expected a string, found {}", describe(v)),
-                );
-                None
-            }
-        },
+        Some(v) => text_of(v, &join(path, "value"), report).filter(|s| !s.is_empty()),
     };
     let key = key?;
     let mut name = format!("{parent}/");

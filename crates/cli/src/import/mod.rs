@@ -189,43 +189,64 @@ fn object<'v>(
     ok.then_some(map)
 }
 
-/// A scalar read as text, as both projects read keys and values (`value: 5`
-/// is the string "5").
-fn scalar_text(v: &Value) -> Option<String> {
+/// A key, value or name read as text. Both projects read these as
+/// strings, keeping the text as written; here the YAML is read into typed
+/// values first, so a bare `yes`, `n`, `1.50` or `0x10` has lost its text
+/// (it became `true`, `false`, `1.5`, `16`): those are errors asking to
+/// quote them. A whole number is taken as its decimal text, with a note,
+/// since `0123` would have become `123`.
+fn text_of(v: &Value, path: &str, report: &mut Report) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
+        Value::Number(n) if n.is_u64() || n.is_i64() => {
+            report.note(
+                path,
+                format!(
+                    "the number {n} is used as the text \"{n}\"; if the file wrote it otherwise \
+                     (leading zeros, 0x…), quote it there"
+                ),
+            );
+            Some(n.to_string())
+        }
+        Value::Number(_) | Value::Bool(_) => {
+            report.error(
+                path,
+                format!(
+                    "{} is not text, and YAML does not keep how it was written (yes, on, n, \
+                     1.50, …): quote it",
+                    describe(v)
+                ),
+            );
+            None
+        }
+        _ => {
+            report.error(path, format!("expected a string, found {}", describe(v)));
+            None
+        }
     }
 }
 
-/// A required scalar field as text.
+/// A required text field.
 fn text_field(
     map: &Map<String, Value>,
     field: &str,
     path: &str,
     report: &mut Report,
 ) -> Option<String> {
+    let at = join(path, field);
     match map.get(field) {
         None | Some(Value::Null) => {
-            report.error(&join(path, field), "is required");
+            report.error(&at, "is required");
             None
         }
-        Some(v) => match scalar_text(v) {
-            Some(s) if !s.is_empty() => Some(s),
-            Some(_) => {
-                report.error(&join(path, field), "must not be empty");
-                None
+        Some(v) => {
+            let s = text_of(v, &at, report)?;
+            if s.is_empty() {
+                report.error(&at, "must not be empty");
+                return None;
             }
-            None => {
-                report.error(
-                    &join(path, field),
-                    format!("expected a string, found {}", describe(v)),
-                );
-                None
-            }
-        },
+            Some(s)
+        }
     }
 }
 

@@ -168,8 +168,13 @@ descriptors:
     rate_limit: { unlimited: true }
 ";
     let (config, dropped) = ok(Format::EnvoyRatelimit, &[("edge.yaml", text)]);
-    assert_eq!(dropped.len(), 1, "{dropped:?}");
-    assert!(dropped[0].starts_with(
+    assert_eq!(dropped.len(), 2, "{dropped:?}");
+    assert_eq!(
+        dropped[0],
+        "edge.yaml: descriptors[2].value: note: the number 7 is used as the text \"7\"; if the \
+         file wrote it otherwise (leading zeros, 0x…), quote it there"
+    );
+    assert!(dropped[1].starts_with(
         "edge.yaml: descriptors[2].rate_limit.unit: not carried over: a month has no fixed length"
     ));
     let names: Vec<&str> = config.resources().iter().map(|r| r.name.as_str()).collect();
@@ -213,6 +218,17 @@ fn bad_envoy_ratelimit_files_are_errors_by_path() {
     assert!(
         errors(Format::EnvoyRatelimit, "domain: [unclosed\n")[0]
             .starts_with("f.yaml: not valid YAML")
+    );
+    // Scalars whose text YAML did not keep.
+    assert_eq!(
+        errors(
+            Format::EnvoyRatelimit,
+            "domain: d\ndescriptors:\n  - { key: a, value: yes }\n  - { key: b, value: 1.50 }\n"
+        ),
+        [
+            "f.yaml: descriptors[0].value: the boolean true is not text, and YAML does not keep how it was written (yes, on, n, 1.50, …): quote it",
+            "f.yaml: descriptors[1].value: the number 1.5 is not text, and YAML does not keep how it was written (yes, on, n, 1.50, …): quote it",
+        ]
     );
     assert_eq!(
         errors(Format::EnvoyRatelimit, "- 1\n"),

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::tree::{Action, NAMESPACE, Node, Output, name_part};
 use super::{
-    Report, bool_field, count_field, describe, index, join, list_field, object, text_field, text_of,
+    Report, bool_field, count_field, index, join, list_field, object, text_field, text_of,
 };
 
 const TOP_FIELDS: &[&str] = &["domain", "descriptors"];

@@ -10,8 +10,6 @@
 //! Charon cannot match (`!=`, CEL expressions) leave the whole limit out:
 //! without them it would limit more requests than Limitador does.
 
-use std::collections::HashMap;
-
 use charon_core::MAX_COUNT;
 use serde_json::Value;
 
@@ -45,7 +43,6 @@ pub(super) fn convert(v: &Value, out: &mut Output, report: &mut Report) {
         );
         return;
     };
-    let mut placed: HashMap<(String, Vec<Entry>), usize> = HashMap::new();
     let mut ordered = false;
     for (i, item) in items.iter().enumerate() {
         let p = index("", i);
@@ -89,19 +86,18 @@ pub(super) fn convert(v: &Value, out: &mut Output, report: &mut Report) {
         }
         ordered |= entries.len() > 1;
         let at = (namespace.clone(), entries.clone());
-        if let Some(first) = placed.get(&at) {
+        if let Some(first) = out.placed.get(&at) {
             report.drop(
                 &p,
                 format!(
-                    "{} already limits the same conditions and variables, and a Charon node \
-                     has one limit (Limitador applies both): keep the stricter one, or have \
-                     Envoy send a second descriptor with an extra generic_key entry for this one",
-                    index("", *first)
+                    "{first} already limits the same conditions and variables, and a Charon \
+                     node has one limit (Limitador applies both): keep the stricter one, or have \
+                     Envoy send a second descriptor with an extra generic_key entry for this one"
                 ),
             );
             continue;
         }
-        placed.insert(at, i);
+        out.placed.insert(at, format!("{}: {p}", report.file));
         let mut name = format!("{NAMESPACE}/");
         name_part(&mut name, &namespace);
         for (k, v) in &entries {

@@ -362,7 +362,7 @@ fn limitador_limits_that_charon_cannot_place_are_reported() {
     let (config, dropped) = ok(Format::Limitador, &[("l.yaml", text)]);
     assert_eq!(dropped.len(), 3, "{dropped:?}");
     assert!(dropped[0].starts_with("l.yaml: [0]: not carried over: a limit with neither"));
-    assert!(dropped[1].starts_with("l.yaml: [2]: not carried over: [1] already limits"));
+    assert!(dropped[1].starts_with("l.yaml: [2]: not carried over: l.yaml: [1] already limits"));
     assert!(dropped[2].starts_with("l.yaml: [3]: not carried over: the key \"u\" is used twice"));
     let nodes = config
         .envoy()
@@ -418,4 +418,25 @@ fn conditions_and_keys_parse_in_every_spelling_limitador_has() {
 
 fn limitador_condition(s: &str) -> Result<(String, String), String> {
     limitador::condition(s)
+}
+
+#[test]
+fn a_limitador_limit_repeated_in_another_file_is_reported_with_the_first() {
+    let limit = "- { namespace: ns, max_value: 1, seconds: 1, variables: [u] }\n";
+    let (config, dropped) = ok(Format::Limitador, &[("a.yaml", limit), ("b.yaml", limit)]);
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert!(
+        dropped[0].starts_with("b.yaml: [0]: not carried over: a.yaml: [0] already limits"),
+        "{dropped:?}"
+    );
+    assert_eq!(
+        config
+            .envoy()
+            .expect("envoy")
+            .domain("ns")
+            .expect("ns")
+            .descriptors()
+            .len(),
+        1
+    );
 }

@@ -1,7 +1,7 @@
 //! The Charon configuration being built: resources and `envoy:` domains,
 //! rendered in the SPEC §6 / §11 layout.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -89,6 +89,9 @@ pub(super) struct Output {
     resources: Vec<Value>,
     resource_names: HashSet<String>,
     domains: Vec<(String, Vec<Node>)>,
+    /// The Limitador limits placed so far, by namespace and path, with
+    /// where they came from (`FILE: [i]`), across files.
+    pub placed: HashMap<(String, Vec<(String, Option<String>)>), String>,
 }
 
 impl Output {

@@ -13,7 +13,7 @@
 use charon_core::MAX_COUNT;
 use serde_json::Value;
 
-use super::tree::{NAMESPACE, Node, Output, name_part};
+use super::tree::{Entry, NAMESPACE, Node, Output, name_part};
 use super::{Report, count_field, describe, index, join, list_field, object, text_field};
 
 const LIMIT_FIELDS: &[&str] = &[
@@ -28,8 +28,6 @@ const LIMIT_FIELDS: &[&str] = &[
 /// The longest window accepted, in seconds (SPEC §10's longest span, 2^50
 /// ms).
 const MAX_SECONDS: u64 = (1 << 50) / 1000;
-
-type Entry = (String, Option<String>);
 
 /// Converts one limits file (a parsed YAML value) into `out`.
 pub(super) fn convert(v: &Value, out: &mut Output, report: &mut Report) {

@@ -14,6 +14,10 @@ pub(super) const NAMESPACE: &str = "imported";
 /// SPEC §2's fake tier 0 has a limit of 0), for limits of 0.
 pub(super) const DENY_ALL: &str = "imported/deny-all";
 
+/// One entry of a descriptor path: a key and, for a node with a value,
+/// that value.
+pub(super) type Entry = (String, Option<String>);
+
 /// What a node does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Action {
@@ -91,7 +95,7 @@ pub(super) struct Output {
     domains: Vec<(String, Vec<Node>)>,
     /// The Limitador limits placed so far, by namespace and path, with
     /// where they came from (`FILE: [i]`), across files.
-    pub placed: HashMap<(String, Vec<(String, Option<String>)>), String>,
+    pub placed: HashMap<(String, Vec<Entry>), String>,
 }
 
 impl Output {

@@ -1,10 +1,12 @@
 //! `charon config …`: configuration files from the command line.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use charon_core::config::Config;
+
+use crate::import::{self, Format, Source};
 
 /// Loads a configuration file, printing every problem to stderr. `None`
 /// when the file is invalid (the problems have been printed).
@@ -38,4 +40,48 @@ pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
         }
         None => ExitCode::FAILURE,
     })
+}
+
+/// `charon config import --from FORMAT FILE…`: the converted configuration
+/// on stdout, what was not carried over on stderr. Fails, printing nothing
+/// on stdout, when a file cannot be converted or when the result does not
+/// pass the checks of `charon config check` (a name too long for Charon,
+/// say): a partial configuration would limit less than the operator thinks.
+pub fn import(format: Format, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut texts = Vec::with_capacity(files.len());
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        texts.push((f.display().to_string(), text));
+    }
+    let sources: Vec<Source<'_>> = texts
+        .iter()
+        .map(|(name, text)| Source { name, text })
+        .collect();
+    let converted = import::convert(format, &sources);
+    for f in &converted.errors {
+        eprintln!("{f}");
+    }
+    let Some(value) = converted.config else {
+        eprintln!("charon: nothing was converted");
+        return Ok(ExitCode::FAILURE);
+    };
+    let config = match Config::from_value(&value) {
+        Ok((config, _)) => config,
+        Err(problems) => {
+            for p in problems.0 {
+                eprintln!("converted configuration: {}: {}", p.path, p.message);
+            }
+            eprintln!(
+                "charon: the converted configuration does not pass Charon's checks; nothing \
+                 was printed"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for f in &converted.dropped {
+        eprintln!("{f}");
+    }
+    print!("{}", config.to_yaml());
+    Ok(ExitCode::SUCCESS)
 }

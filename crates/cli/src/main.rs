@@ -4,6 +4,7 @@ mod bench;
 mod client_cmd;
 mod config_cmd;
 mod config_remote;
+mod import;
 mod lines;
 mod serve;
 mod simulate;
@@ -82,6 +83,20 @@ enum ConfigCommand {
         #[arg(long, conflicts_with = "yes")]
         dry_run: bool,
     },
+    /// Convert another rate-limit service's configuration files into a
+    /// Charon configuration with an `envoy:` section (SPEC §11), printed on
+    /// stdout; what cannot be carried over is listed on stderr by file and
+    /// path. Give the result to `charon config check`, `serve --config` or
+    /// `config apply`.
+    Import {
+        /// The project the files come from.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        from: import::Format,
+        /// The files: envoyproxy/ratelimit's one file per domain, or
+        /// Limitador's limits files.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
     /// Print a configuration service's configuration as SPEC §6 YAML.
     Export {
         #[command(flatten)]
@@ -111,6 +126,9 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Export { remote },
         } => config_remote::export(&remote),
+        Command::Config {
+            command: ConfigCommand::Import { from, files },
+        } => config_cmd::import(from, &files),
     };
     match result {
         Ok(code) => code,

@@ -282,3 +282,36 @@ fn apply_reports_every_problem_and_refusals() {
     let out = service.run(&["config", "export", "--url", "http://127.0.0.1:9"], "");
     assert!(!out.status.success());
 }
+
+/// A migration end to end: envoyproxy/ratelimit's file converted by
+/// `charon config import`, applied to the configuration service (its
+/// `envoy:` section shown as one entry of the difference), exported back
+/// exactly as converted.
+#[test]
+fn an_imported_envoy_ratelimit_file_applies_and_exports_unchanged() {
+    let service = Service::start();
+    let source =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/envoy-ratelimit/messaging.yaml");
+    let out = charon()
+        .args(["config", "import", "--from", "envoy-ratelimit"])
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let converted = String::from_utf8(out.stdout).unwrap();
+    let file = service.file("charon.yaml", &converted);
+    let (ok, stdout, stderr) = service.apply(&file, &["--yes"], "");
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("1 change(s) against version 0: 1 added"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("+ envoy envoy"), "{stdout}");
+    assert!(stdout.contains("domain: messaging"), "{stdout}");
+    assert_eq!(service.export(), converted);
+    assert_eq!(service.version(), 1);
+}

@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use charon_core::config::{Config, NamespaceSettings, Resource, parse_resource};
+use charon_core::config::{Config, NamespaceSettings, Resource, parse_envoy, parse_resource};
+use charon_core::envoy::Envoy;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -100,6 +101,8 @@ pub struct ConfigFeed {
     version: u64,
     resources: BTreeMap<String, Resource>,
     namespaces: BTreeMap<String, NamespaceSettings>,
+    /// The `envoy:` section (SPEC §11), if the configuration has one.
+    envoy: Option<Envoy>,
     config: Arc<Config>,
 }
 
@@ -119,6 +122,7 @@ impl ConfigFeed {
             version: 0,
             resources: BTreeMap::new(),
             namespaces: BTreeMap::new(),
+            envoy: None,
             config: Arc::new(Config::default()),
         };
         if let Some(path) = feed.cache_file.clone() {
@@ -135,6 +139,7 @@ impl ConfigFeed {
                         .map(|r| (r.name.clone(), r.clone()))
                         .collect();
                     feed.namespaces = config.namespaces().clone();
+                    feed.envoy = config.envoy().cloned();
                     feed.config = Arc::new(config);
                     feed.version = cached.version;
                     feed.epoch = Some(cached.epoch);
@@ -186,6 +191,8 @@ impl ConfigFeed {
             && changes.version == self.version
             && changes.resources.is_empty()
             && changes.namespaces.is_empty()
+            && changes.envoy.is_none()
+            && !changes.envoy_removed
         {
             return Ok(None);
         }
@@ -216,8 +223,19 @@ impl ConfigFeed {
         for (name, settings) in &changes.namespaces {
             namespaces.insert(name.clone(), NamespaceSettings::from(*settings));
         }
-        let (config, _) = Config::new(namespaces.clone(), resources.values().cloned().collect())
-            .map_err(|e| FeedError::Invalid(e.to_string()))?;
+        // The section comes whole: on a snapshot it replaces the view's
+        // (absent: none), in a delta only when it changed.
+        let envoy = match &changes.envoy {
+            Some(doc) => Some(parse_envoy(doc).map_err(|e| FeedError::Invalid(e.to_string()))?),
+            None if changes.snapshot || changes.envoy_removed => None,
+            None => self.envoy.clone(),
+        };
+        let (config, _) = Config::with_envoy(
+            namespaces.clone(),
+            resources.values().cloned().collect(),
+            envoy.clone(),
+        )
+        .map_err(|e| FeedError::Invalid(e.to_string()))?;
         let changed = !self.loaded || changes.version != self.version || config != *self.config;
         if changes.snapshot {
             self.last_snapshot = Some(Instant::now());
@@ -227,6 +245,7 @@ impl ConfigFeed {
         self.version = changes.version;
         self.resources = resources;
         self.namespaces = namespaces;
+        self.envoy = envoy;
         if !changed {
             return Ok(None);
         }

@@ -121,6 +121,80 @@ async fn refresh_applies_deltas_and_keeps_the_view_while_the_service_is_down() {
     served.stop().await;
 }
 
+/// The `envoy:` section travels with the feed: on the first snapshot, in a
+/// delta when it changes, as a removal when it goes; and the cache file
+/// keeps it for a restart.
+#[tokio::test]
+async fn the_feed_hands_servers_the_envoy_section() {
+    use charon_core::envoy::Matched;
+    let db = TestDb::sqlite();
+    let app = db.app().await;
+    let with = |limit: u64| {
+        format!(
+            "resources:\n  - {{ name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }}\n\
+             envoy:\n  domains:\n    - domain: edge\n      descriptors:\n\
+             \x20       - {{ key: tenant, rate_limit: {{ unit: minute, requests_per_unit: {limit} }} }}\n\
+             \x20       - {{ key: user, resource: api/search }}\n"
+        )
+    };
+    app.put("/v1/config")
+        .body("application/yaml", &with(100))
+        .send()
+        .await
+        .expect(200);
+    let served = Served::start(app.state.clone(), 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let options = || FeedOptions {
+        cache_file: Some(dir.path().join("view.json")),
+        ..FeedOptions::default()
+    };
+    let mut feed = ConfigFeed::new(&served.url, options()).unwrap();
+    let per_minute = |config: &Config| match config
+        .envoy()
+        .expect("an envoy: section")
+        .match_descriptor("edge", &[("tenant", "acme")])
+        .unwrap()
+    {
+        Matched::Limited(l) => l.rate_limit.unwrap().requests_per_unit(),
+        other => panic!("{other:?}"),
+    };
+    let (_, config) = feed.refresh().await.unwrap().expect("first load");
+    assert_eq!(per_minute(&config), 100);
+    assert!(feed.refresh().await.unwrap().is_none(), "up to date");
+
+    app.put("/v1/config")
+        .body("application/yaml", &with(7))
+        .send()
+        .await
+        .expect(200);
+    let (_, config) = feed.refresh().await.unwrap().expect("the section changed");
+    assert_eq!(per_minute(&config), 7);
+    // A restart from the cache file has it too.
+    let cached = ConfigFeed::new("http://127.0.0.1:9", options()).unwrap();
+    assert_eq!(per_minute(&cached.config()), 7);
+
+    // A resource edit leaves the section in the view.
+    app.put(&resource_path("api/search"))
+        .json(json!({"kind": "bucket", "burst": 5, "count": 5, "period": "1s"}))
+        .send()
+        .await
+        .expect(200);
+    let (_, config) = feed.refresh().await.unwrap().expect("the resource changed");
+    assert_eq!(per_minute(&config), 7);
+
+    app.put("/v1/config")
+        .body(
+            "application/yaml",
+            "resources:\n  - { name: api/search, kind: bucket, burst: 5, count: 5, period: 1s }\n",
+        )
+        .send()
+        .await
+        .expect(200);
+    let (_, config) = feed.refresh().await.unwrap().expect("the section went");
+    assert!(config.envoy().is_none());
+    served.stop().await;
+}
+
 #[tokio::test]
 async fn another_database_or_lost_history_resyncs_from_a_snapshot() {
     let first = TestDb::sqlite();

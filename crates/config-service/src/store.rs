@@ -90,13 +90,19 @@ type Statement<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'
 pub(crate) enum Entity {
     Resource,
     Namespace,
+    /// The `envoy:` section, one document under the name [`ENVOY`].
+    Envoy,
 }
+
+/// The change log's name for the `envoy:` section (there is only one).
+pub(crate) const ENVOY: &str = "envoy";
 
 impl Entity {
     fn as_str(self) -> &'static str {
         match self {
             Entity::Resource => "resource",
             Entity::Namespace => "namespace",
+            Entity::Envoy => "envoy",
         }
     }
 }
@@ -390,8 +396,24 @@ struct ChangedNamespaceRow {
     ignore_configured: Option<i64>,
 }
 
+/// The row of `charon_envoy`.
+#[derive(Debug, sqlx::FromRow)]
+struct EnvoyRow {
+    document: String,
+}
+
 // Queries shared by reads and writes: they take the transaction's
 // connection.
+
+/// The stored `envoy:` section (its normalized SPEC §11 document), if the
+/// configuration has one.
+async fn envoy(conn: &mut AnyConnection) -> Result<Option<Value>> {
+    sqlx::query_as::<_, EnvoyRow>("SELECT document FROM charon_envoy WHERE id = 1")
+        .fetch_optional(conn)
+        .await?
+        .map(|row| parse_document(ENVOY, &row.document))
+        .transpose()
+}
 
 async fn meta(conn: &mut AnyConnection) -> Result<Meta> {
     sqlx::query_as::<_, MetaRow>(
@@ -567,6 +589,19 @@ impl ReadTx {
         self.tx.run(async |c| namespaces(c).await).await
     }
 
+    /// The `envoy:` section's document, if there is one.
+    pub async fn envoy(&mut self) -> Result<Option<Value>> {
+        self.tx.run(async |c| envoy(c).await).await
+    }
+
+    /// Whether the `envoy:` section changed after `since` (as far as the
+    /// kept history tells; a client behind it gets a snapshot anyway).
+    pub async fn envoy_changed(&mut self, since: u64) -> Result<bool> {
+        self.tx
+            .run(async |c| changed_after(c, Entity::Envoy, ENVOY, since).await)
+            .await
+    }
+
     pub async fn changed_resources(&mut self, since: u64) -> Result<Vec<(String, Option<Value>)>> {
         self.tx
             .run(async |c| changed_resources(c, since).await)
@@ -715,6 +750,34 @@ impl WriteTx {
         }
         self.record(entity, name).await?;
         Ok(true)
+    }
+
+    /// Sets the `envoy:` section to a validated, normalized document, or
+    /// removes it (`None`). Recorded as a change only if it differs.
+    pub async fn set_envoy(&mut self, document: Option<&Value>) -> Result<()> {
+        let now = self.envoy().await?;
+        if now.as_ref() == document {
+            return Ok(());
+        }
+        match document {
+            Some(doc) => {
+                let upsert = sqlx::query(
+                    "INSERT INTO charon_envoy (id, document, updated_version) VALUES (1, $1, $2) \
+                     ON CONFLICT (id) DO UPDATE SET document = excluded.document, \
+                        updated_version = excluded.updated_version",
+                )
+                .bind(doc.to_string());
+                self.put(Entity::Envoy, ENVOY, upsert).await
+            }
+            None => self
+                .delete(
+                    Entity::Envoy,
+                    "DELETE FROM charon_envoy WHERE $1 = 'envoy'",
+                    ENVOY,
+                )
+                .await
+                .map(|_| ()),
+        }
     }
 
     /// Creates or replaces a namespace's switches.

@@ -141,6 +141,15 @@ pub struct Changes {
     pub namespaces: BTreeMap<String, NamespaceBody>,
     /// Names of namespaces deleted (never on a snapshot).
     pub deleted_namespaces: Vec<String>,
+    /// The `envoy:` section (SPEC §11, normalized) when it changed, or on
+    /// a snapshot when the configuration has one; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::EnvoySection>)]
+    pub envoy: Option<Value>,
+    /// True when the `envoy:` section was removed (never on a snapshot:
+    /// there, no `envoy` means none).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub envoy_removed: bool,
 }
 
 /// One entry of the difference between the stored configuration and an

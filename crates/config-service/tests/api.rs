@@ -1197,16 +1197,18 @@ async fn import_refuses_bad_documents(db: TestDb) {
         )
         .expect(400).await;
     assert_eq!(dup.problem_paths(), ["resources[1].name"]);
-    // An envoy: section is valid in a file but not kept by the API: refused
-    // by path, never dropped silently.
+    // A bad envoy: section is refused by path (tests/envoy.rs has the rest).
     let envoy = app
         .put("/v1/config")
         .body(
             "application/yaml",
-            "resources: []\nenvoy:\n  domains:\n    - { domain: edge, descriptors: [ { key: health, unlimited: true } ] }\n",
+            "resources: []\nenvoy:\n  domains:\n    - { domain: edge, descriptors: [ { key: health, resource: nowhere } ] }\n",
         )
         .expect(400).await;
-    assert_eq!(envoy.problem_paths(), ["envoy"]);
+    assert_eq!(
+        envoy.problem_paths(),
+        ["envoy.domains[0].descriptors[0].resource"]
+    );
     let empty = app
         .put("/v1/config")
         .body("application/yaml", "  \n")

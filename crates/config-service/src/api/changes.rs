@@ -44,6 +44,8 @@ pub(super) async fn changes(
         deleted_resources: Vec::new(),
         namespaces: Default::default(),
         deleted_namespaces: Vec::new(),
+        envoy: None,
+        envoy_removed: false,
     };
     if snapshot {
         changes.resources = tx
@@ -53,7 +55,12 @@ pub(super) async fn changes(
             .map(|r| r.document)
             .collect();
         changes.namespaces = super::namespaces::all(&mut tx).await?;
+        changes.envoy = tx.envoy().await?;
     } else if q.since < meta.version {
+        if tx.envoy_changed(q.since).await? {
+            changes.envoy = tx.envoy().await?;
+            changes.envoy_removed = changes.envoy.is_none();
+        }
         for (name, doc) in tx.changed_resources(q.since).await? {
             match doc {
                 Some(doc) => changes.resources.push(doc),

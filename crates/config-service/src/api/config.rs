@@ -17,7 +17,7 @@ use super::{Target, etag, precondition, snapshot, versioned};
 use crate::AppState;
 use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
-use crate::store::{ConfigDbError, Meta, StoredNamespace, StoredResource};
+use crate::store::{ConfigDbError, ENVOY, Meta, StoredNamespace, StoredResource, WriteTx};
 use crate::wire::{DiffEntry, ImportOutcome, NamespaceBody};
 
 #[derive(Debug, Deserialize)]
@@ -67,7 +67,17 @@ fn wants_yaml(q: &ExportQuery, headers: &HeaderMap) -> Result<bool, ApiError> {
 fn assemble(
     resources: BTreeMap<String, StoredResource>,
     namespaces: &BTreeMap<String, StoredNamespace>,
+    envoy: Option<Value>,
 ) -> Result<Config, ApiError> {
+    build(resources, namespaces, envoy)
+        .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
+}
+
+fn build(
+    resources: BTreeMap<String, StoredResource>,
+    namespaces: &BTreeMap<String, StoredNamespace>,
+    envoy: Option<Value>,
+) -> Result<Config, charon_core::config::ConfigErrors> {
     let nss: Map<String, Value> = namespaces
         .iter()
         .map(|(n, s)| {
@@ -81,9 +91,27 @@ fn assemble(
         })
         .collect();
     let docs: Vec<Value> = resources.into_values().map(|r| r.document).collect();
-    Config::from_value(&json!({ "namespaces": nss, "resources": docs }))
-        .map(|(config, _)| config)
-        .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
+    let mut doc = json!({ "namespaces": nss, "resources": docs });
+    if let Some(e) = envoy {
+        doc["envoy"] = e;
+    }
+    Config::from_value(&doc).map(|(config, _)| config)
+}
+
+/// Checks, inside a write, that the stored `envoy:` section still holds
+/// with the resources as this write leaves them (a node may name a
+/// resource that was deleted, renamed, or made copy-limited). The problems
+/// keep their paths in the section (`envoy.domains[0].descriptors[1].resource`),
+/// so the client sees which node stands in the way.
+pub(super) async fn check_envoy(tx: &mut WriteTx) -> Result<(), ApiError> {
+    let Some(envoy) = tx.envoy().await? else {
+        return Ok(());
+    };
+    let resources = tx.resources().await?;
+    let namespaces = tx.namespaces().await?;
+    build(resources, &namespaces, Some(envoy))
+        .map(|_| ())
+        .map_err(ApiError::config)
 }
 
 /// The whole configuration (SPEC §6), as JSON or, with `format=yaml` or
@@ -102,7 +130,8 @@ pub(super) async fn export(
     let (mut tx, Meta { version, .. }) = snapshot(&state).await?;
     let resources = tx.resources().await?;
     let namespaces = tx.namespaces().await?;
-    let config = assemble(resources, &namespaces)?;
+    let envoy = tx.envoy().await?;
+    let config = assemble(resources, &namespaces, envoy)?;
     if yaml {
         let mut response = (
             StatusCode::OK,
@@ -160,39 +189,34 @@ fn parse_import(
             )));
         }
     };
-    let (config, adjustments) = parsed.map_err(ApiError::config)?;
-    // The store keeps resources and namespaces only: an `envoy:` section
-    // accepted here would be dropped without a word.
-    if config.envoy().is_some() {
-        return Err(ApiError::invalid_at(
-            "envoy",
-            "the configuration API does not keep an envoy: section yet; give it to the \
-             server in its configuration file",
-        ));
-    }
-    Ok((config, adjustments))
+    parsed.map_err(ApiError::config)
 }
 
 /// What the imported configuration holds, by name.
 struct Wanted {
     resources: BTreeMap<String, Value>,
     namespaces: BTreeMap<String, NamespaceSettings>,
+    /// The `envoy:` section's normalized document; `None`: no section.
+    envoy: Option<Value>,
 }
 
 impl Wanted {
     fn of(config: &Config) -> Self {
         let mut resources = BTreeMap::new();
-        if let Value::Object(mut root) = config.to_value()
-            && let Some(Value::Array(docs)) = root.remove("resources")
-        {
-            for doc in docs {
-                let name = doc["name"].as_str().unwrap_or_default().to_owned();
-                resources.insert(name, doc);
+        let mut envoy = None;
+        if let Value::Object(mut root) = config.to_value() {
+            if let Some(Value::Array(docs)) = root.remove("resources") {
+                for doc in docs {
+                    let name = doc["name"].as_str().unwrap_or_default().to_owned();
+                    resources.insert(name, doc);
+                }
             }
+            envoy = root.remove("envoy");
         }
         Self {
             resources,
             namespaces: config.namespaces().clone(),
+            envoy,
         }
     }
 }
@@ -217,10 +241,12 @@ fn settings_value(s: NamespaceSettings) -> Value {
 }
 
 /// The difference from what is stored to what is wanted: namespaces, then
-/// resources, each by name.
+/// resources, each by name, then the `envoy:` section (one entry, kind
+/// and name `envoy`).
 fn diff(
     resources: &BTreeMap<String, StoredResource>,
     namespaces: &BTreeMap<String, StoredNamespace>,
+    envoy: Option<&Value>,
     wanted: &Wanted,
 ) -> Vec<DiffEntry> {
     let mut out = Vec::new();
@@ -244,6 +270,9 @@ fn diff(
         if before != after {
             out.push(entry("resource", name, before.cloned(), after.cloned()));
         }
+    }
+    if envoy != wanted.envoy.as_ref() {
+        out.push(entry(ENVOY, ENVOY, envoy.cloned(), wanted.envoy.clone()));
     }
     out
 }
@@ -285,7 +314,8 @@ pub(super) async fn import(
         }
         let resources = tx.resources().await?;
         let namespaces = tx.namespaces().await?;
-        let diff = diff(&resources, &namespaces, &wanted);
+        let envoy = tx.envoy().await?;
+        let diff = diff(&resources, &namespaces, envoy.as_ref(), &wanted);
         let outcome = ImportOutcome {
             dry_run: true,
             changed: !diff.is_empty(),
@@ -302,9 +332,13 @@ pub(super) async fn import(
     let base = tx.base;
     let resources = tx.resources().await?;
     let namespaces = tx.namespaces().await?;
-    let diff = diff(&resources, &namespaces, &wanted);
+    let envoy = tx.envoy().await?;
+    let diff = diff(&resources, &namespaces, envoy.as_ref(), &wanted);
     for e in &diff {
         match (e.kind.as_str(), &e.after) {
+            (ENVOY, after) => {
+                tx.set_envoy(after.as_ref()).await?;
+            }
             ("namespace", Some(_)) => {
                 let settings = wanted.namespaces.get(&e.name).copied();
                 tx.put_namespace(&e.name, settings.unwrap_or_default())

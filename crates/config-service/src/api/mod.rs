@@ -231,6 +231,7 @@ async fn precondition(
         Target::Whole => "the configuration".to_owned(),
         Target::Entity(Entity::Resource, name, _) => format!("resource {name:?}"),
         Target::Entity(Entity::Namespace, name, _) => format!("namespace {name:?}"),
+        Target::Entity(Entity::Envoy, _, _) => "the envoy: section".to_owned(),
     };
     let versions = match if_match {
         None => return Ok(()),

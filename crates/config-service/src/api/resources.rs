@@ -175,6 +175,7 @@ async fn edit(
             if differs {
                 tx.put_resource(name, normalized.kind, &normalized.document)
                     .await?;
+                super::config::check_envoy(&mut tx).await?;
             }
             let committed = tx.commit().await?;
             if committed.changed {
@@ -199,6 +200,7 @@ async fn edit(
             if !tx.delete_resource(name).await? {
                 return Err(missing(name));
             }
+            super::config::check_envoy(&mut tx).await?;
             let committed = tx.commit().await?;
             tracing::info!(
                 resource = name,

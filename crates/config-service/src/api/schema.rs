@@ -403,6 +403,8 @@ pub(crate) struct ConfigDocument {
     namespaces: Option<BTreeMap<String, NamespaceSettings>>,
     /// At most 100000 resources (MAX_RESOURCES).
     resources: Option<Vec<NewResource>>,
+    /// Envoy's rate-limit descriptors (SPEC §11); omitted or null: none.
+    envoy: Option<EnvoySection>,
 }
 
 /// The whole configuration as exported.
@@ -411,6 +413,77 @@ pub(crate) struct ExportedConfig {
     #[serde(default)]
     namespaces: BTreeMap<String, crate::wire::NamespaceBody>,
     resources: Vec<Resource>,
+    /// Present when the configuration has an `envoy:` section.
+    envoy: Option<EnvoySection>,
+}
+
+/// The `envoy:` section (SPEC §11, docs/envoy.md): which Charon resource
+/// limits which of Envoy's rate-limit descriptors. At most 10000 domains
+/// and 100000 nodes in all, trees at most 16 levels deep.
+#[derive(ToSchema)]
+pub(crate) struct EnvoySection {
+    /// Decide and record every descriptor, and always answer OK. Default
+    /// false.
+    shadow_mode: Option<bool>,
+    /// Add RateLimit-* and Retry-After headers to replies. Default false.
+    headers: Option<bool>,
+    /// Distinct domain names.
+    domains: Option<Vec<EnvoyDomain>>,
+}
+
+/// One Envoy domain (`RateLimitRequest.domain`) and its descriptor tree.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyDomain {
+    domain: Name,
+    descriptors: Option<Vec<EnvoyNode>>,
+}
+
+/// A descriptor node: matches the entry `key` (with `value`, only that
+/// value; without, any value, each its own Charon domain). At most one of
+/// `resource`, `rate_limit` and `unlimited: true`.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyNode {
+    /// 1 to 256 bytes, no control characters.
+    key: String,
+    /// 1 to 1024 bytes, no control characters; a string.
+    value: Option<String>,
+    /// Only on a node without a value.
+    mask: Option<EnvoyMask>,
+    /// A rate-like resource (rate, bucket, window or queue) of the same
+    /// configuration.
+    resource: Option<Name>,
+    rate_limit: Option<EnvoyRateLimit>,
+    unlimited: Option<bool>,
+    shadow_mode: Option<bool>,
+    #[schema(no_recursion)]
+    descriptors: Option<Vec<EnvoyNode>>,
+}
+
+/// The value is an IP address; the client is its network of these prefix
+/// lengths (defaults 32 and 48).
+#[derive(ToSchema)]
+pub(crate) struct EnvoyMask {
+    #[schema(minimum = 0, maximum = 32)]
+    ipv4: Option<u8>,
+    #[schema(minimum = 0, maximum = 128)]
+    ipv6: Option<u8>,
+}
+
+/// An inline fixed window of `requests_per_unit` per `unit`.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyRateLimit {
+    unit: EnvoyUnit,
+    requests_per_unit: PositiveCount,
+}
+
+/// The length of an inline `rate_limit`'s window.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub(crate) enum EnvoyUnit {
+    Second,
+    Minute,
+    Hour,
+    Day,
 }
 
 /// `GET /v1/resources/{name}/domains`.

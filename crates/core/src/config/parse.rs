@@ -239,6 +239,18 @@ pub fn parse_resource(v: &Value) -> Result<Resource, ConfigErrors> {
     }
 }
 
+/// Parses an `envoy:` section on its own (what the configuration API
+/// stores and its feed hands to servers), paths starting at `envoy`.
+/// References to resources are checked when it joins a configuration
+/// ([`super::Config::with_envoy`]).
+pub fn parse_envoy(v: &Value) -> Result<Envoy, ConfigErrors> {
+    let mut issues = Issues::default();
+    match envoy_at(v, &Path::root().key("envoy"), &mut issues) {
+        Some(e) => issues.finish(e),
+        None => Err(ConfigErrors(issues.into_vec())),
+    }
+}
+
 fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> {
     let Value::Object(map) = v else {
         issues.push(

@@ -1206,7 +1206,7 @@ async fn a_dry_run_records_nothing_and_a_charge_goes_into_debt_a_refund_pays_it(
 }
 
 #[tokio::test]
-async fn a_window_bans_and_refuses_refunds_kind_rate_refuses_what_it_cannot_do_yet() {
+async fn a_window_bans_and_refuses_refunds_kind_rate_charges_and_dry_runs() {
     let server = InProcessServer::start(METERS).await;
     let mut c = meter_client(&server).await;
     let r = c
@@ -1233,29 +1233,45 @@ async fn a_window_bans_and_refuses_refunds_kind_rate_refuses_what_it_cannot_do_y
         .expect_err("charge of 0");
     assert_error(&e, (Code::InvalidArgument, "client"));
 
-    let e = c.charge(charge("api", "d", 1)).await.expect_err("not yet");
-    assert_error(&e, (Code::InvalidArgument, "client"));
-    assert!(
-        e.message().contains("not supported for kind rate yet"),
-        "{e:?}"
+    let r = c
+        .charge(charge("api", "d", 1))
+        .await
+        .expect("charged")
+        .into_inner();
+    assert_eq!(
+        (r.granted, r.tier, r.tier_hits, r.limit),
+        (1, 0, 0, Some(0)),
+        "tier 0 keeps no hits"
     );
     let dry = v1::RateRequest {
         dry_run: true,
         ..rate("api", "d", None)
     };
-    let e = request_error(&mut c, dry, (Code::InvalidArgument, "client")).await;
-    assert!(e.message().contains("dry_run"), "{e:?}");
+    let r = c.request(dry).await.expect("answered").into_inner();
+    assert_eq!(
+        (r.granted, r.tier, r.tier_hits, r.burst),
+        (1, 1, 1, true),
+        "{r:?}"
+    );
     let e = c.charge(charge("nope", "d", 1)).await.expect_err("unknown");
     assert_error(&e, (Code::NotFound, "client"));
-    // Kind rate answers as before, the new fields unset.
+    // Kind rate answers with its own fields and the reply context; the
+    // dry run recorded nothing (this is still a burst into tier 1).
     let r = c
         .request(rate("api", "d", None))
         .await
         .expect("granted")
         .into_inner();
     assert_eq!(
-        (r.granted, r.tier_limit, r.limit, r.retry_after_ms),
-        (1, Some(5), None, None)
+        (
+            r.granted,
+            r.burst,
+            r.tier_limit,
+            r.limit,
+            r.remaining,
+            r.retry_after_ms
+        ),
+        (1, true, Some(5), Some(5), Some(4), Some(0))
     );
 
     let metrics = scrape(&server).await;

@@ -462,6 +462,16 @@ fn rule6_reply_carries_the_full_context_after_the_decision() {
             hard_limited: false,
             global_limited: false,
             ignored: false,
+            context: TierContext {
+                limit: 4,
+                remaining: 2,
+                // Tier 1 (infinite active) is dormant from its last hit's
+                // window end, and forgotten DORMANT_GRACE later.
+                reset_after_ms: Some(100 + 1_000 + 1 + DORMANT_GRACE - 100),
+                retry_after_ms: Some(0),
+                warning: false,
+                banned: false,
+            },
         }
     );
 }

@@ -50,7 +50,6 @@ pub fn to_proto(r: &RateReply) -> v1::RateReply {
         warning: r.context.warning,
         banned: r.context.banned,
         delay_ms: None,
-        ..Default::default()
     }
 }
 

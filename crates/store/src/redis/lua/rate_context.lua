@@ -112,9 +112,16 @@ local function retry_after(v, tiers, hard, global_limit, now, min, ban_until)
       for _, e in ipairs(vt.hits.entries) do add(e[1] + tier.window + 1) end
     end
   end
-  for _, l in ipairs({ v.last, v.glob }) do
-    view_load(l)
-    for _, e in ipairs(l.entries) do add(e[1] + SECOND + 1) end
+  -- H's and G's logs change the decision only under a limit: without one
+  -- their lists are not read (the instants they would add change nothing).
+  for _, lim in ipairs({ { v.last, hard }, { v.glob, global_limit } }) do
+    local l = lim[1]
+    if lim[2] == INF then
+      l.entries, l.first = {}, 1
+    else
+      view_load(l)
+      for _, e in ipairs(l.entries) do add(e[1] + SECOND + 1) end
+    end
   end
   table.sort(at)
   local prev = nil

@@ -145,6 +145,27 @@ async fn every_operation_through_the_client_library() {
         .await
         .expect("request");
     assert_eq!(g.granted, 0, "only 1 left, 2 needed");
+    // SPEC §10 on burst tiers: back when the first hits leave the 10 s
+    // window; a dry run of the one left records nothing.
+    assert!(
+        g.retry_after()
+            .is_some_and(|w| w > Duration::from_secs(8) && w <= Duration::from_millis(10_001)),
+        "{g:?}"
+    );
+    let g = a
+        .request("api", "t")
+        .dry_run(true)
+        .send()
+        .await
+        .expect("dry run");
+    let r = g.reply.expect("reply");
+    assert_eq!(
+        (g.granted, r.remaining, r.tier_hits),
+        (1, Some(0), 5),
+        "as if granted"
+    );
+    let g = a.request("api", "t").send().await.expect("request");
+    assert_eq!(g.granted, 1, "the dry run recorded nothing");
 
     let mut hold = a
         .reserve("vm", "newbie")

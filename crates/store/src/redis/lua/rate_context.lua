@@ -35,32 +35,62 @@ local function view_clear(l)
   l.n, l.tail, l.extra, l.cleared = 0, -1, {}, true
 end
 
--- The entries of a view's log, oldest first, read once.
+-- A view log's entries, oldest first, are read from its list lazily, a
+-- chunk at a time (LRANGE), then its in-memory hits: the sweep of
+-- retry_after and the pruning both consume them from the front, and the
+-- first instant that grants is usually near, so most of a long list is
+-- never read.
+local CHUNK = 64
+
 local function view_load(l)
-  local entries = {}
   local stored = l.n
   for _, e in ipairs(l.extra) do stored = stored - e[2] end
-  if not l.cleared and stored > 0 then
-    for _, raw in ipairs(redis.call('LRANGE', l.key, 0, -1)) do
+  l.entries, l.first, l.next_index = {}, 1, 0
+  l.list_done = l.cleared or stored <= 0
+  l.extra_done = false
+end
+
+-- Reads more entries; false when there are none left.
+local function view_more(l)
+  if not l.list_done then
+    local raws = redis.call('LRANGE', l.key, l.next_index, l.next_index + CHUNK - 1)
+    for _, raw in ipairs(raws) do
       local t, c = struct.unpack(ENTRY, raw)
-      entries[#entries + 1] = { t, c }
+      l.entries[#l.entries + 1] = { t, c }
     end
+    l.next_index = l.next_index + #raws
+    if #raws < CHUNK then l.list_done = true end
+    if #raws > 0 then return true end
   end
-  for _, e in ipairs(l.extra) do entries[#entries + 1] = e end
-  l.entries, l.first = entries, 1
+  if not l.extra_done then
+    l.extra_done = true
+    for _, e in ipairs(l.extra) do l.entries[#l.entries + 1] = e end
+    return #l.extra > 0
+  end
+  return false
+end
+
+-- The k-th entry of a loaded view log, or nil.
+local function view_entry(l, k)
+  while k > #l.entries do
+    if not view_more(l) then return nil end
+  end
+  return l.entries[k]
 end
 
 -- HitLog::prune on a loaded view log.
 local function view_prune(l, now, span)
-  while l.first <= #l.entries and now - l.entries[l.first][1] > span do
-    l.n = l.n - l.entries[l.first][2]
+  while true do
+    local e = view_entry(l, l.first)
+    if not e or now - e[1] <= span then return end
+    l.n = l.n - e[2]
     l.first = l.first + 1
   end
 end
 
 local function view_drop(l)
   l.n = 0
-  l.first = #l.entries + 1
+  l.dropped = true
 end
 
 -- RateState::advance on a loaded view.
@@ -72,7 +102,7 @@ local function view_advance(v, tiers, now)
       view_drop(vt.hits)
     elseif ph == COOLDOWN then
       view_drop(vt.hits)
-    else
+    elseif not vt.hits.dropped then
       view_prune(vt.hits, now, tiers[i].window)
     end
   end
@@ -96,20 +126,23 @@ local function retry_after(v, tiers, hard, global_limit, now, min, ban_until)
   if start == now and room_at(v, tiers, hard, global_limit, now, min) >= min then
     return 0
   end
-  -- changes: every instant at which time alone changes the decision
-  local at = { start }
-  local function add(t)
-    if t > start then at[#at + 1] = t end
-  end
+  -- changes: every instant at which time alone changes the decision, in
+  -- increasing order. Each log's exits are already in order (its entries
+  -- plus a constant), so they are merged, not sorted: sorting thousands of
+  -- instants costs Lua more than the whole sweep.
+  local others = { start }
+  local sources = {}
   for i, vt in ipairs(v.tiers) do
     local tier = tiers[i]
     view_load(vt.hits)
     if vt.entered then
       if tier.active then
-        add(vt.entered + tier.active)
-        add(vt.entered + tier.active + tier.cooldown)
+        local ends = { vt.entered + tier.active, vt.entered + tier.active + tier.cooldown }
+        for _, t in ipairs(ends) do
+          if t > start then others[#others + 1] = t end
+        end
       end
-      for _, e in ipairs(vt.hits.entries) do add(e[1] + tier.window + 1) end
+      sources[#sources + 1] = { l = vt.hits, i = 1, off = tier.window + 1 }
     end
   end
   -- H's and G's logs change the decision only under a limit: without one
@@ -117,19 +150,38 @@ local function retry_after(v, tiers, hard, global_limit, now, min, ban_until)
   for _, lim in ipairs({ { v.last, hard }, { v.glob, global_limit } }) do
     local l = lim[1]
     if lim[2] == INF then
-      l.entries, l.first = {}, 1
+      l.entries, l.first, l.list_done, l.extra_done = {}, 1, true, true
     else
       view_load(l)
-      for _, e in ipairs(l.entries) do add(e[1] + SECOND + 1) end
+      sources[#sources + 1] = { l = l, i = 1, off = SECOND + 1 }
     end
   end
-  table.sort(at)
-  local prev = nil
-  for _, t in ipairs(at) do
-    if t ~= prev then
-      prev = t
-      view_advance(v, tiers, t)
-      if room_at(v, tiers, hard, global_limit, t, min) >= min then return t - now end
+  table.sort(others)
+  local function head(src)
+    local e = view_entry(src.l, src.i)
+    return e and e[1] + src.off
+  end
+  for _, src in ipairs(sources) do
+    while true do
+      local t = head(src)
+      if not t or t > start then break end
+      src.i = src.i + 1
+    end
+  end
+  local oi, prev = 1, nil
+  while true do
+    local best, from = nil, nil
+    if oi <= #others then best, from = others[oi], 0 end
+    for k, src in ipairs(sources) do
+      local t = head(src)
+      if t and (not best or t < best) then best, from = t, k end
+    end
+    if not best then break end
+    if from == 0 then oi = oi + 1 else sources[from].i = sources[from].i + 1 end
+    if best ~= prev then
+      prev = best
+      view_advance(v, tiers, best)
+      if room_at(v, tiers, hard, global_limit, best, min) >= min then return best - now end
     end
   end
   return nil

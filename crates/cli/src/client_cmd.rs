@@ -100,7 +100,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                     .send()
                     .await;
                 Ok(match grant {
-                    Ok(g) if g.reply.as_ref().is_some_and(|r| r.limit.is_some()) => {
+                    Ok(g) if g.reply.as_ref().is_some_and(is_meter) => {
                         let mut out = Map::new();
                         out.insert("granted".into(), g.granted.into());
                         out.insert(
@@ -115,19 +115,18 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                         ExitCode::SUCCESS
                     }
                     Ok(g) => {
-                        let r = g.reply.unwrap_or_default();
-                        println!(
-                            "{}",
-                            json!({
-                                "granted": g.granted, "source": format!("{:?}", g.source).to_lowercase(),
-                                "hard_limit": r.hard_limit, "global_limit": r.global_limit, "tier_limit": r.tier_limit,
-                                "domain_hits_last_second": r.domain_hits_last_second,
-                                "global_hits_last_second": r.global_hits_last_second,
-                                "tier_hits": r.tier_hits, "tier": r.tier, "burst": r.burst,
-                                "hard_limited": r.hard_limited, "global_limited": r.global_limited,
-                                "waited_ms": g.waited.as_millis() as u64,
-                            })
+                        let mut out = Map::new();
+                        out.insert("granted".into(), g.granted.into());
+                        out.insert(
+                            "source".into(),
+                            format!("{:?}", g.source).to_lowercase().into(),
                         );
+                        out.extend(tier_fields(&g.reply.unwrap_or_default()));
+                        if let Some(r) = &g.reply {
+                            out.extend(meter_fields(r));
+                        }
+                        out.insert("waited_ms".into(), (g.waited.as_millis() as u64).into());
+                        println!("{}", Value::Object(out));
                         ExitCode::SUCCESS
                     }
                     Err(e) => report(&e),
@@ -179,6 +178,9 @@ async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
         Ok(r) => {
             let mut out = Map::new();
             out.insert("granted".into(), r.granted.into());
+            if !is_meter(&r) {
+                out.extend(tier_fields(&r));
+            }
             out.extend(meter_fields(&r));
             println!("{}", Value::Object(out));
             ExitCode::SUCCESS
@@ -187,7 +189,29 @@ async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The reply context of a bucket, window or queue (SPEC §10), named as
+/// Whether a reply is a bucket's, window's or queue's: the tiers always
+/// say their tier, or its limit (unset only for the unbounded tier 1 of an
+/// unconfigured resource).
+fn is_meter(r: &v1::RateReply) -> bool {
+    r.limit.is_some() && r.tier_limit.is_none() && r.tier == 0
+}
+
+/// The burst tiers' own fields (SPEC §2 rule 6).
+fn tier_fields(r: &v1::RateReply) -> Map<String, Value> {
+    let v = json!({
+        "hard_limit": r.hard_limit, "global_limit": r.global_limit, "tier_limit": r.tier_limit,
+        "domain_hits_last_second": r.domain_hits_last_second,
+        "global_hits_last_second": r.global_hits_last_second,
+        "tier_hits": r.tier_hits, "tier": r.tier, "burst": r.burst,
+        "hard_limited": r.hard_limited, "global_limited": r.global_limited,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The reply context of every rate-like kind (SPEC §10), named as
 /// `charon simulate` names it; `delay_ms` only for queues.
 fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
     let mut out = Map::new();

@@ -439,3 +439,70 @@ fn llm_tokens_dry_run_then_charge() {
     assert_eq!(grr(&out[3]), (0, 0, json!(1)));
     assert_eq!(out[4]["granted"], 1, "the debt is paid back by time");
 }
+
+#[test]
+fn burst_tiers_warn_then_ban() {
+    const MINUTE: u64 = 60_000;
+    let mut events: Vec<Value> = (0..16).map(|_| req(0, "api/uploads", "u")).collect();
+    events.push(req(30_000, "api/uploads", "u"));
+    events.push(
+        json!({"t": MINUTE - 1, "op": "request", "resource": "api/uploads", "domain": "u", "dry_run": true}),
+    );
+    events.push(json!({"t": MINUTE - 1, "op": "charge", "resource": "api/uploads", "domain": "u", "copies": 1}));
+    events.push(req(MINUTE, "api/uploads", "u"));
+    let out = simulate(KINDS, &events);
+    assert!(out[..15].iter().all(|o| o["granted"] == 1));
+    // Tier 1: 4 of 5 is 80 %: the warning starts at the fourth hit, and
+    // `remaining` counts the burst into tier 2 (1 + 10).
+    assert_eq!(out[2]["warning"], false);
+    assert_eq!(
+        (&out[3]["warning"], &out[3]["remaining"]),
+        (&json!(true), &json!(11))
+    );
+    // The sixth bursts into tier 2 (1 of 10: no warning); the 15th fills it.
+    assert_eq!(
+        (&out[5]["tier"], &out[5]["burst"], &out[5]["warning"]),
+        (&json!(2), &json!(true), &json!(false))
+    );
+    assert_eq!(
+        (
+            &out[14]["limit"],
+            &out[14]["remaining"],
+            &out[14]["warning"]
+        ),
+        (&json!(10), &json!(0), &json!(true))
+    );
+    // The 16th is rejected and bans for a minute; tier 2 cools down until
+    // then, so the ban's end is when tier 1 grants again.
+    let rejected = &out[15];
+    assert_eq!(
+        (&rejected["granted"], &rejected["banned"]),
+        (&json!(0), &json!(true))
+    );
+    assert_eq!(rejected["retry_after_ms"], MINUTE);
+    assert_eq!(
+        (&out[16]["banned"], &out[16]["retry_after_ms"]),
+        (&json!(true), &json!(30_000))
+    );
+    // A dry run in the ban's last millisecond is rejected as the request
+    // would be; a charge still counts, in the current tier (tier 1: tier 2
+    // is cooling down), and the first request after the ban finds it there.
+    assert_eq!(
+        (
+            &out[17]["granted"],
+            &out[17]["banned"],
+            &out[17]["retry_after_ms"]
+        ),
+        (&json!(0), &json!(true), &json!(1))
+    );
+    assert_eq!(
+        (&out[18]["granted"], &out[18]["tier"], &out[18]["banned"]),
+        (&json!(1), &json!(1), &json!(true))
+    );
+    let after = &out[19];
+    assert_eq!(
+        (&after["granted"], &after["banned"], &after["tier_hits"]),
+        (&json!(1), &json!(false), &json!(2)),
+        "{after}"
+    );
+}

@@ -13,6 +13,7 @@ use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
 use charon_testkit::CharonProcess;
+use serde_json::json;
 use tokio_stream::StreamExt;
 
 const LIMITS: &str = r#"
@@ -144,6 +145,27 @@ async fn every_operation_through_the_client_library() {
         .await
         .expect("request");
     assert_eq!(g.granted, 0, "only 1 left, 2 needed");
+    // SPEC §10 on burst tiers: back when the first hits leave the 10 s
+    // window; a dry run of the one left records nothing.
+    assert!(
+        g.retry_after()
+            .is_some_and(|w| w > Duration::from_secs(8) && w <= Duration::from_millis(10_001)),
+        "{g:?}"
+    );
+    let g = a
+        .request("api", "t")
+        .dry_run(true)
+        .send()
+        .await
+        .expect("dry run");
+    let r = g.reply.expect("reply");
+    assert_eq!(
+        (g.granted, r.remaining, r.tier_hits),
+        (1, Some(0), 5),
+        "as if granted"
+    );
+    let g = a.request("api", "t").send().await.expect("request");
+    assert_eq!(g.granted, 1, "the dry run recorded nothing");
 
     let mut hold = a
         .reserve("vm", "newbie")
@@ -706,6 +728,7 @@ fn client_commands_dry_run_charge_and_refund() {
 resources:
   - { name: tokens, kind: bucket, burst: 10, count: 10, period: 1h }
   - { name: q, kind: queue, rate: 1, period: 1h, size: 5 }
+  - { name: api, kind: rate, tiers: [ { limit: 1, window: 1h } ] }
 "#;
     let server = CharonProcess::start(bin(), TOKENS, &[]);
     let endpoint = server.endpoint();
@@ -748,4 +771,39 @@ resources:
     let (bad, code) = client(&["refund", "q", "d"]);
     assert_eq!(code, Some(2), "{bad}");
     assert_eq!(bad["error"], "client", "{bad}");
+    // Burst tiers: their own fields, then the reply context.
+    let (tiers, _) = client(&["request", "api", "d"]);
+    assert_eq!(
+        (
+            &tiers["granted"],
+            &tiers["tier"],
+            &tiers["tier_limit"],
+            &tiers["burst"]
+        ),
+        (&json!(1), &json!(1), &json!(1), &json!(true)),
+        "{tiers}"
+    );
+    assert_eq!(
+        (&tiers["limit"], &tiers["remaining"]),
+        (&json!(1), &json!(0)),
+        "{tiers}"
+    );
+    let (dry, _) = client(&["request", "--dry-run", "api", "d"]);
+    assert_eq!(
+        (&dry["granted"], &dry["source"]),
+        (&json!(0), &json!("server")),
+        "{dry}"
+    );
+    assert!(
+        dry["retry_after_ms"]
+            .as_u64()
+            .is_some_and(|t| t > 3_000_000),
+        "{dry}"
+    );
+    let (charged, _) = client(&["charge", "api", "d"]);
+    assert_eq!(
+        (&charged["granted"], &charged["tier_hits"]),
+        (&json!(1), &json!(2)),
+        "{charged}"
+    );
 }

@@ -133,8 +133,9 @@ impl Client {
 
     /// `charge(resource, domain, copies)` (SPEC §10): records a cost known
     /// only after the work (LLM tokens once the answer is in), never
-    /// rejected; a bucket goes into debt that later requests pay back.
-    /// Buckets, windows and queues. Not degradable: a server error is
+    /// rejected; a bucket goes into debt that later requests pay back,
+    /// burst tiers count the hits in the current tier. Every rate-like
+    /// kind. Not degradable: a server error is
     /// returned (the cost could not be recorded), whatever `fail_open` says.
     pub async fn charge(
         &self,
@@ -429,7 +430,7 @@ ask_builder!(RateCall, "hits");
 impl RateCall {
     /// Ask without recording anything (SPEC §10): the answer is the one
     /// the request would get, so a client can check before it spends work
-    /// whose cost it will [`Client::charge`]. Buckets, windows and queues.
+    /// whose cost it will [`Client::charge`]. Every rate-like kind.
     pub fn dry_run(mut self, on: bool) -> Self {
         self.dry_run = on;
         self

@@ -35,8 +35,8 @@ impl RateGrant {
     }
 
     /// When a request for `min_copies` would be granted if nothing else
-    /// arrived (SPEC §10; buckets, windows and queues): zero if now, `None`
-    /// if never, or if the server did not say.
+    /// arrived (SPEC §10, every rate-like kind): zero if now, `None` if
+    /// never, or if the server did not say.
     pub fn retry_after(&self) -> Option<Duration> {
         self.reply
             .as_ref()

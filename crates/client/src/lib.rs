@@ -5,7 +5,7 @@
 //!   `copies`/`min_copies` and `max_wait`: rejections are retried with the
 //!   back-off of paper §3.2, `min(max_wait − elapsed, jitter(base · 2^i))`
 //!   after the i-th rejection, jitter uniform in `[v − v/4, v + v/4)`.
-//!   On buckets, windows and queues (SPEC §7–§10) `.dry_run(true)` asks
+//!   On every rate-like kind (SPEC §2, §7–§10) `.dry_run(true)` asks
 //!   without recording, and [`RateGrant::retry_after`] and
 //!   [`RateGrant::delay`] (a queue's) say when to come back or proceed;
 //!   [`Client::charge`] records a cost after the fact (never rejected) and

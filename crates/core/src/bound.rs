@@ -32,6 +32,10 @@ pub enum Kept<'a> {
     DomainHits,
     /// Hits of all domains in the last second.
     ResourceHits,
+    /// Hits in the current tier's window: the one count a `charge` can take
+    /// past its limit (and past the domain's last second, for windows
+    /// longer than a second).
+    TierHits,
 }
 
 impl fmt::Display for Kept<'_> {
@@ -42,6 +46,7 @@ impl fmt::Display for Kept<'_> {
             Kept::GroupCopies(g) => write!(f, "the copies held by group {g:?}"),
             Kept::DomainHits => f.write_str("the hits of this domain in the last second"),
             Kept::ResourceHits => f.write_str("the hits of all domains in the last second"),
+            Kept::TierHits => f.write_str("the hits in the current tier's window"),
         }
     }
 }

@@ -58,7 +58,7 @@ mod tests {
     use crate::UNBOUNDED;
     use crate::config::{Adjustment, ConfigIssue};
     use crate::copy::{CopyStatus, GroupHolds, Hold, ReserveReply, Staged};
-    use crate::rate::RateReply;
+    use crate::rate::{RateReply, TierContext};
 
     fn json(v: &impl serde::Serialize) -> String {
         serde_json::to_string(v).expect("encodes")
@@ -79,11 +79,13 @@ mod tests {
             hard_limited: false,
             global_limited: false,
             ignored: false,
+            context: TierContext::default(),
         };
+        let context = r#","limit":0,"remaining":0,"reset_after_ms":null,"retry_after_ms":null,"warning":false,"banned":false}"#;
         let plain = r#"{"granted":2,"hard_limit":null,"global_limit":null,"tier_limit":null,"domain_hits_last_second":3,"global_hits_last_second":4,"tier_hits":5,"tier":1,"burst":true,"hard_limited":false,"global_limited":false"#;
-        assert_eq!(json(&r), format!("{plain}}}"));
+        assert_eq!(json(&r), format!("{plain}{context}"));
         r.ignored = true;
-        assert_eq!(json(&r), format!("{plain},\"ignored\":true}}"));
+        assert_eq!(json(&r), format!("{plain},\"ignored\":true{context}"));
         r.hard_limit = Some(7);
         assert!(json(&r).contains(r#""hard_limit":7,"#));
     }

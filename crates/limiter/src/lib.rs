@@ -89,18 +89,24 @@ impl Limiter {
         check_name("domain", domain)?;
         let config = self.config.load();
         let (rate, enforcement) = config.rate(resource)?;
-        let limits = rate.limits_for(domain);
         Ok(self
             .store
-            .request(resource, domain, limits, amount, enforcement)
+            .tiers(
+                resource,
+                domain,
+                rate.limits_for(domain),
+                rate.policy_for(domain),
+                Op::request(amount),
+                enforcement,
+            )
             .await?)
     }
 
     /// `request(resource, domain, copies, min_copies)` on any rate-like
     /// resource (SPEC §2, §7–§10): a bucket, window or queue (its domain's
-    /// override applied) is decided by [`Store::meter`], `kind: rate` by the
-    /// burst tiers as [`Limiter::request`] does. `options.dry_run` records
-    /// nothing; the burst tiers cannot dry-run yet (a client error).
+    /// override applied) is decided by [`Store::meter`], `kind: rate` by
+    /// [`Store::tiers`] with the domain's soft limit and ban.
+    /// `options.dry_run` records nothing.
     ///
     /// Under `ignore_configured` a bucket, window or queue grants the whole
     /// request and records it as a charge (never rejected, no ban), which is
@@ -122,14 +128,21 @@ impl Limiter {
         };
         let (meter, enforcement) = match config.rate_like(resource, domain, operation)? {
             (RateLike::Meter(meter), enforcement) => (meter, enforcement),
-            (RateLike::Tiers(_), _) if options.dry_run => {
-                return Err(tiers_cannot(operation).into());
-            }
             (RateLike::Tiers(rate), enforcement) => {
-                let limits = rate.limits_for(domain);
+                let op = Op::Request {
+                    amount,
+                    dry_run: options.dry_run,
+                };
                 let reply = self
                     .store
-                    .request(resource, domain, limits, amount, enforcement)
+                    .tiers(
+                        resource,
+                        domain,
+                        rate.limits_for(domain),
+                        rate.policy_for(domain),
+                        op,
+                        enforcement,
+                    )
                     .await?;
                 return Ok(Decision::Tiers(reply));
             }
@@ -149,8 +162,9 @@ impl Limiter {
 
     /// `charge(resource, domain, copies)` (SPEC §10): a cost recorded after
     /// the fact (LLM tokens once the answer is known), never rejected; a
-    /// bucket goes into debt that later requests pay. Not yet for the burst
-    /// tiers (a client error).
+    /// bucket goes into debt that later requests pay, burst tiers record
+    /// the hits in the current tier (none in tier 0) and in H's and G's
+    /// last second.
     pub async fn charge(
         &self,
         resource: &str,
@@ -189,7 +203,23 @@ impl Limiter {
         let config = self.config.load();
         let (meter, enforcement) = match config.rate_like(resource, domain, operation)? {
             (RateLike::Meter(meter), enforcement) => (meter, enforcement),
-            (RateLike::Tiers(_), _) => return Err(tiers_cannot(operation).into()),
+            (RateLike::Tiers(_), _) if operation == "refund" => {
+                return Err(no_tier_refund().into());
+            }
+            (RateLike::Tiers(rate), enforcement) => {
+                let reply = self
+                    .store
+                    .tiers(
+                        resource,
+                        domain,
+                        rate.limits_for(domain),
+                        rate.policy_for(domain),
+                        op,
+                        enforcement,
+                    )
+                    .await?;
+                return Ok(Decision::Tiers(reply));
+            }
         };
         let ignored = enforcement == Enforcement::Ignore;
         let reply = self.store.meter(resource, domain, &meter, op).await?;
@@ -227,16 +257,10 @@ impl Limiter {
     }
 }
 
-/// The error for `operation` (charge, refund, dry_run) on the burst
-/// tiers: not supported yet, but for refunds, which SPEC §10 keeps to
-/// buckets.
-fn tiers_cannot(operation: &'static str) -> ClientError {
-    if operation == "refund" {
-        return ClientError::invalid(
-            "refund is only for kind bucket: hits already counted cannot be un-requested",
-        );
-    }
-    ClientError::invalid(format!(
-        "{operation} is not supported for kind rate yet (only for kind bucket, window and queue)"
-    ))
+/// The error of a refund on the burst tiers: SPEC §10 keeps refunds to
+/// buckets, hits in a log cannot be un-requested (paper §3.1).
+fn no_tier_refund() -> ClientError {
+    ClientError::invalid(
+        "refund is only for kind bucket: hits already counted cannot be un-requested",
+    )
 }

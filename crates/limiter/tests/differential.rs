@@ -7,7 +7,9 @@
 //!
 //! Each seed has its own random configuration: tier lists, per-domain
 //! overrides, H and G from the generator of the naive-model property test,
-//! and random copy limits and groups, so the scripts see every shape.
+//! soft limits and bans, a random bucket, window and queue (SPEC §7–§10),
+//! and random copy limits and groups, so the scripts see every shape. Rate
+//! operations are requests, dry runs, charges and refunds on every kind.
 //!
 //! `CHARON_DIFF_SEEDS=n` runs more seeds; a failure prints its seed, and
 //! `CHARON_DIFF_SEED=s` replays that one.
@@ -24,7 +26,7 @@ use charon_core::rate::DORMANT_GRACE;
 use charon_core::request::Amount;
 use charon_core::testing::{self, Draw};
 use charon_core::{MAX_COUNT, ManualClock};
-use charon_limiter::{LimitError, Limiter, Session};
+use charon_limiter::{Decision, LimitError, Limiter, RequestOptions, Session};
 use charon_store::MemoryStore;
 use charon_testkit::RedisServer;
 use rand::rngs::StdRng;
@@ -47,7 +49,8 @@ resources:
     domain_limit: 1
 "#;
 
-/// Random rate resources (`api/*`) and copy resources (`vm/*`).
+/// Random rate resources (`api/*`), buckets, windows and queues (`m/*`)
+/// and copy resources (`vm/*`).
 const RANDOM_RATE: &[&str] = &["api/a", "api/b", "api/c"];
 const RANDOM_COPY: &[&str] = &["vm/x", "vm/y"];
 
@@ -97,6 +100,89 @@ fn tiers_yaml(rng: &mut StdRng, tiers: &[Tier], indent: &str) -> String {
     y
 }
 
+/// A random `soft_limit` and `ban` (SPEC §10), each one time in three;
+/// bans are short enough to end within a scenario.
+fn policy_yaml(rng: &mut StdRng, indent: &str, shapes: &mut Vec<String>) -> String {
+    let mut y = String::new();
+    if rng.random_range(0..3) == 0 {
+        y += &format!(
+            "{indent}soft_limit: {}%
+",
+            rng.random_range(1..=100)
+        );
+        shapes.push("config: soft limit".to_owned());
+    }
+    if rng.random_range(0..3) == 0 {
+        let ban = if rng.random_range(0..4) == 0 {
+            rng.random_range(1..=3)
+        } else {
+            UNIT * rng.random_range(1..=40)
+        };
+        y += &format!(
+            "{indent}ban: {ban}ms
+"
+        );
+        shapes.push("config: ban".to_owned());
+    }
+    y
+}
+
+/// A random bucket, window and queue (SPEC §7–§9) with their soft limits,
+/// bans and overrides.
+fn meters_yaml(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
+    let mut y = String::new();
+    let period = |rng: &mut StdRng| span(UNIT * rng.random_range(1..=20));
+    y += &format!(
+        "  - name: m/b
+    kind: bucket
+    burst: {}
+    count: {}
+    period: {}
+",
+        rng.random_range(1..=6),
+        rng.random_range(1..=5),
+        period(rng)
+    );
+    y += &policy_yaml(rng, "    ", shapes);
+    if rng.random_range(0..2) == 0 {
+        y += &format!(
+            "    domains: {{ d1: {{ count: {} }} }}
+",
+            rng.random_range(1..=9)
+        );
+    }
+    let algorithm = if rng.random_range(0..2) == 0 {
+        "fixed"
+    } else {
+        "sliding_counter"
+    };
+    shapes.push(format!("config: window {algorithm}"));
+    y += &format!(
+        "  - name: m/w
+    kind: window
+    algorithm: {algorithm}
+    limit: {}
+    window: {}
+",
+        rng.random_range(1..=6),
+        period(rng)
+    );
+    y += &policy_yaml(rng, "    ", shapes);
+    y += &format!(
+        "  - name: m/q
+    kind: queue
+    rate: {}
+    period: {}
+    size: {}
+",
+        rng.random_range(1..=5),
+        period(rng),
+        rng.random_range(1..=6)
+    );
+    y += &policy_yaml(rng, "    ", shapes);
+    y
+}
+
 fn optional(rng: &mut StdRng, key: &str, v: Option<u64>, indent: &str) -> String {
     v.map_or_else(String::new, |v| {
         format!("{indent}{key}: {}\n", limit(rng, v, 12))
@@ -116,6 +202,7 @@ fn config(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
         y += &format!("  - name: {name}\n    kind: rate\n");
         y += &optional(rng, "hard_limit", hard, "    ");
         y += &optional(rng, "global_limit", global, "    ");
+        y += &policy_yaml(rng, "    ", shapes);
         y += "    tiers:";
         y += &tiers_yaml(rng, &tiers, "      ");
         let mut overrides = String::new();
@@ -128,6 +215,9 @@ fn config(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
             let tiers = (hard.is_none() || rng.random_range(0..2) == 0)
                 .then(|| testing::tiers(&mut Seeded(rng), UNIT));
             overrides += &optional(rng, "hard_limit", hard, "        ");
+            if rng.random_range(0..3) == 0 {
+                overrides += &policy_yaml(rng, "        ", shapes);
+            }
             shapes.push(
                 if tiers.is_some() {
                     "config: domain override with tiers"
@@ -146,6 +236,7 @@ fn config(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
             y += &overrides;
         }
     }
+    y += &meters_yaml(rng, shapes);
     for name in RANDOM_COPY {
         let domain_limit = rng.random_range(0..=6);
         y += &format!(
@@ -188,7 +279,8 @@ fn config(rng: &mut StdRng, shapes: &mut Vec<String>) -> String {
 }
 
 const RATE_RESOURCES: &[&str] = &[
-    "api/a", "api/a", "api/b", "api/b", "api/c", "loose/r", "free/z", "nope/r", "vm/x",
+    "api/a", "api/a", "api/b", "api/b", "api/c", "loose/r", "free/z", "nope/r", "vm/x", "m/b",
+    "m/w", "m/q",
 ];
 const COPY_RESOURCES: &[&str] = &["vm/x", "vm/y", "loose/vm", "free/vm", "api/a"];
 const DOMAINS: &[&str] = &["d1", "d2", "d3", "d4"];
@@ -301,6 +393,48 @@ impl Scenario {
         *self.seen.entry(what.into()).or_default() += 1;
     }
 
+    /// Counts what a rate-like operation `op` got, by kind.
+    fn tally(&mut self, op: &str, d: &Result<Decision, LimitError>, copies: u64) {
+        let d = match d {
+            Ok(d) => d,
+            Err(e) => return self.saw(format!("{op} {}", client_error_kind(e))),
+        };
+        let (kind, banned, warning, retry) = match d {
+            Decision::Tiers(r) => {
+                match () {
+                    () if r.granted == 0 => self.saw(format!("{op} rejected")),
+                    () if r.burst => self.saw(format!("{op} burst into tier {}", r.tier)),
+                    () if r.hard_limited || r.global_limited => {
+                        self.saw(format!("{op} granted, limited by H/G"));
+                    }
+                    () if r.granted < copies => self.saw(format!("{op} granted partly")),
+                    () if r.granted > 7 => self.saw(format!("{op} granted, huge")),
+                    () => self.saw(format!("{op} granted")),
+                }
+                let c = r.context;
+                ("tiers", c.banned, c.warning, c.retry_after_ms)
+            }
+            Decision::Meter { reply, .. } => {
+                if reply.granted == 0 {
+                    self.saw(format!("meter {op} rejected"));
+                }
+                ("meter", reply.banned, reply.warning, reply.retry_after_ms)
+            }
+        };
+        self.saw(format!("{kind} {op}"));
+        if banned {
+            self.saw(format!("{kind} {op} banned"));
+        }
+        if warning {
+            self.saw(format!("{kind} {op} warning"));
+        }
+        match retry {
+            None => self.saw(format!("{kind} {op} retry null")),
+            Some(0) => {}
+            Some(_) => self.saw(format!("{kind} {op} retry later")),
+        }
+    }
+
     fn check(&mut self, what: String, memory: String, redis: String) {
         self.log.push(format!("{what} -> {memory}"));
         if memory != redis {
@@ -337,25 +471,56 @@ impl Scenario {
                 }
                 self.log.push(format!("t += {jump}"));
             }
-            25..=54 => {
+            25..=46 => {
                 let resource = RATE_RESOURCES[rng.random_range(0..RATE_RESOURCES.len())];
                 let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
                 let (copies, min) = counts(rng, 7);
                 let amount = Amount::new(copies, min).unwrap();
-                let m = self.memory.limiter.request(resource, domain, amount).await;
-                let r = self.redis.limiter.request(resource, domain, amount).await;
-                match &m {
-                    Ok(r) if r.granted == 0 => self.saw("request rejected"),
-                    Ok(r) if r.burst => self.saw(format!("request burst into tier {}", r.tier)),
-                    Ok(r) if r.hard_limited || r.global_limited => {
-                        self.saw("request granted, limited by H/G");
-                    }
-                    Ok(r) if r.granted < copies => self.saw("request granted partly"),
-                    Ok(r) if r.granted > 7 => self.saw("request granted, huge"),
-                    Ok(_) => self.saw("request granted"),
-                    Err(e) => self.saw(format!("request {}", client_error_kind(e))),
-                }
-                let what = format!("t={t} request({resource}, {domain}, {copies}, {min})");
+                let options = RequestOptions {
+                    dry_run: rng.random_range(0..4) == 0,
+                };
+                let m = self
+                    .memory
+                    .limiter
+                    .decide(resource, domain, amount, options)
+                    .await;
+                let r = self
+                    .redis
+                    .limiter
+                    .decide(resource, domain, amount, options)
+                    .await;
+                let op = if options.dry_run {
+                    "dry run"
+                } else {
+                    "request"
+                };
+                self.tally(op, &m, copies);
+                let what = format!("t={t} {op}({resource}, {domain}, {copies}, {min})");
+                self.check(what, outcome(&m), outcome(&r));
+            }
+            47..=54 => {
+                let resource = RATE_RESOURCES[rng.random_range(0..RATE_RESOURCES.len())];
+                let domain = DOMAINS[rng.random_range(0..DOMAINS.len())];
+                let copies = match rng.random_range(0..16) {
+                    0 => 0,
+                    1 => HUGE[rng.random_range(0..HUGE.len())],
+                    _ => rng.random_range(1..=5),
+                };
+                let refund = rng.random_range(0..6) == 0;
+                let (m, r) = if refund {
+                    (
+                        self.memory.limiter.refund(resource, domain, copies).await,
+                        self.redis.limiter.refund(resource, domain, copies).await,
+                    )
+                } else {
+                    (
+                        self.memory.limiter.charge(resource, domain, copies).await,
+                        self.redis.limiter.charge(resource, domain, copies).await,
+                    )
+                };
+                let op = if refund { "refund" } else { "charge" };
+                self.tally(op, &m, copies);
+                let what = format!("t={t} {op}({resource}, {domain}, {copies})");
                 self.check(what, outcome(&m), outcome(&r));
             }
             55..=69 => {
@@ -542,6 +707,30 @@ async fn memory_and_redis_give_identical_replies() {
     for must in [
         "request burst into tier 2",
         "request burst into tier 3",
+        "dry run burst into tier 2",
+        "dry run rejected",
+        "charge granted",
+        "tiers request banned",
+        "tiers dry run banned",
+        "tiers charge banned",
+        "tiers request warning",
+        "tiers request retry null",
+        "tiers request retry later",
+        "tiers dry run retry later",
+        "tiers charge retry later",
+        "refund client error",
+        "charge client error",
+        "meter request",
+        "meter request rejected",
+        "meter dry run",
+        "meter charge",
+        "meter refund",
+        "meter request banned",
+        "meter request warning",
+        "config: soft limit",
+        "config: ban",
+        "config: window fixed",
+        "config: window sliding_counter",
         "request granted, limited by H/G",
         "request rejected",
         "reserve rejected",

@@ -1,6 +1,6 @@
 //! Buckets, windows and queues through the limiter (SPEC §7–§10): requests
-//! dispatch by kind, dry runs, charges and refunds, and the client errors
-//! of operations the burst tiers do not support yet.
+//! dispatch by kind, dry runs, charges and refunds, the same operations on
+//! the burst tiers, and the client error of a refund on them.
 
 #![allow(clippy::unwrap_used)]
 
@@ -197,7 +197,7 @@ async fn a_window_bans_after_a_rejection_and_refuses_refunds() {
 }
 
 #[tokio::test]
-async fn kind_rate_keeps_its_replies_and_refuses_what_it_cannot_do_yet() {
+async fn kind_rate_dry_runs_and_charges_and_refuses_only_refunds() {
     let f = stores::memory().await;
     let l = limiter(&f);
     let d = l
@@ -209,20 +209,32 @@ async fn kind_rate_keeps_its_replies_and_refuses_what_it_cannot_do_yet() {
     };
     let other = limiter(&stores::memory().await);
     assert_eq!(tiers, other.request("api", "d", n(1)).await.unwrap());
+    assert_eq!(
+        (tiers.context.limit, tiers.context.remaining),
+        (1, 0),
+        "{tiers:?}"
+    );
+    // Tier 1 is full until its hit leaves the window at 0 + 1000 + 1.
+    assert_eq!(tiers.context.retry_after_ms, Some(1_001));
 
-    for e in [
-        l.charge("api", "d", 1).await.unwrap_err(),
+    let tier_reply = |d: Decision| match d {
+        Decision::Tiers(r) => r,
+        Decision::Meter { .. } => panic!("tiers expected, got {d:?}"),
+    };
+    let dry = tier_reply(
         l.decide("api", "d", n(1), RequestOptions::dry_run())
             .await
-            .unwrap_err(),
-        l.charge("open/anything", "d", 1).await.unwrap_err(),
-    ] {
-        let e = client(e);
-        assert!(
-            matches!(&e, ClientError::InvalidArgument(m) if m.contains("not supported for kind rate yet")),
-            "{e:?}"
-        );
-    }
+            .unwrap(),
+    );
+    assert_eq!((dry.granted, dry.context.retry_after_ms), (0, Some(1_001)));
+    // A charge is never rejected: the tier holds 2 hits of 1.
+    let c = tier_reply(l.charge("api", "d", 1).await.unwrap());
+    assert_eq!((c.granted, c.tier, c.tier_hits), (1, 1, 2), "{c:?}");
+    assert_eq!(c.context.retry_after_ms, Some(1_001));
+    // The permissive tier of an unconfigured resource charges too.
+    let c = tier_reply(l.charge("open/anything", "d", 1).await.unwrap());
+    assert_eq!((c.granted, c.domain_hits_last_second), (1, 1), "{c:?}");
+
     let e = client(l.refund("api", "d", 1).await.unwrap_err());
     assert!(matches!(&e, ClientError::InvalidArgument(m) if m.contains("only for kind bucket")));
     assert!(matches!(

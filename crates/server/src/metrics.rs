@@ -10,7 +10,7 @@
 //!   operation (a charge or refund counts as `granted`);
 //! - `charon_warnings_total{operation, resource}` — replies over a soft
 //!   limit, and `charon_banned_total{operation, resource}` — replies to a
-//!   banned domain (buckets, windows and queues, SPEC §10);
+//!   banned domain (every rate-like kind, SPEC §10);
 //! - `charon_decision_duration_seconds{operation}` — a histogram;
 //! - `charon_errors_total{operation, class}`;
 //! - `charon_sessions_open`, `charon_copies_held` (by this server's

@@ -1206,7 +1206,7 @@ async fn a_dry_run_records_nothing_and_a_charge_goes_into_debt_a_refund_pays_it(
 }
 
 #[tokio::test]
-async fn a_window_bans_and_refuses_refunds_kind_rate_refuses_what_it_cannot_do_yet() {
+async fn a_window_bans_and_refuses_refunds_kind_rate_charges_and_dry_runs() {
     let server = InProcessServer::start(METERS).await;
     let mut c = meter_client(&server).await;
     let r = c
@@ -1233,29 +1233,45 @@ async fn a_window_bans_and_refuses_refunds_kind_rate_refuses_what_it_cannot_do_y
         .expect_err("charge of 0");
     assert_error(&e, (Code::InvalidArgument, "client"));
 
-    let e = c.charge(charge("api", "d", 1)).await.expect_err("not yet");
-    assert_error(&e, (Code::InvalidArgument, "client"));
-    assert!(
-        e.message().contains("not supported for kind rate yet"),
-        "{e:?}"
+    let r = c
+        .charge(charge("api", "d", 1))
+        .await
+        .expect("charged")
+        .into_inner();
+    assert_eq!(
+        (r.granted, r.tier, r.tier_hits, r.limit),
+        (1, 0, 0, Some(0)),
+        "tier 0 keeps no hits"
     );
     let dry = v1::RateRequest {
         dry_run: true,
         ..rate("api", "d", None)
     };
-    let e = request_error(&mut c, dry, (Code::InvalidArgument, "client")).await;
-    assert!(e.message().contains("dry_run"), "{e:?}");
+    let r = c.request(dry).await.expect("answered").into_inner();
+    assert_eq!(
+        (r.granted, r.tier, r.tier_hits, r.burst),
+        (1, 1, 1, true),
+        "{r:?}"
+    );
     let e = c.charge(charge("nope", "d", 1)).await.expect_err("unknown");
     assert_error(&e, (Code::NotFound, "client"));
-    // Kind rate answers as before, the new fields unset.
+    // Kind rate answers with its own fields and the reply context; the
+    // dry run recorded nothing (this is still a burst into tier 1).
     let r = c
         .request(rate("api", "d", None))
         .await
         .expect("granted")
         .into_inner();
     assert_eq!(
-        (r.granted, r.tier_limit, r.limit, r.retry_after_ms),
-        (1, Some(5), None, None)
+        (
+            r.granted,
+            r.burst,
+            r.tier_limit,
+            r.limit,
+            r.remaining,
+            r.retry_after_ms
+        ),
+        (1, true, Some(5), Some(5), Some(4), Some(0))
     );
 
     let metrics = scrape(&server).await;
@@ -1293,6 +1309,88 @@ async fn a_session_charges_refunds_and_dry_runs() {
     match s.call(Op::Request(rate("debt", "s", None))).await {
         Reply::Request(r) => assert_eq!(r.granted, 1, "{r:?}"),
         other => panic!("a request reply, not {other:?}"),
+    }
+    server.stop().await;
+}
+
+const TIERS_BAN: &str = r#"
+resources:
+  - name: up
+    kind: rate
+    soft_limit: 50%
+    ban: 1h
+    tiers: [ { limit: 2, window: 24h } ]
+"#;
+
+/// SPEC §10 on `kind: rate` through gRPC, unary and on the session stream:
+/// the reply context, a warning, a dry run that would ban and records
+/// nothing, a ban, and a charge during it.
+#[tokio::test]
+async fn burst_tiers_warn_ban_dry_run_and_charge_over_grpc() {
+    const DAY: u64 = 24 * HOUR;
+    let server = InProcessServer::start(TIERS_BAN).await;
+    let mut c = meter_client(&server).await;
+    let r = c
+        .request(rate("up", "d", None))
+        .await
+        .expect("granted")
+        .into_inner();
+    assert_eq!(
+        (r.granted, r.tier, r.limit, r.remaining, r.retry_after_ms),
+        (1, 1, Some(2), Some(1), Some(0)),
+        "{r:?}"
+    );
+    assert_eq!((r.warning, r.banned), (true, false), "1 of 2 is 50 %");
+    let dry = v1::RateRequest {
+        dry_run: true,
+        min_copies: Some(2),
+        ..rate("up", "d", Some(2))
+    };
+    let r = c.request(dry).await.expect("answered").into_inner();
+    assert_eq!((r.granted, r.banned), (0, true), "it would ban: {r:?}");
+    // Nothing was recorded: neither the ban nor a hit.
+    let r = c
+        .request(rate("up", "d", None))
+        .await
+        .expect("granted")
+        .into_inner();
+    assert_eq!((r.granted, r.banned, r.tier_hits), (1, false, 2), "{r:?}");
+    let r = c
+        .request(rate("up", "d", None))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!((r.granted, r.banned), (0, true), "{r:?}");
+    // The window outlasts the ban: back when the first hit leaves it.
+    assert!(
+        r.retry_after_ms
+            .is_some_and(|t| t <= DAY + 1 && t + 60_000 > DAY),
+        "{r:?}"
+    );
+    let mut s = Session::open(&mut c).await;
+    match s.call(Op::Charge(charge("up", "d", 3))).await {
+        Reply::Charge(r) => assert_eq!(
+            (r.granted, r.tier_hits, r.banned, r.remaining),
+            (3, 5, true, Some(0)),
+            "{r:?}"
+        ),
+        other => panic!("a charge reply, not {other:?}"),
+    }
+    match s.call(Op::Request(rate("up", "d", None))).await {
+        Reply::Request(r) => assert_eq!((r.granted, r.banned), (0, true), "{r:?}"),
+        other => panic!("a request reply, not {other:?}"),
+    }
+    let e = c
+        .refund(charge("up", "d", 1))
+        .await
+        .expect_err("no refunds");
+    assert_error(&e, (Code::InvalidArgument, "client"));
+    let metrics = scrape(&server).await;
+    for name in ["charon_banned_total", "charon_warnings_total"] {
+        assert!(
+            has_sample(&metrics, name, &[r#"resource="up""#]),
+            "{name}: {metrics}"
+        );
     }
     server.stop().await;
 }

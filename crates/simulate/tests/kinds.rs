@@ -1,5 +1,5 @@
-//! Buckets, windows and queues through the simulation (SPEC §10): the
-//! reply context, dry runs, charges and refunds, and the event checks.
+//! Every rate-like kind through the simulation (SPEC §10): the reply
+//! context, dry runs, charges and refunds, and the event checks.
 
 use charon_core::config::Config;
 use charon_simulate::Simulation;
@@ -35,10 +35,31 @@ fn a_bucket_reply_has_the_reply_context_in_core_order() {
 }
 
 #[test]
-fn a_rate_reply_is_unchanged() {
-    let out = run(&[json!({"t": 0, "op": "request", "resource": "api", "domain": "d"})]);
-    assert_eq!(out[0]["tier_limit"], 2);
-    assert!(out[0].get("remaining").is_none(), "{}", out[0]);
+fn a_rate_reply_has_its_own_fields_then_the_reply_context() {
+    let out = run(&[
+        json!({"t": 0, "op": "request", "resource": "api", "domain": "d"}),
+        json!({"t": 0, "op": "request", "resource": "api", "domain": "d", "dry_run": true, "copies": 2, "min_copies": 2}),
+        json!({"t": 5, "op": "charge", "resource": "api", "domain": "d", "copies": 2}),
+    ]);
+    assert_eq!(
+        serde_json::to_string(&out[0]).expect("encode"),
+        r#"{"t":0,"op":"request","granted":1,"hard_limit":null,"global_limit":null,"tier_limit":2,"domain_hits_last_second":1,"global_hits_last_second":1,"tier_hits":1,"tier":1,"burst":true,"hard_limited":false,"global_limited":false,"limit":2,"remaining":1,"reset_after_ms":3601001,"retry_after_ms":0,"warning":false,"banned":false}"#
+    );
+    // A dry run for exactly 2 when 1 fits: rejected, and both fit once the
+    // hit at 0 leaves the window at 1001.
+    assert_eq!(
+        (&out[1]["granted"], &out[1]["retry_after_ms"]),
+        (&json!(0), &json!(1_001))
+    );
+    // A charge past the tier's limit is recorded all the same.
+    assert_eq!(
+        (
+            &out[2]["granted"],
+            &out[2]["tier_hits"],
+            &out[2]["retry_after_ms"]
+        ),
+        (&json!(2), &json!(3), &json!(1_001))
+    );
 }
 
 #[test]
@@ -106,8 +127,7 @@ fn bad_events_are_client_errors_naming_the_field() {
         json!({"t": 0, "op": "charge", "resource": "tokens", "domain": "d", "copies": 0}),
         json!({"t": 0, "op": "refund", "resource": "win", "domain": "d"}),
         json!({"t": 0, "op": "refund", "resource": "tokens", "domain": "d", "copies": 9_007_199_254_740_992_u64}),
-        json!({"t": 0, "op": "request", "resource": "api", "domain": "d", "dry_run": true}),
-        json!({"t": 0, "op": "charge", "resource": "api", "domain": "d"}),
+        json!({"t": 0, "op": "refund", "resource": "api", "domain": "d"}),
         json!({"t": 0, "op": "request", "resource": "tokens", "domain": "d", "copies": 10}),
     ]);
     let (out, after) = out.split_at(out.len() - 1);

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use charon_core::Millis;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
-use charon_core::meter::{Meter, Op, Reply};
+use charon_core::meter::{Meter, Op, Policy, Reply};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 
@@ -36,13 +36,40 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> &'static str;
 
     /// Decides and records `request(resource, domain, amount)` with the
-    /// limits that apply to the domain.
+    /// limits that apply to the domain, without soft limit or ban: what
+    /// [`Store::tiers`] does for a plain request.
     async fn request(
         &self,
         resource: &str,
         domain: &str,
         limits: RateLimits<'_>,
         amount: Amount,
+        enforcement: Enforcement,
+    ) -> Result<RateReply, StoreError> {
+        self.tiers(
+            resource,
+            domain,
+            limits,
+            Policy::default(),
+            Op::request(amount),
+            enforcement,
+        )
+        .await
+    }
+
+    /// Decides and records one operation (request, dry run, charge) on a
+    /// (resource, domain) pair of burst tiers (SPEC §2, §10):
+    /// `charon_core::rate::decide_op` decides, the store swaps the pair's
+    /// state (hits, tier entries, a ban) and the resource's last second.
+    /// A dry run records nothing; a refund or a grant past a kept count's
+    /// bound is [`StoreError::Refused`] and changes nothing.
+    async fn tiers(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: RateLimits<'_>,
+        policy: Policy,
+        op: Op,
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError>;
 

@@ -247,10 +247,11 @@ pub(crate) struct RateResource {
     /// At most 64 tiers (MAX_TIERS); a rate resource holds at most 100000
     /// tiers in all, its own and its overrides' (MAX_TIERS_PER_RESOURCE).
     tiers: Vec<Tier>,
-    /// Parsed and kept; the burst-tier decision does not apply it yet.
+    /// Warn (`warning: true`) once the current tier's hits reach this
+    /// share of its limit (SPEC §10).
     soft_limit: Option<Percent>,
     /// Ban a domain this long after a rejection (SPEC §10), 1ms to 2^50
-    /// ms. Parsed and kept; the burst-tier decision does not apply it yet.
+    /// ms.
     ban: Option<Duration>,
     /// At most 10000 overrides (MAX_DOMAIN_OVERRIDES).
     domains: Option<BTreeMap<String, RateOverride>>,

@@ -106,8 +106,9 @@ pub struct RateResource {
     pub hard_limit: Option<u64>,
     pub global_limit: Option<u64>,
     pub tiers: Vec<Tier>,
-    /// `soft_limit` and `ban` (SPEC §10). Parsed and kept; the burst-tier
-    /// decision does not apply them yet.
+    /// `soft_limit` and `ban` (SPEC §10), applied by
+    /// [`crate::rate::decide_op`] with the domain's override
+    /// ([`RateResource::policy_for`]).
     pub policy: Policy,
     pub domains: BTreeMap<String, RateOverride>,
 }

@@ -355,7 +355,7 @@ pub trait Level {
 
 /// The client error of a refund on a kind that cannot refund, in one place
 /// so that every such kind words it alike.
-pub(crate) fn no_refund() -> ClientError {
+pub fn no_refund() -> ClientError {
     ClientError::invalid(
         "op refund is only for kind bucket: hits already counted cannot be un-requested",
     )

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::context::TierContext;
 use super::log::HitLog;
 use super::state::{Phase, RateState};
 use crate::bound::{self, Kept};
@@ -46,19 +47,23 @@ pub struct RateReply {
     /// in JSON only when set.
     #[serde(skip_serializing_if = "crate::wire::is_false")]
     pub ignored: bool,
+    /// The reply context every rate-like kind shares (SPEC §10), flattened
+    /// into the same JSON object.
+    #[serde(flatten)]
+    pub context: TierContext,
 }
 
 /// One leg of a request's way through the tiers: `take` hits in tier `tier`,
 /// entering it first if `enter`.
 #[derive(Debug, Clone, Copy)]
-struct Step {
+pub(super) struct Step {
     tier: usize,
     take: u64,
     enter: bool,
 }
 
 /// Decides a request for one (resource, domain) pair at `now` and applies
-/// it: `state` is the pair's state, `global` the resource's hits in the last
+/// it, without the reply context ([`super::decide_op`] adds it): `state` is the pair's state, `global` the resource's hits in the last
 /// second across all domains. A rejected request changes nothing but what
 /// time alone makes irrelevant (rule 5).
 ///
@@ -69,7 +74,7 @@ struct Step {
 /// its window, at most its limit (configured limits are at most
 /// `MAX_COUNT`), or, for the unbounded tier of an unconfigured resource
 /// (window one second), at most the domain's hits in the last second.
-pub fn decide(
+pub(super) fn grant(
     limits: RateLimits<'_>,
     state: &mut RateState,
     global: &mut HitLog,
@@ -144,16 +149,17 @@ pub fn decide(
         hard_limited,
         global_limited,
         ignored: enforcement == Enforcement::Ignore,
+        context: TierContext::default(),
     })
 }
 
-fn room(limit: Option<u64>, used: u64) -> u64 {
+pub(super) fn room(limit: Option<u64>, used: u64) -> u64 {
     limit.map_or(UNBOUNDED, |l| l.saturating_sub(used))
 }
 
 /// The way `want` hits, granted one after another at `now`, would go
 /// through the tiers (rule 4), and how many of them would be granted.
-fn plan(
+pub(super) fn plan(
     tiers: &[Tier],
     state: &RateState,
     current: usize,

@@ -1,11 +1,14 @@
 //! Rate-limited resources: burst tiers, hard limit H, global limit G
-//! (SPEC §2, paper §2.1).
+//! (SPEC §2, paper §2.1), with what every rate-like kind shares (SPEC §10:
+//! reply context, soft limits, bans, dry runs, charges).
 
+mod context;
 mod decide;
 mod log;
 mod state;
 
-pub use decide::{RateReply, decide};
+pub use context::{TierContext, decide, decide_op, retry_after};
+pub use decide::RateReply;
 pub use log::HitLog;
 pub use state::{Phase, RateState, TierState};
 

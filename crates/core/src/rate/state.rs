@@ -59,6 +59,10 @@ pub struct RateState {
     pub tiers: Vec<TierState>,
     /// Every hit granted to the domain, kept for one second (for H).
     pub last_second: HitLog,
+    /// The end (exclusive) of a ban of the domain from the resource
+    /// (SPEC §10 `ban`), while it holds. Kept here, with the hits, so that
+    /// both stores keep it exactly as long as the rest of the pair's state.
+    pub banned_until: Option<Millis>,
 }
 
 impl RateState {
@@ -95,6 +99,7 @@ impl RateState {
             self.tiers.pop();
         }
         self.last_second.prune(now, SECOND);
+        self.banned_until = self.banned_until.filter(|&u| now < u);
     }
 
     /// The phase of tier `i` (one-indexed) at `now`.
@@ -134,7 +139,8 @@ impl RateState {
     /// From when a store may drop this state: `None` if never.
     ///
     /// Exactly when the state decides every future request as no state at
-    /// all would: its last-second log is empty and every tier is inactive.
+    /// all would: its last-second log is empty, every tier is inactive and
+    /// no ban holds (a ban is never forgotten before it ends).
     ///
     /// One case is not exact, and is forgotten only after `dormant_grace`
     /// more: tier 1 with an infinite active period, entered, its window
@@ -148,7 +154,8 @@ impl RateState {
         let mut at = self
             .last_second
             .latest()
-            .map_or(0, |t| t.saturating_add(SECOND + 1));
+            .map_or(0, |t| t.saturating_add(SECOND + 1))
+            .max(self.banned_until.unwrap_or(0));
         for (i, (ts, tier)) in self.tiers.iter().zip(tiers).enumerate() {
             let Some(e) = ts.entered else { continue };
             let until = match tier.active {

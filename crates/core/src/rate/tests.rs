@@ -462,6 +462,16 @@ fn rule6_reply_carries_the_full_context_after_the_decision() {
             hard_limited: false,
             global_limited: false,
             ignored: false,
+            context: TierContext {
+                limit: 4,
+                remaining: 2,
+                // Tier 1 (infinite active) is dormant from its last hit's
+                // window end, and forgotten DORMANT_GRACE later.
+                reset_after_ms: Some(100 + 1_000 + 1 + DORMANT_GRACE - 100),
+                retry_after_ms: Some(0),
+                warning: false,
+                banned: false,
+            },
         }
     );
 }
@@ -546,4 +556,254 @@ fn forget_at_is_when_state_decides_like_no_state() {
         None,
         "an upper tier that never ends"
     );
+}
+
+// SPEC §10 for burst tiers: reply context, soft limit, ban, dry run,
+// charge, each at its boundary.
+
+mod spec10 {
+    use super::*;
+    use crate::meter::{Ban, Op, Policy, SoftLimit};
+
+    struct Tiers {
+        pair: Pair,
+        policy: Policy,
+    }
+
+    impl Tiers {
+        fn new(tiers: Vec<Tier>) -> Self {
+            Self {
+                pair: Pair::new(tiers),
+                policy: Policy::default(),
+            }
+        }
+
+        fn op(&mut self, now: u64, op: Op) -> RateReply {
+            let p = &mut self.pair;
+            let limits = RateLimits {
+                hard_limit: p.hard,
+                global_limit: p.global_limit,
+                tiers: &p.tiers,
+            };
+            decide_op(
+                limits,
+                self.policy,
+                &mut p.state,
+                &mut p.global,
+                now,
+                op,
+                Enforcement::Enforce,
+            )
+            .expect("valid")
+        }
+
+        fn ask(&mut self, now: u64, copies: u64, min: u64) -> RateReply {
+            self.op(now, Op::request(Amount::new(copies, min).expect("valid")))
+        }
+
+        fn dry(&mut self, now: u64, copies: u64, min: u64) -> RateReply {
+            self.op(now, Op::dry_run(Amount::new(copies, min).expect("valid")))
+        }
+    }
+
+    #[test]
+    fn retry_after_is_the_millisecond_a_hit_leaves_the_window() {
+        let mut t = Tiers::new(vec![tier(2, 1_000, None, 0, false)]);
+        t.ask(100, 1, 1);
+        let r = t.ask(400, 1, 1);
+        assert_eq!(
+            (r.context.remaining, r.context.retry_after_ms),
+            (0, Some(701))
+        );
+        // The hit at 100 is inside at 100 + 1000 and gone at 1101.
+        assert_eq!(t.ask(1_100, 1, 1).granted, 0);
+        let r = t.ask(1_101, 1, 1);
+        assert_eq!(r.granted, 1);
+        // Two at once wait for the hit at 1101 too: it leaves at 2102
+        // (the one at 400 at 1401).
+        let r = t.dry(1_101, 2, 2);
+        assert_eq!((r.granted, r.context.retry_after_ms), (0, Some(1_001)));
+        assert_eq!(t.dry(1_101, 1, 1).context.retry_after_ms, Some(300));
+    }
+
+    #[test]
+    fn retry_after_waits_for_the_cooldown_end_when_the_burst_is_blocked() {
+        // Tier 1 full; tier 2 (active 100, cooldown 200) was used and is
+        // cooling down: a hit is possible again when its cooldown ends.
+        let mut t = Tiers::new(vec![
+            tier(1, 10_000, None, 0, false),
+            tier(1, 100, Some(100), 200, false),
+        ]);
+        t.ask(0, 2, 2); // tier 1, then a burst into tier 2 at 0
+        let r = t.ask(100, 1, 1);
+        assert_eq!(r.granted, 0, "tier 2 cools down from 100 to 300");
+        assert_eq!(r.context.retry_after_ms, Some(200));
+        assert_eq!(
+            t.ask(299, 1, 1).granted,
+            0,
+            "the cooldown's last millisecond"
+        );
+        let r = t.ask(300, 1, 1);
+        assert_eq!((r.granted, r.burst, r.tier), (1, true, 2));
+    }
+
+    #[test]
+    fn retry_after_waits_for_h_s_second() {
+        let mut t = Tiers::new(vec![tier(10, 60_000, None, 0, false)]);
+        t.pair.hard = Some(2);
+        t.ask(0, 1, 1);
+        assert_eq!(t.ask(500, 1, 1).granted, 1);
+        let r = t.ask(600, 1, 1);
+        assert_eq!((r.granted, r.hard_limited), (0, true));
+        assert_eq!(
+            r.context.retry_after_ms,
+            Some(401),
+            "the hit at 0 leaves at 1001"
+        );
+        assert_eq!(t.ask(1_000, 1, 1).granted, 0);
+        assert_eq!(t.ask(1_001, 1, 1).granted, 1);
+        // More than H is never granted.
+        assert_eq!(t.ask(1_001, 3, 3).context.retry_after_ms, None);
+    }
+
+    #[test]
+    fn retry_after_is_null_when_no_tier_could_ever_hold_it() {
+        let mut t = Tiers::new(vec![tier(2, 1_000, None, 0, false)]);
+        let r = t.ask(0, 3, 3);
+        assert_eq!((r.granted, r.context.retry_after_ms), (0, None));
+        assert_eq!(t.ask(0, 3, 2).context.retry_after_ms, Some(1_001));
+    }
+
+    #[test]
+    fn a_ban_holds_until_its_last_millisecond_and_the_retry_covers_it() {
+        let mut t = Tiers::new(vec![tier(1, 1_000, None, 0, false)]);
+        t.policy.ban = Some(Ban::new(5_000).expect("valid"));
+        assert_eq!(t.ask(0, 1, 1).granted, 1);
+        let r = t.ask(10, 1, 1);
+        assert_eq!(
+            (r.granted, r.context.banned),
+            (0, true),
+            "the rejection bans"
+        );
+        assert_eq!(r.context.retry_after_ms, Some(5_000));
+        // Tier 1 is dormant from 1001 on, forgotten DORMANT_GRACE later,
+        // which is after the ban's end.
+        assert_eq!(r.context.reset_after_ms, Some(1_001 + DORMANT_GRACE - 10));
+        let r = t.ask(5_009, 1, 1);
+        assert_eq!(
+            (r.granted, r.context.banned),
+            (0, true),
+            "the ban's last millisecond"
+        );
+        assert_eq!(r.context.retry_after_ms, Some(1));
+        assert_eq!(
+            t.pair.state.banned_until,
+            Some(5_010),
+            "a ban does not grow"
+        );
+        let r = t.ask(5_010, 1, 1);
+        assert_eq!((r.granted, r.context.banned), (1, false));
+    }
+
+    #[test]
+    fn during_a_ban_the_retry_is_the_first_grant_after_its_end() {
+        // The tier's window outlasts the ban: the retry is the later one.
+        let mut t = Tiers::new(vec![tier(1, 10_000, None, 0, false)]);
+        t.policy.ban = Some(Ban::new(1_000).expect("valid"));
+        t.ask(0, 1, 1);
+        let r = t.ask(1, 1, 1);
+        assert_eq!(
+            (r.context.banned, r.context.retry_after_ms),
+            (true, Some(10_000))
+        );
+    }
+
+    #[test]
+    fn a_dry_run_records_nothing_and_answers_as_the_request_would() {
+        let mut t = Tiers::new(vec![tier(1, 1_000, None, 0, false)]);
+        t.policy.ban = Some(Ban::new(5_000).expect("valid"));
+        let dry = t.dry(0, 1, 1);
+        let before = t.pair.state.clone();
+        assert_eq!(before, RateState::default());
+        let real = t.ask(0, 1, 1);
+        assert_eq!(dry, real);
+        // A dry run that would be rejected says it would ban, and does not.
+        let dry = t.dry(1, 1, 1);
+        assert_eq!((dry.granted, dry.context.banned), (0, true));
+        assert_eq!(dry.context.retry_after_ms, Some(5_000));
+        assert_eq!(t.pair.state.banned_until, None);
+        // During a ban a dry run is rejected as the request is.
+        t.ask(2, 1, 1);
+        let dry = t.dry(1_002, 1, 1);
+        assert_eq!((dry.granted, dry.context.banned), (0, true));
+    }
+
+    #[test]
+    fn a_charge_is_never_rejected_and_lands_in_the_current_tier_only() {
+        let mut t = Tiers::new(vec![tier(2, 1_000, None, 0, false)]);
+        t.pair.hard = Some(3);
+        t.policy.ban = Some(Ban::new(5_000).expect("valid"));
+        // Tier 0: only H's and G's logs.
+        let r = t.op(0, Op::Charge(2));
+        assert_eq!(
+            (r.granted, r.tier, r.tier_hits, r.domain_hits_last_second),
+            (2, 0, 0, 2)
+        );
+        assert_eq!((r.context.limit, r.context.remaining), (0, 1));
+        let r = t.ask(1, 1, 1);
+        assert_eq!((r.granted, r.tier, r.tier_hits), (1, 1, 1));
+        // Past the tier's limit and H: recorded, no burst, no ban.
+        let r = t.op(2, Op::Charge(5));
+        assert_eq!((r.granted, r.tier, r.tier_hits, r.burst), (5, 1, 6, false));
+        assert_eq!((r.context.remaining, r.context.banned), (0, false));
+        // A request then waits until the window and H's second are free of
+        // the charge: both at 2 + 1000 + 1.
+        assert_eq!(r.context.retry_after_ms, Some(1_001));
+    }
+
+    #[test]
+    fn charges_and_refunds_of_bad_sizes_are_client_errors() {
+        let mut t = Tiers::new(vec![tier(2, 1_000, None, 0, false)]);
+        let p = &mut t.pair;
+        let limits = RateLimits {
+            hard_limit: None,
+            global_limit: None,
+            tiers: &p.tiers,
+        };
+        for op in [Op::Charge(0), Op::Refund(1)] {
+            let e = decide_op(
+                limits,
+                Policy::default(),
+                &mut p.state,
+                &mut p.global,
+                0,
+                op,
+                Enforcement::Enforce,
+            );
+            assert!(e.is_err(), "{op:?}");
+        }
+        assert_eq!(p.state, RateState::default());
+    }
+
+    #[test]
+    fn the_soft_limit_warns_at_its_share_of_the_current_tier() {
+        let mut t = Tiers::new(vec![tier(5, 1_000, None, 0, false)]);
+        t.policy.soft_limit = Some(SoftLimit::percent(60).expect("valid"));
+        assert!(!t.ask(0, 2, 2).context.warning, "2 of 5");
+        assert!(t.ask(0, 1, 1).context.warning, "3 of 5 is 60 %");
+        // Tier 0 never warns.
+        let mut z = Tiers::new(vec![tier(0, 1_000, None, 0, false)]);
+        z.policy.soft_limit = Some(SoftLimit::percent(1).expect("valid"));
+        assert!(!z.ask(0, 1, 1).context.warning);
+    }
+
+    #[test]
+    fn reset_after_is_null_for_an_upper_tier_that_never_ends() {
+        let mut t = Tiers::new(vec![
+            tier(1, 1_000, None, 0, false),
+            tier(1, 1_000, None, 0, false),
+        ]);
+        let r = t.ask(0, 2, 2);
+        assert_eq!((r.tier, r.context.reset_after_ms), (2, None));
+    }
 }

@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::drain::Mark;
-use charon_core::meter::{self, Meter, MeterState, Op, Reply};
-use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide};
+use charon_core::meter::{self, Meter, MeterState, Op, Policy, Reply};
+use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide_op};
 use charon_core::request::Amount;
 use charon_core::time::SECOND;
 use charon_core::window::Counts;
@@ -259,12 +259,13 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn request(
+    async fn tiers(
         &self,
         resource: &str,
         domain: &str,
         limits: RateLimits<'_>,
-        amount: Amount,
+        policy: Policy,
+        op: Op,
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError> {
         let now = self.now();
@@ -298,12 +299,13 @@ impl Store for MemoryStore {
                         log: HitLog::default(),
                     },
                     |global| {
-                        decide(
+                        decide_op(
                             limits,
+                            policy,
                             &mut pair.state,
                             &mut global.log,
                             now,
-                            amount,
+                            op,
                             enforcement,
                         )
                     },

@@ -213,3 +213,52 @@ fn meter_entries_are_small_and_pack_every_state() {
         assert_eq!(unpack(words, kind), s);
     }
 }
+
+#[tokio::test]
+async fn a_banned_pair_is_kept_until_its_ban_ends_then_swept() {
+    use charon_core::meter::{Ban, Op, Policy};
+    const SHORT: &[Tier] = &[Tier {
+        limit: 1,
+        window: 100,
+        active: Some(100),
+        cooldown: 0,
+        skippable: false,
+    }];
+    let limits = RateLimits {
+        hard_limit: None,
+        global_limit: None,
+        tiers: SHORT,
+    };
+    let policy = Policy {
+        soft_limit: None,
+        ban: Some(Ban::new(10_000).expect("valid")),
+    };
+    let (clock, s) = store();
+    let ask = |dry_run| Op::Request {
+        amount: one(),
+        dry_run,
+    };
+    let r = s
+        .tiers("r", "d", limits, policy, ask(false), Enforcement::Enforce)
+        .await
+        .expect("decided");
+    assert_eq!(r.granted, 1);
+    clock.set(1);
+    let r = s
+        .tiers("r", "d", limits, policy, ask(false), Enforcement::Enforce)
+        .await
+        .expect("decided");
+    assert_eq!((r.granted, r.context.banned), (0, true));
+    // Without the ban the pair would be idle from 1001 on.
+    clock.set(10_000);
+    s.sweep();
+    assert_eq!(s.pair_count(), 1, "the ban's last millisecond");
+    let r = s
+        .tiers("r", "d", limits, policy, ask(true), Enforcement::Enforce)
+        .await
+        .expect("decided");
+    assert_eq!((r.granted, r.context.retry_after_ms), (0, Some(1)));
+    clock.set(10_001);
+    s.sweep();
+    assert_eq!(s.pair_count(), 0, "ended, idle and swept");
+}

@@ -35,10 +35,10 @@ use charon_core::Clock;
 use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
-use charon_core::meter::{Meter, Op};
-use charon_core::rate::{DORMANT_GRACE, RateReply};
-use charon_core::request::Amount;
-use charon_core::{MAX_COUNT, Millis};
+use charon_core::meter::{Ban, Meter, Op, Policy, SoftLimit, no_refund};
+use charon_core::rate::{DORMANT_GRACE, RateReply, TierContext};
+use charon_core::request::{Amount, positive_count};
+use charon_core::{MAX_COUNT, Millis, UNBOUNDED};
 
 use self::conn::Conn;
 use self::decision_clock::DecisionClock;
@@ -615,28 +615,53 @@ impl Store for RedisStore {
         "redis"
     }
 
-    async fn request(
+    async fn tiers(
         &self,
         resource: &str,
         domain: &str,
         limits: RateLimits<'_>,
-        amount: Amount,
+        policy: Policy,
+        op: Op,
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError> {
+        let (op_arg, copies, min_copies) = match op {
+            Op::Request {
+                amount,
+                dry_run: false,
+            } => ("r", amount.copies(), amount.min_copies()),
+            Op::Request {
+                amount,
+                dry_run: true,
+            } => ("d", amount.copies(), amount.min_copies()),
+            Op::Charge(n) => (
+                "c",
+                positive_count("copies", n).map_err(StoreError::Refused)?,
+                1,
+            ),
+            Op::Refund(_) => return Err(StoreError::Refused(no_refund())),
+        };
         let tiers = limits.tiers;
         let k = self.keys.rate(resource, domain);
-        let mut args = Vec::with_capacity(11 + 5 * tiers.len());
+        let mut args = Vec::with_capacity(14 + 5 * tiers.len());
         args.push(self.clock_arg());
         args.push(self.clock.expiry_slack().to_string());
         args.push(DORMANT_GRACE.to_string());
-        args.push(amount.copies().to_string());
-        args.push(amount.min_copies().to_string());
+        args.push(copies.to_string());
+        args.push(min_copies.to_string());
         args.push(enforce_arg(enforcement));
         args.push(optional_limit_arg(limits.hard_limit));
         args.push(optional_limit_arg(limits.global_limit));
         args.push(tiers.len().to_string());
         args.push(k.tier_head.clone());
         args.push(k.tier_tail.clone());
+        args.push(op_arg.to_owned());
+        args.push(
+            policy
+                .soft_limit
+                .map_or(0, SoftLimit::as_percent)
+                .to_string(),
+        );
+        args.push(policy.ban.map_or(0, Ban::duration).to_string());
         for t in tiers {
             args.push(limit_arg(t.limit));
             args.push(t.window.to_string());
@@ -666,6 +691,7 @@ impl Store for RedisStore {
             let count = match which.as_str() {
                 "d" => Kept::DomainHits,
                 "g" => Kept::ResourceHits,
+                "t" => Kept::TierHits,
                 other => return Err(bad("rate", &format!("unknown count {other:?}"))),
             };
             return Err(StoreError::Refused(bound::refusal(count, held, n)));
@@ -678,19 +704,39 @@ impl Store for RedisStore {
         if tier > tiers.len() {
             return Err(bad("rate", &format!("tier {tier} of {}", tiers.len())));
         }
+        let burst = r.flag()?;
+        let hard_limited = r.flag()?;
+        let global_limited = r.flag()?;
+        // -1 stands for unbounded (remaining) or never (the waits).
+        let remaining = u64::try_from(r.int()?).unwrap_or(UNBOUNDED);
+        let reset_after_ms = u64::try_from(r.int()?).ok();
+        let retry_after_ms = u64::try_from(r.int()?).ok();
+        let warning = r.flag()?;
+        let banned = r.flag()?;
+        // The context's limit is the current tier's after the operation;
+        // for a dry run that is where the hits would have gone.
+        let tier_limit = if tier == 0 { 0 } else { tiers[tier - 1].limit };
         Ok(RateReply {
             granted,
             hard_limit: limits.hard_limit,
             global_limit: limits.global_limit,
-            tier_limit: if tier == 0 { 0 } else { tiers[tier - 1].limit },
+            tier_limit,
             domain_hits_last_second,
             global_hits_last_second,
             tier_hits,
             tier,
-            burst: r.flag()?,
-            hard_limited: r.flag()?,
-            global_limited: r.flag()?,
+            burst,
+            hard_limited,
+            global_limited,
             ignored: enforcement == Enforcement::Ignore,
+            context: TierContext {
+                limit: tier_limit,
+                remaining,
+                reset_after_ms,
+                retry_after_ms,
+                warning,
+                banned,
+            },
         })
     }
 
@@ -901,7 +947,7 @@ mod tests {
     fn limits_travel_as_the_scripts_expect() {
         assert_eq!(limit_arg(5), "5");
         assert_eq!(limit_arg(MAX_COUNT), MAX_COUNT.to_string());
-        assert_eq!(limit_arg(charon_core::UNBOUNDED), "-1");
+        assert_eq!(limit_arg(UNBOUNDED), "-1");
         assert_eq!(optional_limit_arg(None), "");
         assert_eq!(describe_field("d:a"), "domain \"a\"");
         let g = redis::Value::BulkString(b"abc".to_vec());

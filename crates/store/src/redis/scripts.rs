@@ -1,7 +1,8 @@
 //! The Lua scripts, each one atomic step on Redis (see `lua/`). Shared
 //! helpers are prepended at compile time, so every script is one
 //! self-contained text that `EVALSHA` runs by its SHA-1. The rate script is
-//! four files: the hit log, the state, the decision and the script body.
+//! five files: the hit log, the state, the decision, the reply context and
+//! the script body.
 //! The meter script (buckets, windows, queues) is three: the drain levels,
 //! the window level and the decision driver.
 
@@ -77,6 +78,7 @@ impl Scripts {
                     include_str!("lua/rate_log.lua"),
                     include_str!("lua/rate_state.lua"),
                     include_str!("lua/rate_decide.lua"),
+                    include_str!("lua/rate_context.lua"),
                     include_str!("lua/rate.lua"),
                 ),
             ),

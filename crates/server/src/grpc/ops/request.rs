@@ -17,7 +17,8 @@ pub async fn run(limiter: &Limiter, req: &v1::RateRequest) -> Result<v1::RateRep
 }
 
 /// Either family of reply in the one `RateReply` message: the tiers' fields
-/// (2–11) or the reply context (13–19), the other family's left unset.
+/// (2–11) with the reply context (13–18), or the reply context (13–19)
+/// alone, the tiers' fields left unset.
 pub fn decision_to_proto(d: &Decision) -> v1::RateReply {
     match d {
         Decision::Tiers(r) => to_proto(r),
@@ -39,7 +40,16 @@ pub fn to_proto(r: &RateReply) -> v1::RateReply {
         hard_limited: r.hard_limited,
         global_limited: r.global_limited,
         ignored: r.ignored,
-        ..Default::default()
+        // Unset when unbounded (the permissive tier of allow_unconfigured).
+        limit: limit(r.context.limit),
+        remaining: limit(r.context.remaining),
+        // Unset: never (a tier above the first with an infinite active
+        // period, once entered).
+        reset_after_ms: r.context.reset_after_ms,
+        retry_after_ms: r.context.retry_after_ms,
+        warning: r.context.warning,
+        banned: r.context.banned,
+        delay_ms: None,
     }
 }
 

@@ -1,5 +1,7 @@
--- request(resource, domain, copies, min_copies): a line-by-line port of
--- charon_core::rate::decide (SPEC §2 rules 1-6) and RateState::forget_at.
+-- request(resource, domain, copies, min_copies), a dry run or a charge: a
+-- line-by-line port of charon_core::rate::decide_op (SPEC §2 rules 1-6,
+-- SPEC §10: reply context, soft limit, ban, dry run, charge) and
+-- RateState::forget_at.
 -- The differential test (crates/limiter/tests/differential.rs) holds the two together.
 --
 -- KEYS[1]  the pair's state: entry times and hit totals
@@ -14,18 +16,24 @@
 -- ARGV[9]  number of tiers n
 -- ARGV[10], ARGV[11]  head and tail of a tier list's key (head .. i .. tail),
 --          to drop the lists of tiers the configuration no longer has
--- ARGV[12..]  five per tier: limit (-1 = unbounded), window,
+-- ARGV[12] operation: 'r' request, 'd' dry run, 'c' charge (of `copies`)
+-- ARGV[13] soft limit percent (0 = none)   ARGV[14] ban in ms (0 = none)
+-- ARGV[15..]  five per tier: limit (-1 = unbounded), window,
 --          active (-1 = infinite), cooldown, skippable (1/0)
 --
 -- Reply: {granted, domain_hits_last_second, global_hits_last_second,
---         tier_hits, tier, burst, hard_limited, global_limited}, or
---        {'over', 'd' | 'g', count, granted}: the grant would take the
---        domain's ('d') or all domains' ('g') hits in the last second past
---        MAX_COUNT (charon_core::bound; nothing recorded, as on a rejection)
+--         tier_hits, tier, burst, hard_limited, global_limited,
+--         remaining (-1 = unbounded), reset_after_ms (-1 = never),
+--         retry_after_ms (-1 = never), warning, banned}, or
+--        {'over', 'd' | 'g' | 't', count, granted}: the grant would take the
+--        domain's ('d') or all domains' ('g') hits in the last second, or
+--        the current tier's hits ('t', a charge), past MAX_COUNT
+--        (charon_core::bound; nothing recorded, as on a rejection)
 --
 -- The script is common.lua, rate_log.lua (hit logs), rate_state.lua (the
--- pair's state), rate_decide.lua (the tier plan) and this file (arguments,
--- H and G, the bound, storing what changed), concatenated.
+-- pair's state), rate_decide.lua (the tier plan), rate_context.lua (the
+-- reply context) and this file (arguments, H and G, the bound, bans,
+-- storing what changed), concatenated.
 
 local LIST_SLACK = 60000
 
@@ -37,9 +45,12 @@ local min_copies = tonumber(ARGV[5])
 local enforce = ARGV[6] == '1'
 local hard = optional_limit_arg(ARGV[7])
 local global_limit = optional_limit_arg(ARGV[8])
+local op = ARGV[12]
+local soft = tonumber(ARGV[13])
+local ban_ms = tonumber(ARGV[14])
 local tiers = {}
 for i = 1, tonumber(ARGV[9]) do
-  local b = 11 + (i - 1) * 5
+  local b = 14 + (i - 1) * 5
   local active = tonumber(ARGV[b + 3])
   if active < 0 then active = nil end
   tiers[i] = {
@@ -82,34 +93,66 @@ local shrank = advance(st, tiers, now)
 log_prune(glog, now, SECOND)
 local current = current_tier(st, tiers, now)
 
-local steps, through_tiers = plan(st, tiers, current, now, copies)
-local wish = math.min(copies, through_tiers)
-local hard_room = room(hard, st.last.n)
-local global_room = room(global_limit, glog.n)
-local hard_limited = hard_room < wish and hard_room <= global_room
-local global_limited = global_room < wish and global_room <= hard_room
-
+local banned_before = st.ban ~= nil -- advance dropped an ended ban
 local granted, recorded = 0, 0
-if enforce then
-  local n = math.min(copies, wish, hard_room, global_room)
-  if n >= min_copies then granted, recorded = n, n end
-else
-  granted, recorded = copies, wish
-end
-
--- charon_core::bound, as decide checks it: the domain's count, then all
--- domains'. A refused grant records nothing; the state is still written
--- back below as on a rejection (the lists were already pruned).
+local hard_limited, global_limited = false, false
+local steps = {}
 local over = nil
-if granted > 0 then
-  if not within_bound(st.last.n, granted) then
-    over = { 'over', 'd', fmt(st.last.n), fmt(granted) }
-  elseif not within_bound(glog.n, granted) then
-    over = { 'over', 'g', fmt(glog.n), fmt(granted) }
-  end
-  if over then granted, recorded = 0, 0 end
-end
+local new_ban = false
 
+if op == 'c' then
+  -- charge: never rejected, recorded in the current tier (no burst), H's
+  -- and G's logs; the bound as decide_op checks it: domain, all domains,
+  -- the tier.
+  if not within_bound(st.last.n, copies) then
+    over = { 'over', 'd', fmt(st.last.n), fmt(copies) }
+  elseif not within_bound(glog.n, copies) then
+    over = { 'over', 'g', fmt(glog.n), fmt(copies) }
+  elseif not within_bound(tier_hits(st, current), copies) then
+    over = { 'over', 't', fmt(tier_hits(st, current)), fmt(copies) }
+  else
+    granted = copies
+    if current >= 1 then steps[1] = { tier = current, take = copies, enter = false } end
+    recorded = copies
+  end
+elseif enforce and banned_before then
+  -- a request during a ban: rejected, nothing changes
+else
+  local through_tiers
+  steps, through_tiers = plan(st, tiers, current, now, copies)
+  local wish = math.min(copies, through_tiers)
+  local hard_room = room(hard, st.last.n)
+  local global_room = room(global_limit, glog.n)
+  hard_limited = hard_room < wish and hard_room <= global_room
+  global_limited = global_room < wish and global_room <= hard_room
+
+  if enforce then
+    local n = math.min(copies, wish, hard_room, global_room)
+    if n >= min_copies then granted, recorded = n, n end
+  else
+    granted, recorded = copies, wish
+  end
+
+  -- charon_core::bound, as decide checks it: the domain's count, then all
+  -- domains'. A refused grant records nothing; the state is still written
+  -- back below as on a rejection (the lists were already pruned).
+  if granted > 0 then
+    if not within_bound(st.last.n, granted) then
+      over = { 'over', 'd', fmt(st.last.n), fmt(granted) }
+    elseif not within_bound(glog.n, granted) then
+      over = { 'over', 'g', fmt(glog.n), fmt(granted) }
+    end
+    if over then granted, recorded = 0, 0 end
+  end
+  if granted == 0 and enforce and not over and ban_ms > 0 then new_ban = true end
+end
+if op == 'c' then min_copies = 1 end
+
+-- Apply the steps: to the state (and lists) for a request or a charge, to
+-- a view only for a dry run (see rate_context.lua).
+local dry = op == 'd'
+local view = nil
+if dry then view = view_new(st, glog) end
 local tier = current
 local burst = false
 local entered_changed = false
@@ -118,22 +161,43 @@ if granted > 0 then
   for _, step in ipairs(steps) do
     if left == 0 then break end
     local take = math.min(step.take, left)
-    for i = #st.tiers + 1, step.tier do
-      st.tiers[i] = { entered = nil, hits = log_new(tier_key(i)) }
+    if dry then
+      for i = #view.tiers + 1, step.tier do
+        view.tiers[i] = { entered = nil, hits = view_log(log_new(tier_key(i))) }
+      end
+      local vt = view.tiers[step.tier]
+      if step.enter then
+        vt.entered = now
+        view_clear(vt.hits)
+        burst = true
+      end
+      view_record(vt.hits, now, take)
+    else
+      for i = #st.tiers + 1, step.tier do
+        st.tiers[i] = { entered = nil, hits = log_new(tier_key(i)) }
+      end
+      local ts = st.tiers[step.tier]
+      if step.enter then
+        ts.entered = now
+        log_clear(ts.hits)
+        burst = true
+        entered_changed = true
+      end
+      log_record(ts.hits, now, take)
     end
-    local ts = st.tiers[step.tier]
-    if step.enter then
-      ts.entered = now
-      log_clear(ts.hits)
-      burst = true
-      entered_changed = true
-    end
-    log_record(ts.hits, now, take)
     left = left - take
     tier = step.tier
   end
-  log_record(st.last, now, granted)
-  log_record(glog, now, granted)
+  if dry then
+    view_record(view.last, now, granted)
+    view_record(view.glob, now, granted)
+  else
+    log_record(st.last, now, granted)
+    log_record(glog, now, granted)
+  end
+end
+if new_ban then
+  if dry then view.ban = now + ban_ms else st.ban = now + ban_ms end
 end
 
 -- Store what changed. A rejection records nothing; the hits that time
@@ -162,7 +226,7 @@ local changed = entered_changed or shrank or st.last.changed or forget ~= st.for
 for _, ts in ipairs(st.tiers) do
   changed = changed or ts.hits.changed
 end
-if raw and changed or granted > 0 then
+if raw and changed or (granted > 0 and not dry) or (new_ban and not dry) then
   if forget >= 0 and forget <= now_raw then
     redis.call('DEL', KEYS[1], KEYS[2])
     for i = 1, #st.tiers do redis.call('DEL', tier_key(i)) end
@@ -191,18 +255,48 @@ end
 
 if over then return over end
 
+-- The reply context (charon_core::rate's context), on the state after the
+-- operation (as if applied, for a dry run).
+if not view then view = view_new(st, glog) end
+-- (read before retry_after moves the view forward in time)
+local out_last, out_glob, out_tier = view.last.n, view.glob.n, tier_hits(view, tier)
+local ban_until = nil
+if view.ban and now < view.ban then ban_until = view.ban end
+local vcurrent = current_tier(view, tiers, now)
+local vlimit = 0
+if vcurrent >= 1 then vlimit = tiers[vcurrent].limit end
+local warning = 0
+if soft > 0 and vcurrent >= 1 and vlimit <= MAX_COUNT then
+  local q, r = math.floor(vlimit / 100), vlimit % 100
+  local threshold = soft * q + math.floor((soft * r + 99) / 100)
+  if math.min(tier_hits(view, vcurrent), vlimit) >= threshold then warning = 1 end
+end
+local remaining = room_at(view, tiers, hard, global_limit, now, INF)
+if remaining > MAX_COUNT then remaining = -1 end
+local vforget = forget_at(view, tiers, grace)
+local reset = -1
+if vforget >= 0 then reset = math.max(vforget - now, 0) end
+local retry = retry_after(view, tiers, hard, global_limit, now, min_copies, ban_until)
+local banned_flag = 0
+if ban_until then banned_flag = 1 end
+
 local function flag(b)
   if b then return 1 end
   return 0
 end
 
 return {
-  granted,
-  st.last.n,
-  glog.n,
-  tier_hits(st, tier),
+  fmt(granted),
+  fmt(out_last),
+  fmt(out_glob),
+  fmt(out_tier),
   tier,
   flag(burst),
   flag(hard_limited),
   flag(global_limited),
+  fmt(remaining),
+  fmt(reset),
+  fmt(retry or -1),
+  warning,
+  banned_flag,
 }

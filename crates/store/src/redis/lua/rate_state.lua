@@ -8,8 +8,9 @@
 -- same however many hits the windows hold (and makes no big Lua string,
 -- which is expensive in Redis).
 --   header := f64 total | f64 head | f64 tail | f64 tail hits   (40 bytes)
---   state  := u8 version=3 | f64 forget_at (-1 = never)
---             | f64 lists expire at (-1 = never) | header last second
+--   state  := u8 version=4 | f64 forget_at (-1 = never)
+--             | f64 lists expire at (-1 = never) | f64 ban end (-1 = none)
+--             | header last second
 --             | u32 tiers | tiers * (f64 entered (-1 = never) | header)
 --   global total key := f64 lists expire at | header
 -- The state key expires at forget_at; the lists at "lists expire at",
@@ -31,10 +32,15 @@ end
 local function state_decode(raw)
   if not raw then return nil end
   local version, forget, lists_until, p = struct.unpack('<Bdd', raw, 1)
-  if version ~= 3 then
+  local ban = -1
+  if version == 4 then
+    ban, p = struct.unpack('<d', raw, p)
+  elseif version ~= 3 then
+    -- version 3 is version 4 without a ban (before SPEC 10 for tiers)
     error({ err = 'CHARON bad data: rate state version ' .. version })
   end
   local st = { forget = forget, lists_until = lists_until, tiers = {} }
+  if ban >= 0 then st.ban = ban end
   st.last, p = log_decode(KEYS[2], raw, p)
   local count
   count, p = struct.unpack('<I4', raw, p)
@@ -54,7 +60,7 @@ local function state_new()
 end
 
 local function state_encode(st, forget)
-  local parts = { struct.pack('<Bdd', 3, forget, st.lists_until), log_encode(st.last), struct.pack('<I4', #st.tiers) }
+  local parts = { struct.pack('<Bddd', 4, forget, st.lists_until, st.ban or -1), log_encode(st.last), struct.pack('<I4', #st.tiers) }
   for _, ts in ipairs(st.tiers) do
     parts[#parts + 1] = struct.pack('<d', ts.entered or -1)
     parts[#parts + 1] = log_encode(ts.hits)
@@ -88,7 +94,8 @@ local function phase(st, tiers, i, now)
   return phase_of(tiers[i], ts and ts.entered, now)
 end
 
--- RateState::advance; returns whether the tier list shrank.
+-- RateState::advance; returns whether the tier list shrank or a ban ended
+-- (the state must be written back).
 local function advance(st, tiers, now)
   local shrank = false
   for i = #st.tiers, #tiers + 1, -1 do
@@ -112,6 +119,10 @@ local function advance(st, tiers, now)
     shrank = true
   end
   log_prune(st.last, now, SECOND)
+  if st.ban and now >= st.ban then
+    st.ban = nil
+    shrank = true
+  end
   return shrank
 end
 
@@ -135,6 +146,7 @@ local function forget_at(st, tiers, grace)
   local at = 0
   local l = log_latest(st.last)
   if l then at = l + SECOND + 1 end
+  if st.ban and st.ban > at then at = st.ban end
   for i, ts in ipairs(st.tiers) do
     if i > #tiers then break end
     if ts.entered then

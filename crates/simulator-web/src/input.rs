@@ -211,16 +211,10 @@ pub(crate) fn replay(body: &Map<String, Value>) -> Result<Replay, ApiError> {
     let mut issues = Issues::default();
     fields::unknown_fields(body, &root, BODY_FIELDS, &mut issues);
     let setup = setup(body, Some(DEFAULT_NAME), &mut issues);
-    // Dry runs, charges and refunds are for buckets, windows and queues; the
-    // burst tiers do not take them yet (as the limiter says).
-    // Read from the body, so that a configuration with problems does not
-    // add issues about its events.
-    let tiers = matches!(body.get("kind"), None | Some(Value::Null))
-        || body.get("kind").and_then(Value::as_str) == Some("rate");
     let events = match body.get("events") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => fields::list(v, &root.key("events"), &mut issues)
-            .map(|items| events(items, &root.key("events"), tiers, &mut issues))
+            .map(|items| events(items, &root.key("events"), &mut issues))
             .unwrap_or_default(),
     };
     let at = fields::optional_count(body, "at", &root, &mut issues);
@@ -351,8 +345,9 @@ fn local_path(path: &str) -> String {
         .to_owned()
 }
 
-/// The events of a body; with `tiers` (`kind: rate`) only plain requests.
-fn events(items: &[Value], path: &Path, tiers: bool, issues: &mut Issues) -> Vec<Event> {
+/// The events of a body. Whether an operation suits the kind (a refund on
+/// burst tiers) is core's to say when the event is decided.
+fn events(items: &[Value], path: &Path, issues: &mut Issues) -> Vec<Event> {
     let mut out = Vec::with_capacity(items.len());
     let mut latest: Option<Millis> = None;
     for (i, item) in items.iter().enumerate() {
@@ -386,20 +381,6 @@ fn events(items: &[Value], path: &Path, tiers: bool, issues: &mut Issues) -> Vec
                     issues.push(&path.key(key), format!("only for op request, not {op}"));
                 }
             }
-        }
-        if tiers && dry_run {
-            issues.push(
-                &path.key("dry_run"),
-                "dry runs are not supported for kind rate yet (buckets, windows and queues have them)",
-            );
-        }
-        if tiers && op != "request" {
-            issues.push(
-                &path.key("op"),
-                format!(
-                    "{op} is not supported for kind rate yet (buckets, windows and queues have it)"
-                ),
-            );
         }
         let (Some(t), Some(copies), Some(min_copies)) = (t, copies, min_copies) else {
             continue;

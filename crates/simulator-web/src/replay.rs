@@ -8,7 +8,8 @@
 
 use charon_core::Millis;
 use charon_core::config::{Adjustment, ConfigIssue, Enforcement, Tier};
-use charon_core::rate::{HitLog, Phase, RateReply, RateState, decide};
+use charon_core::meter::Op;
+use charon_core::rate::{HitLog, Phase, RateReply, RateState, decide_op};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -62,8 +63,13 @@ struct EventOut {
     /// Position in the request's `events`.
     index: usize,
     t: Millis,
+    /// `request`, `charge` or `refund` (SPEC §10).
+    op: &'static str,
     copies: u64,
-    min_copies: u64,
+    /// A request's; none for a charge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_copies: Option<u64>,
+    dry_run: bool,
     /// SPEC §2 rule 6, encoded as `charon simulate` encodes it.
     reply: RateReply,
     /// Where the granted hits went: several tiers when one request passed
@@ -149,6 +155,7 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
         .rate()
         .ok_or_else(|| ApiError::Internal("the simulator replays rate-like kinds only".into()))?;
     let limits = rate.limits_for(DOMAIN);
+    let policy = rate.policy_for(DOMAIN);
     let tiers = limits.tiers;
     let mut state = RateState::default();
     let mut global = HitLog::default();
@@ -166,21 +173,22 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
         // decision, so the difference after it is where the hits went.
         state.advance(tiers, now);
         let before: Vec<u64> = (1..=tiers.len()).map(|i| state.tier_hits(i)).collect();
-        // `input` lets only plain requests through for the burst tiers.
-        let amount = ev.amount().ok_or_else(|| {
-            ApiError::Internal(format!("events[{index}]: kind rate takes requests only"))
-        })?;
-        let reply = decide(
+        let reply = decide_op(
             limits,
+            policy,
             &mut state,
             &mut global,
             now,
-            amount,
+            ev.op,
             Enforcement::Enforce,
         )
         .map_err(|e| {
+            let field = match ev.op {
+                Op::Request { .. } => "copies",
+                Op::Charge(_) | Op::Refund(_) => "op",
+            };
             ApiError::invalid(vec![ConfigIssue {
-                path: format!("events[{index}].copies"),
+                path: format!("events[{index}].{field}"),
                 message: e.to_string(),
             }])
         })?;
@@ -191,8 +199,11 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
         } else {
             totals.rejected_requests += 1;
         }
-        totals.granted_hits += reply.granted;
-        totals.bursts += usize::from(reply.burst);
+        // A dry run records nothing: its grant is not a hit, its burst none.
+        if !matches!(ev.op, Op::Request { dry_run: true, .. }) {
+            totals.granted_hits += reply.granted;
+            totals.bursts += usize::from(reply.burst);
+        }
         for (i, (tier, log)) in tiers.iter().zip(&mut periods).enumerate() {
             if let Some(e) = state.tiers.get(i).and_then(|t| t.entered)
                 && log.last().map(|p| p.entered) != Some(e)
@@ -229,8 +240,13 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
             &EventOut {
                 index,
                 t: now,
-                copies: amount.copies(),
-                min_copies: amount.min_copies(),
+                op: ev.op_name(),
+                copies: match ev.op {
+                    Op::Request { amount, .. } => amount.copies(),
+                    Op::Charge(n) | Op::Refund(n) => n,
+                },
+                min_copies: ev.amount().map(charon_core::request::Amount::min_copies),
+                dry_run: matches!(ev.op, Op::Request { dry_run: true, .. }),
                 reply,
                 placed,
                 tiers: snapshots,

@@ -757,20 +757,14 @@ async fn kinds_and_events_are_checked_with_body_paths() {
         "/simulator/api/run",
         json!({
             "tiers": penalty_tiers(),
-            "events": [ { "t": 0, "op": "charge" }, { "t": 0, "dry_run": true } ]
+            "events": [ { "t": 0, "op": "charge" }, { "t": 0, "dry_run": true }, { "t": 0, "op": "refund" } ]
         }),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
+    assert_eq!(out["issues"][0]["path"], "events[2].op", "{out}");
     let message = out["message"].as_str().expect("message");
-    assert!(
-        message.contains("events[0].op: charge is not supported for kind rate"),
-        "{message}"
-    );
-    assert!(
-        message.contains("events[1].dry_run: dry runs are not supported"),
-        "{message}"
-    );
+    assert!(message.contains("refund"), "{message}");
 
     let (status, out) = post(
         "/simulator/api/run",
@@ -832,4 +826,43 @@ async fn a_bucket_exports_as_yaml() {
     ] {
         assert!(yaml.contains(needle), "no {needle:?} in\n{yaml}");
     }
+}
+
+#[tokio::test]
+async fn burst_tiers_take_dry_runs_and_charges_with_the_reply_context() {
+    // Tier 1 holds 5 a second. The first request enters it; a charge of 3
+    // lands in it (no burst), a dry run of 2 would burst into tier 2 and
+    // records nothing, so the request after it still finds tier 1's last
+    // place, and then tier 2's 25 as the most a request could get.
+    let (status, out) = post(
+        "/simulator/api/run",
+        json!({
+            "tiers": penalty_tiers(),
+            "soft_limit": "80%",
+            "events": [
+                { "t": 0, "copies": 1 },
+                { "t": 1, "op": "charge", "copies": 3 },
+                { "t": 2, "copies": 2, "dry_run": true },
+                { "t": 3, "copies": 1 }
+            ]
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let events = out["events"].as_array().expect("events");
+    assert_eq!(gtb(&events[0]), (1, 1, true), "{out}");
+    // The charge is recorded in tier 1 (4 of 5 hits: at the 80 % soft limit);
+    // the most a request could now get is tier 1's last place and tier 2's 25.
+    assert_eq!(gtb(&events[1]), (3, 1, false), "{out}");
+    assert_eq!(events[1]["reply"]["remaining"], 26, "{out}");
+    assert_eq!(events[1]["reply"]["warning"], true, "{out}");
+    // The dry run of 2 would burst into tier 2; it records nothing.
+    assert_eq!(gtb(&events[2]), (2, 2, true), "{out}");
+    // So the next request still finds tier 1 with one place left.
+    assert_eq!(gtb(&events[3]), (1, 1, false), "{out}");
+    assert_eq!(events[3]["reply"]["limit"], 5, "{out}");
+    assert_eq!(events[3]["reply"]["remaining"], 25, "{out}");
+    // A dry run's grant is not a hit.
+    assert_eq!(out["totals"]["granted_hits"], 5, "{out}");
+    assert_eq!(out["totals"]["bursts"], 1, "{out}");
 }

@@ -59,11 +59,12 @@ fn main() {
         clock.advance(1_001 + DORMANT_GRACE);
         let swept = store.sweep();
         println!(
-            "round {round}: live state {:>4} bytes/domain allocated, {:>4} RSS delta, swept {} pairs, {} left; RSS {:.0} MiB (started at {:.0} MiB)",
+            "round {round}: live state {:>4} bytes/domain allocated, {:>4} RSS delta, swept {} pairs, {} left, {} MiB allocated; RSS {:.0} MiB (started at {:.0} MiB)",
             live_bytes.saturating_sub(bytes) / DOMAINS,
             live.saturating_sub(before) / DOMAINS,
             swept.pairs,
             store.pair_count(),
+            allocated() >> 20,
             rss_bytes() as f64 / 1_048_576.0,
             start as f64 / 1_048_576.0,
         );

@@ -1,5 +1,6 @@
-//! One decision of the pure engine, on a hot (resource, domain) pair: the
-//! cost that every store pays on top of its own locking or round trip.
+//! One decision of the pure engine, on a hot (resource, domain) pair and
+//! across a million pairs: the cost that every store pays on top of its
+//! own locking or round trip.
 
 use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::rate::{HitLog, RateState, decide};
@@ -34,6 +35,27 @@ fn bench(c: &mut Criterion, name: &str, tiers: &[Tier]) {
             black_box(decide(
                 limits,
                 &mut state,
+                &mut global,
+                now,
+                one,
+                Enforcement::Enforce,
+            ))
+        });
+    });
+    group.bench_function("grant/1M-keys", |b| {
+        // A million pairs visited in a stride that defeats the prefetcher:
+        // the cost once states no longer sit in the cache.
+        const KEYS: usize = 1_000_000;
+        let mut states: Vec<RateState> = (0..KEYS).map(|_| RateState::default()).collect();
+        let mut global = HitLog::default();
+        let mut i = 0usize;
+        let mut now = 0u64;
+        b.iter(|| {
+            i = (i + 7_919) % KEYS;
+            now += 1;
+            black_box(decide(
+                limits,
+                &mut states[i],
                 &mut global,
                 now,
                 one,

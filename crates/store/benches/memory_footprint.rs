@@ -11,7 +11,7 @@ use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::rate::DORMANT_GRACE;
 use charon_core::request::Amount;
 use charon_store::{MemoryStore, Store};
-use footprint::{listing, ready, rss_bytes};
+use footprint::{allocated, listing, ready, rss_bytes};
 
 mod footprint;
 
@@ -50,19 +50,21 @@ fn main() {
         let names: Vec<String> = (0..DOMAINS)
             .map(|i| format!("tenant-{round}-{i:07}"))
             .collect();
-        let before = rss_bytes();
+        let (before, bytes) = (rss_bytes(), allocated());
         for d in &names {
             let _ = ready(store.request("api/search", d, limits, one, Enforcement::Enforce));
         }
-        let live = rss_bytes();
+        let (live, live_bytes) = (rss_bytes(), allocated());
         drop(names);
         clock.advance(1_001 + DORMANT_GRACE);
         let swept = store.sweep();
         println!(
-            "round {round}: live state {:>4} bytes/domain (RSS delta), swept {} pairs, {} left; RSS {:.0} MiB (started at {:.0} MiB)",
+            "round {round}: live state {:>4} bytes/domain allocated, {:>4} RSS delta, swept {} pairs, {} left, {} MiB allocated; RSS {:.0} MiB (started at {:.0} MiB)",
+            live_bytes.saturating_sub(bytes) / DOMAINS,
             live.saturating_sub(before) / DOMAINS,
             swept.pairs,
             store.pair_count(),
+            allocated() >> 20,
             rss_bytes() as f64 / 1_048_576.0,
             start as f64 / 1_048_576.0,
         );

@@ -9,6 +9,7 @@
 //! periodically so memory does not grow as domains come and go.
 
 mod copies;
+mod meters;
 mod shards;
 
 use std::hash::BuildHasher;
@@ -17,15 +18,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
-use charon_core::drain::Mark;
-use charon_core::meter::{self, Meter, MeterState, Op, Policy, Reply};
+use charon_core::meter::{Meter, Op, Policy, Reply};
 use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide_op};
 use charon_core::request::Amount;
 use charon_core::time::SECOND;
-use charon_core::window::Counts;
 use charon_core::{Clock, Millis};
 
 use self::copies::{CopyTable, TransferIds};
+use self::meters::{MeterTable, Stored, Write};
 use self::shards::{Hashed, Shards};
 use crate::{Store, StoreError};
 
@@ -71,77 +71,6 @@ fn pair_key(resource: &str, domain: &str) -> (Box<str>, u32) {
     (format!("{resource}\0{domain}").into_boxed_str(), len)
 }
 
-/// The state of one (resource, domain) pair of a bucket, window or queue.
-/// Kept small, as it is most of the memory of a server with many domains:
-/// the state is packed into four words (see [`pack`]), 72 bytes in all.
-struct MeterEntry {
-    key: Box<str>,
-    hash: u64,
-    /// From when the state is as good as none (`Meter::forget_at`).
-    forget_at: Millis,
-    /// A bucket's or queue's mark (ms, frac), a window's counts (index,
-    /// curr, prev); then the ban's end. 0 stands for none: a mark or counts
-    /// of zeros and a ban ending at 0 decide as no state at any time.
-    words: [u64; 4],
-    resource_len: u32,
-    /// [`BUCKET`], [`WINDOW`] or [`QUEUE`].
-    kind: u8,
-}
-
-const BUCKET: u8 = 0;
-const WINDOW: u8 = 1;
-const QUEUE: u8 = 2;
-
-/// A state as [`MeterEntry`] keeps it: four words and its kind.
-fn pack(state: &MeterState) -> ([u64; 4], u8) {
-    fn mark(s: &meter::State<Mark>) -> [u64; 4] {
-        let m = s.level.unwrap_or_default();
-        [m.ms, m.frac, 0, s.banned_until.unwrap_or(0)]
-    }
-    match state {
-        MeterState::Bucket(s) => (mark(s), BUCKET),
-        MeterState::Queue(s) => (mark(s), QUEUE),
-        MeterState::Window(s) => {
-            let c = s.level.unwrap_or_default();
-            (
-                [c.index, c.curr, c.prev, s.banned_until.unwrap_or(0)],
-                WINDOW,
-            )
-        }
-    }
-}
-
-/// The state [`pack`] packed; a zero level or ban is none.
-fn unpack(words: [u64; 4], kind: u8) -> MeterState {
-    let [a, b, c, ban] = words;
-    let banned_until = (ban != 0).then_some(ban);
-    let mark = (a != 0 || b != 0).then_some(Mark { ms: a, frac: b });
-    match kind {
-        WINDOW => MeterState::Window(meter::State {
-            level: (b != 0 || c != 0).then_some(Counts {
-                index: a,
-                curr: b,
-                prev: c,
-            }),
-            banned_until,
-        }),
-        QUEUE => MeterState::Queue(meter::State {
-            level: mark,
-            banned_until,
-        }),
-        _ => MeterState::Bucket(meter::State {
-            level: mark,
-            banned_until,
-        }),
-    }
-}
-
-impl Hashed for MeterEntry {
-    fn hash(&self) -> u64 {
-        self.hash
-    }
-}
-
 impl Hashed for PairEntry {
     fn hash(&self) -> u64 {
         self.hash
@@ -166,7 +95,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     hasher: foldhash::fast::RandomState,
     pairs: Shards<PairEntry>,
-    meters: Shards<MeterEntry>,
+    meters: MeterTable,
     globals: Shards<GlobalEntry>,
     copies: CopyTable,
     transfers: TransferIds,
@@ -207,11 +136,12 @@ impl MemoryStore {
 
     fn build(clock: Arc<dyn Clock>, transfers: TransferIds) -> Self {
         let shards = 64;
+        let hasher = foldhash::fast::RandomState::default();
         Self {
             clock,
-            hasher: foldhash::fast::RandomState::default(),
+            meters: MeterTable::new(shards, hasher.clone()),
+            hasher,
             pairs: Shards::new(shards),
-            meters: Shards::new(shards),
             globals: Shards::new(shards),
             copies: CopyTable::new(shards),
             transfers,
@@ -227,8 +157,7 @@ impl MemoryStore {
     /// every staged transfer whose ttl has passed.
     pub fn sweep(&self) -> Swept {
         let now = self.now();
-        let pairs =
-            self.pairs.retain(|e| now < e.forget_at) + self.meters.retain(|e| now < e.forget_at);
+        let pairs = self.pairs.retain(|e| now < e.forget_at) + self.meters.retain(|f| now < f);
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()
@@ -328,52 +257,46 @@ impl Store for MemoryStore {
         op: Op,
     ) -> Result<Reply, StoreError> {
         let now = self.now();
-        let hash = self.hasher.hash_one((resource, domain));
-        let mut shard = self.meters.lock(hash);
-        let found = shard.find_entry(hash, |e| is_pair(&e.key, e.resource_len, resource, domain));
-        let Ok(mut entry) = found else {
-            // Nothing stored: decide on the empty state and keep it only if
-            // the decision wrote something that is not idle at once.
-            let mut state = meter.empty();
+        let pair = self.meters.pair(resource, domain);
+        let reply = self.meters.update(&pair, |found| {
+            let Some(stored) = found else {
+                // Nothing stored: decide on the empty state and keep it
+                // only if the decision wrote something that is not idle at
+                // once.
+                let mut state = meter.empty();
+                let reply = meter.decide(&mut state, now, op);
+                let forget_at = meter.forget_at(&state);
+                let write = if now < forget_at {
+                    Write::Put(Stored { forget_at, state })
+                } else {
+                    Write::Keep
+                };
+                return (write, reply);
+            };
+            let mut state = if now >= stored.forget_at {
+                meter.empty()
+            } else {
+                stored.state
+            };
+            let before = state;
             let reply = meter.decide(&mut state, now, op);
-            let forget_at = meter.forget_at(&state);
-            if now < forget_at {
-                let (key, resource_len) = pair_key(resource, domain);
-                let (words, kind) = pack(&state);
-                shard.insert_unique(
-                    hash,
-                    MeterEntry {
-                        key,
-                        hash,
-                        forget_at,
-                        words,
-                        resource_len,
-                        kind,
-                    },
-                    MeterEntry::hash,
-                );
-            }
-            return reply.map_err(StoreError::Refused);
-        };
-        let e = entry.get_mut();
-        let mut state = if now >= e.forget_at {
-            meter.empty()
-        } else {
-            unpack(e.words, e.kind)
-        };
-        let before = state;
-        let reply = meter.decide(&mut state, now, op);
-        // The forget time is the one of the latest write, as a Redis key's
-        // expiry is: a decision that wrote nothing keeps it, even if the
-        // meter's parameters (or kind) have changed since.
-        if state != before {
-            e.forget_at = meter.forget_at(&state);
-        }
-        if now >= e.forget_at {
-            entry.remove();
-        } else {
-            (e.words, e.kind) = pack(&state);
-        }
+            // The forget time is the one of the latest write, as a Redis
+            // key's expiry is: a decision that wrote nothing keeps it, even
+            // if the meter's parameters (or kind) have changed since.
+            let forget_at = if state == before {
+                stored.forget_at
+            } else {
+                meter.forget_at(&state)
+            };
+            let write = if now >= forget_at {
+                Write::Remove
+            } else if state == before {
+                Write::Keep
+            } else {
+                Write::Put(Stored { forget_at, state })
+            };
+            (write, reply)
+        });
         reply.map_err(StoreError::Refused)
     }
 

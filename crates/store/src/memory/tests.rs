@@ -174,46 +174,6 @@ async fn a_seized_transfer_cannot_be_seized_twice_and_release_never_goes_negativ
     ));
 }
 
-#[test]
-fn meter_entries_are_small_and_pack_every_state() {
-    assert_eq!(size_of::<MeterEntry>(), 72);
-    let m = Mark {
-        ms: 1_700_000_000_000,
-        frac: 2,
-    };
-    let c = Counts {
-        index: 28_333_333,
-        curr: 3,
-        prev: 5,
-    };
-    for s in [
-        MeterState::Bucket(meter::State::default()),
-        MeterState::Bucket(meter::State {
-            level: Some(m),
-            banned_until: Some(1_700_000_003_600),
-        }),
-        MeterState::Bucket(meter::State {
-            level: None,
-            banned_until: Some(5),
-        }),
-        MeterState::Queue(meter::State {
-            level: Some(m),
-            banned_until: None,
-        }),
-        MeterState::Window(meter::State {
-            level: Some(c),
-            banned_until: None,
-        }),
-        MeterState::Window(meter::State {
-            level: Some(Counts { curr: 0, ..c }),
-            banned_until: Some(9),
-        }),
-    ] {
-        let (words, kind) = pack(&s);
-        assert_eq!(unpack(words, kind), s);
-    }
-}
-
 #[tokio::test]
 async fn a_banned_pair_is_kept_until_its_ban_ends_then_swept() {
     use charon_core::meter::{Ban, Op, Policy};

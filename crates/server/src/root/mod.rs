@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -506,11 +507,16 @@ async fn serve(
             }
         });
     }
+    // Set before the shutdown is triggered: the servers can finish before
+    // the upkeep task is seen as finished, and a resignation must still
+    // exit 3 (a test once saw 0).
+    let resigned = Arc::new(AtomicBool::new(false));
     let maintenance = {
-        let (state, store) = (state.clone(), store.clone());
+        let (state, store, resigned) = (state.clone(), store.clone(), resigned.clone());
         tokio::spawn(async move {
             let reason = store.maintain().await;
             error!("store stopped: {reason}; shutting down");
+            resigned.store(true, Ordering::SeqCst);
             state.set_ready(false);
             state.shutdown.trigger();
             reason
@@ -522,7 +528,7 @@ async fn serve(
     if let Source::Embedded(app, _) = &source {
         app.close().await;
     }
-    if maintenance.is_finished() {
+    if resigned.load(Ordering::SeqCst) {
         return Ok(Exit::Resigned);
     }
     if let Err(e) = store.leave().await {

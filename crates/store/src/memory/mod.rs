@@ -11,6 +11,7 @@
 mod copies;
 mod shards;
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -23,11 +24,12 @@ use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide};
 use charon_core::request::Amount;
 use charon_core::time::SECOND;
 use charon_core::window::Counts;
-use charon_core::{Clock, Millis};
+use charon_core::{ClientError, Clock, Millis};
+use hashbrown::HashTable;
 
 use self::copies::{CopyTable, TransferIds};
 use self::shards::{Hashed, Shards};
-use crate::{Store, StoreError};
+use crate::{Batch, MeterOp, Store, StoreError};
 
 /// How often [`Store::maintain`] sweeps idle state.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -328,51 +330,59 @@ impl Store for MemoryStore {
         let now = self.now();
         let hash = self.hasher.hash_one((resource, domain));
         let mut shard = self.meters.lock(hash);
-        let found = shard.find_entry(hash, |e| is_pair(&e.key, e.resource_len, resource, domain));
-        let Ok(mut entry) = found else {
-            // Nothing stored: decide on the empty state and keep it only if
-            // the decision wrote something that is not idle at once.
-            let mut state = meter.empty();
-            let reply = meter.decide(&mut state, now, op);
-            let forget_at = meter.forget_at(&state);
-            if now < forget_at {
-                let (key, resource_len) = pair_key(resource, domain);
-                let (words, kind) = pack(&state);
-                shard.insert_unique(
-                    hash,
-                    MeterEntry {
-                        key,
-                        hash,
-                        forget_at,
-                        words,
-                        resource_len,
-                        kind,
-                    },
-                    MeterEntry::hash,
-                );
-            }
-            return reply.map_err(StoreError::Refused);
-        };
-        let e = entry.get_mut();
-        let mut state = if now >= e.forget_at {
-            meter.empty()
-        } else {
-            unpack(e.words, e.kind)
-        };
-        let before = state;
-        let reply = meter.decide(&mut state, now, op);
-        // The forget time is the one of the latest write, as a Redis key's
-        // expiry is: a decision that wrote nothing keeps it, even if the
-        // meter's parameters (or kind) have changed since.
-        if state != before {
-            e.forget_at = meter.forget_at(&state);
+        meter_in(&mut shard, hash, resource, domain, meter, op, now).map_err(StoreError::Refused)
+    }
+
+    /// Holds the locks of every shard the batch touches while it decides
+    /// every operation on copies of the states (the earlier operations'
+    /// results in a small overlay), then, if none was rejected, applies
+    /// them one by one as [`Store::meter`] does: at the same `now` and on
+    /// the same states, they decide the same.
+    async fn meters(&self, ops: &[MeterOp<'_>]) -> Result<Batch, StoreError> {
+        let now = self.now();
+        let hashes: Vec<u64> = ops
+            .iter()
+            .map(|o| self.hasher.hash_one((o.resource, o.domain)))
+            .collect();
+        let mut shards = self.meters.lock_all(&hashes);
+        let mut overlay: HashMap<(&str, &str), MeterState> = HashMap::new();
+        let mut replies = Vec::with_capacity(ops.len());
+        let mut committed = true;
+        for (o, &hash) in ops.iter().zip(&hashes) {
+            let pair = (o.resource, o.domain);
+            let mut state = match overlay.get(&pair) {
+                Some(s) => *s,
+                None => {
+                    let shard = shards[self.meters.index(hash)]
+                        .as_ref()
+                        .ok_or_else(|| StoreError::BadData("a batch shard is not locked".into()))?;
+                    shard
+                        .find(hash, |e| {
+                            is_pair(&e.key, e.resource_len, o.resource, o.domain)
+                        })
+                        .filter(|e| now < e.forget_at)
+                        .map_or_else(|| o.meter.empty(), |e| unpack(e.words, e.kind))
+                }
+            };
+            let reply = o
+                .meter
+                .decide(&mut state, now, o.op)
+                .map_err(StoreError::Refused)?;
+            committed &= !o.op.rejects(&reply);
+            overlay.insert(pair, state);
+            replies.push(reply);
         }
-        if now >= e.forget_at {
-            entry.remove();
-        } else {
-            (e.words, e.kind) = pack(&state);
+        if !committed {
+            return Ok(Batch { committed, replies });
         }
-        reply.map_err(StoreError::Refused)
+        for ((o, &hash), reply) in ops.iter().zip(&hashes).zip(&mut replies) {
+            let shard = shards[self.meters.index(hash)]
+                .as_mut()
+                .ok_or_else(|| StoreError::BadData("a batch shard is not locked".into()))?;
+            *reply = meter_in(shard, hash, o.resource, o.domain, o.meter, o.op, now)
+                .map_err(StoreError::Refused)?;
+        }
+        Ok(Batch { committed, replies })
     }
 
     async fn reserve(
@@ -446,6 +456,63 @@ impl Store for MemoryStore {
             .copies
             .seize(hash, &resource, transfer_id, now, &self.transfers))
     }
+}
+
+/// [`Store::meter`] on the locked shard of the pair.
+fn meter_in(
+    shard: &mut HashTable<MeterEntry>,
+    hash: u64,
+    resource: &str,
+    domain: &str,
+    meter: &Meter,
+    op: Op,
+    now: Millis,
+) -> Result<Reply, ClientError> {
+    let found = shard.find_entry(hash, |e| is_pair(&e.key, e.resource_len, resource, domain));
+    let Ok(mut entry) = found else {
+        // Nothing stored: decide on the empty state and keep it only if
+        // the decision wrote something that is not idle at once.
+        let mut state = meter.empty();
+        let reply = meter.decide(&mut state, now, op);
+        let forget_at = meter.forget_at(&state);
+        if now < forget_at {
+            let (key, resource_len) = pair_key(resource, domain);
+            let (words, kind) = pack(&state);
+            shard.insert_unique(
+                hash,
+                MeterEntry {
+                    key,
+                    hash,
+                    forget_at,
+                    words,
+                    resource_len,
+                    kind,
+                },
+                MeterEntry::hash,
+            );
+        }
+        return reply;
+    };
+    let e = entry.get_mut();
+    let mut state = if now >= e.forget_at {
+        meter.empty()
+    } else {
+        unpack(e.words, e.kind)
+    };
+    let before = state;
+    let reply = meter.decide(&mut state, now, op);
+    // The forget time is the one of the latest write, as a Redis key's
+    // expiry is: a decision that wrote nothing keeps it, even if the
+    // meter's parameters (or kind) have changed since.
+    if state != before {
+        e.forget_at = meter.forget_at(&state);
+    }
+    if now >= e.forget_at {
+        entry.remove();
+    } else {
+        (e.words, e.kind) = pack(&state);
+    }
+    reply
 }
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub struct MeterOp<'a> {
     pub meter: &'a Meter,
     /// What to do.
     pub op: Op,
+    /// Envoy's shadow mode: decided and recorded like the others when it
+    /// is granted, but its rejection does not stop the batch.
+    pub shadow: bool,
 }
 
 /// What a [`Store::meters`] batch did.
@@ -88,7 +91,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// SPEC §11): each is decided in order on the states as the earlier
     /// ones of the batch left them, and the states are written only if no
     /// request or dry run among them was rejected
-    /// ([`Op::rejects`](charon_core::meter::Op::rejects)); otherwise nothing
+    /// ([`Op::rejects`](charon_core::meter::Op::rejects)), not counting
+    /// [`MeterOp::shadow`] ones; otherwise nothing
     /// is written, not even a ban. Atomic: no other operation sees a part
     /// of the batch (the in-memory store holds the shards' locks, the Redis
     /// store runs one script). A client error in any operation is the

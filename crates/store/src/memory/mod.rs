@@ -368,7 +368,7 @@ impl Store for MemoryStore {
                 .meter
                 .decide(&mut state, now, o.op)
                 .map_err(StoreError::Refused)?;
-            committed &= !o.op.rejects(&reply);
+            committed &= o.shadow || !o.op.rejects(&reply);
             overlay.insert(pair, state);
             replies.push(reply);
         }

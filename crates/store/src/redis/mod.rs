@@ -753,10 +753,11 @@ impl Store for RedisStore {
             .map(|o| self.keys.meter(o.resource, o.domain))
             .collect();
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let mut args = Vec::with_capacity(2 + 10 * ops.len());
+        let mut args = Vec::with_capacity(2 + 11 * ops.len());
         args.push(self.clock_arg());
         args.push(self.clock.expiry_slack().to_string());
         for o in ops {
+            args.push(if o.shadow { "1" } else { "0" }.to_owned());
             args.extend(meter::args(o.meter, o.op));
         }
         let v = self

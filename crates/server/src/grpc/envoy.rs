@@ -1,6 +1,6 @@
 //! Envoy's `envoy.service.ratelimit.v3.RateLimitService` (SPEC §11): every
 //! descriptor of a call matched by `charon_core::envoy`, and the limited
-//! ones decided together by one all-or-nothing [`Store::meters`] batch, so
+//! ones decided together by one all-or-nothing [`charon_store::Store::meters`] batch, so
 //! a call that is over on one descriptor records nothing on the others
 //! (one Redis round trip). A thin shell like the `charon.v1` service: core
 //! matches and decides, the store swaps state.

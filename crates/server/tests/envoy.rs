@@ -477,7 +477,7 @@ async fn without_an_envoy_section_every_call_is_ok() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_lists_the_envoy_service() {
+async fn health_and_reflection_list_the_envoy_service() {
     let s = InProcessServer::start(CONFIG).await;
     let channel = Channel::from_shared(s.endpoint())
         .expect("an endpoint")
@@ -495,6 +495,40 @@ async fn health_lists_the_envoy_service() {
     assert_eq!(
         r.status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let mut reflection = ServerReflectionClient::new(
+        Channel::from_shared(s.endpoint())
+            .expect("an endpoint")
+            .connect()
+            .await
+            .expect("connect"),
+    );
+    let list = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream::iter([list]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let answer = answers
+        .message()
+        .await
+        .expect("a reflection answer")
+        .expect("one message");
+    let Some(MessageResponse::ListServicesResponse(services)) = answer.message_response else {
+        panic!("a list of services: {answer:?}");
+    };
+    let names: Vec<&str> = services.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        names.contains(&"envoy.service.ratelimit.v3.RateLimitService")
+            && names.contains(&"charon.v1.Limiter"),
+        "{names:?}"
     );
     s.stop().await;
 }

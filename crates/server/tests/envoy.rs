@@ -532,3 +532,30 @@ async fn health_and_reflection_list_the_envoy_service() {
     );
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_namespace_answers_ok_and_never_stops_the_batch() {
+    let config = format!("namespaces: {{ envoy: {{ ignore_configured: true }} }}\n{CONFIG}");
+    for store in STORES {
+        let (s, _redis) = server(&config, store).await;
+        let mut c = client(&s).await;
+        for _ in 0..3 {
+            assert!(ok(&one(&mut c, &[("plan", "p")], None).await), "{store}");
+        }
+        // A dry run on the spent inline limit, beside an enforced one.
+        let r = call(
+            &mut c,
+            request(vec![
+                descriptor(&[("plan", "p")], Some(0)),
+                descriptor(&[("user", "jo")], Some(2)),
+            ]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "{store}: {r:?}");
+        assert!(
+            over(&one(&mut c, &[("user", "jo")], None).await),
+            "{store}: jo recorded"
+        );
+        s.stop().await;
+    }
+}

@@ -240,7 +240,15 @@ async fn decide(
             shadow: limit.shadow,
             ignored,
         });
-        resolved.push((limit.resource, limit.domain, meter, op, limit.shadow));
+        // An ignored limit never stops the batch (it answers OK whatever
+        // it decides), like a shadowed one.
+        resolved.push((
+            limit.resource,
+            limit.domain,
+            meter,
+            op,
+            limit.shadow || ignored,
+        ));
     }
     for (node, n) in invalid {
         metrics::envoy_invalid_addresses(domain, node, n);

@@ -1,21 +1,42 @@
-//! Compiles `proto/charon/v1/limiter.proto` with protox (pure Rust, no
-//! system `protoc`), and keeps the descriptor set for server reflection.
+//! Compiles `proto/charon/v1/limiter.proto` and Envoy's
+//! `proto/envoy/service/ratelimit/v3/rls.proto` (vendored with their imports,
+//! see `proto/VENDORED.md`) with protox (pure Rust, no system `protoc`), and
+//! keeps each descriptor set for server reflection.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let file = root.join("charon/v1/limiter.proto");
-    println!("cargo:rerun-if-changed={}", file.display());
-    let fds = protox::compile([&file], [&root])?;
-    let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(
-        out.join("charon_descriptor.bin"),
-        prost::Message::encode_to_vec(&fds),
-    )?;
+fn compile(
+    root: &Path,
+    file: &str,
+    descriptor: &str,
+    out: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fds = protox::compile([root.join(file)], [root])?;
+    std::fs::write(out.join(descriptor), prost::Message::encode_to_vec(&fds))?;
     // Undecodable requests are client errors, not tonic's INTERNAL.
     tonic_prost_build::configure()
         .codec_path("crate::codec::CharonCodec")
+        // Only the service's server and client are wanted; the imported
+        // files (core, annotations) have no services anyway.
         .compile_fds(fds)?;
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    compile(
+        &root,
+        "charon/v1/limiter.proto",
+        "charon_descriptor.bin",
+        &out,
+    )?;
+    compile(
+        &root,
+        "envoy/service/ratelimit/v3/rls.proto",
+        "envoy_rls_descriptor.bin",
+        &out,
+    )?;
     Ok(())
 }

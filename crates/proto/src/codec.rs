@@ -112,3 +112,11 @@ macro_rules! senders {
 
 senders!(true: RateRequest, ChargeRequest, SessionRequest);
 senders!(false: RateReply, SessionReply);
+
+impl Sender for crate::envoy::service::ratelimit::v3::RateLimitRequest {
+    const FROM_CLIENT: bool = true;
+}
+
+impl Sender for crate::envoy::service::ratelimit::v3::RateLimitResponse {
+    const FROM_CLIENT: bool = false;
+}

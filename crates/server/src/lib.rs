@@ -35,6 +35,9 @@ use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 
 pub use grpc::LimiterService;
+pub use grpc::envoy::EnvoyService;
+
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 pub use root::{
     ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error, Exit, GrpcIncoming,
     Listeners, Settings, StoreSettings, run, run_observed, terminated, token_file,
@@ -226,14 +229,22 @@ where
     health_reporter
         .set_serving::<charon_proto::v1::limiter_server::LimiterServer<LimiterService>>()
         .await;
+    health_reporter
+        .set_serving::<RateLimitServiceServer<EnvoyService>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(charon_proto::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(charon_proto::envoy::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(std::io::Error::other)?;
     let half = options.keepalive / 2;
     let limiter_service = grpc::classify::Classified(
         charon_proto::v1::limiter_server::LimiterServer::new(LimiterService::new(state.clone()))
+            .max_decoding_message_size(options.max_message_bytes),
+    );
+    let envoy_service = grpc::classify::Classified(
+        RateLimitServiceServer::new(EnvoyService::new(state.clone()))
             .max_decoding_message_size(options.max_message_bytes),
     );
     let shutdown = state.shutdown.clone();
@@ -245,6 +256,7 @@ where
         .add_service(health_service)
         .add_service(reflection)
         .add_service(limiter_service)
+        .add_service(envoy_service)
         .serve_with_incoming_shutdown(grpc, async move { shutdown.wait().await });
 
     let app = http::router(state.clone()).merge(extra_routes);
@@ -286,6 +298,9 @@ where
     }
     health_reporter
         .set_not_serving::<charon_proto::v1::limiter_server::LimiterServer<LimiterService>>()
+        .await;
+    health_reporter
+        .set_not_serving::<RateLimitServiceServer<EnvoyService>>()
         .await;
     info!("shutting down: no new connections, ending sessions");
     let drained = tokio::time::timeout(options.shutdown_grace, async {

@@ -15,7 +15,19 @@
 //! - `charon_errors_total{operation, class}`;
 //! - `charon_sessions_open`, `charon_copies_held` (by this server's
 //!   sessions), `charon_transfers_staged_copies` (read from the store);
-//! - `charon_config_reloads_total{result}`, `charon_config_version`.
+//! - `charon_config_reloads_total{result}`, `charon_config_version`;
+//! - Envoy's service (SPEC §11), labelled by Envoy `domain` (configured
+//!   ones only: an unknown domain is refused first) and matched `node` (its
+//!   id, `envoy/DOMAIN/KEY[=VALUE]/…`, bounded by the configuration; never
+//!   a request's value; `(none)` when nothing matched):
+//!   `charon_envoy_descriptors_total{domain, node}`,
+//!   `charon_envoy_over_limit_total{domain, node}` (shadowed ones included),
+//!   `charon_envoy_near_limit_total{domain, node}` (over the soft limit),
+//!   `charon_envoy_shadow_total{domain, node}` (over, but shadowed: OK),
+//!   `charon_envoy_invalid_addresses_total{domain, node}` (a masked value
+//!   that was not an IP address), `charon_envoy_calls_total{domain, code}`
+//!   (`ok`, `over_limit`), `charon_envoy_errors_total{class}` and
+//!   `charon_envoy_call_duration_seconds` (a histogram).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -42,6 +54,12 @@ pub fn install() -> &'static PrometheusHandle {
                 Matcher::Full("charon_decision_duration_seconds".into()),
                 BUCKETS,
             )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("charon_envoy_call_duration_seconds".into()),
+                    BUCKETS,
+                )
+            })
             .map(PrometheusBuilder::build_recorder)
             .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
         let handle = recorder.handle();
@@ -151,4 +169,43 @@ pub fn config_reload(applied: bool) {
 /// The version of the configuration in force (0 for a file).
 pub fn config_version(version: u64) {
     gauge!("charon_config_version").set(version as f64);
+}
+
+/// One descriptor of an Envoy call: counted, and whether it was over its
+/// limit, over its soft limit, and over but shadowed.
+pub fn envoy_descriptor(domain: &str, node: &str, over: bool, near: bool, shadow: bool) {
+    let labels = [("domain", domain.to_owned()), ("node", node.to_owned())];
+    counter!("charon_envoy_descriptors_total", &labels).increment(1);
+    if over {
+        counter!("charon_envoy_over_limit_total", &labels).increment(1);
+    }
+    if near {
+        counter!("charon_envoy_near_limit_total", &labels).increment(1);
+    }
+    if shadow {
+        counter!("charon_envoy_shadow_total", &labels).increment(1);
+    }
+}
+
+/// Masked values of an Envoy descriptor that were not IP addresses.
+pub fn envoy_invalid_addresses(domain: &str, node: &str, n: usize) {
+    counter!("charon_envoy_invalid_addresses_total", "domain" => domain.to_owned(), "node" => node.to_owned())
+        .increment(u64::try_from(n).unwrap_or(u64::MAX));
+}
+
+/// One answered Envoy call and its overall code.
+pub fn envoy_call(domain: &str, over: bool) {
+    let code = if over { "over_limit" } else { "ok" };
+    counter!("charon_envoy_calls_total", "domain" => domain.to_owned(), "code" => code)
+        .increment(1);
+}
+
+/// An Envoy call answered with an error status, by SPEC §5 class.
+pub fn envoy_error(class: &'static str) {
+    counter!("charon_envoy_errors_total", "class" => class).increment(1);
+}
+
+/// How long an Envoy call took.
+pub fn envoy_duration(elapsed: Duration) {
+    histogram!("charon_envoy_call_duration_seconds").record(elapsed.as_secs_f64());
 }

@@ -27,6 +27,32 @@ pub use error::StoreError;
 pub use holds::{HoldSnapshot, HoldSource};
 pub use memory::MemoryStore;
 
+/// One operation of a [`Store::meters`] batch.
+#[derive(Debug, Clone, Copy)]
+pub struct MeterOp<'a> {
+    /// The resource's name (its state's key, with the domain).
+    pub resource: &'a str,
+    /// The Charon domain.
+    pub domain: &'a str,
+    /// The parameters in force for the pair.
+    pub meter: &'a Meter,
+    /// What to do.
+    pub op: Op,
+    /// Envoy's shadow mode: decided and recorded like the others when it
+    /// is granted, but its rejection does not stop the batch.
+    pub shadow: bool,
+}
+
+/// What a [`Store::meters`] batch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Whether the states were written (no request was rejected).
+    pub committed: bool,
+    /// One reply per operation, in order, each as decided on the states
+    /// the earlier ones left (whether or not the batch committed).
+    pub replies: Vec<Reply>,
+}
+
 /// Atomic access to rate and copy state. Each method is one atomic step:
 /// state changes only when the reply is a grant (or, for release, transfer
 /// and seize, when it succeeds).
@@ -87,6 +113,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         meter: &Meter,
         op: Op,
     ) -> Result<Reply, StoreError>;
+
+    /// Decides a batch of operations all or nothing (Envoy's descriptors,
+    /// SPEC §11): each is decided in order on the states as the earlier
+    /// ones of the batch left them, and the states are written only if no
+    /// request or dry run among them was rejected
+    /// ([`Op::rejects`](charon_core::meter::Op::rejects)), not counting
+    /// [`MeterOp::shadow`] ones; otherwise nothing
+    /// is written, not even a ban. Atomic: no other operation sees a part
+    /// of the batch (the in-memory store holds the shards' locks, the Redis
+    /// store runs one script). A client error in any operation is the
+    /// batch's error, and nothing is written.
+    async fn meters(&self, ops: &[MeterOp<'_>]) -> Result<Batch, StoreError>;
 
     /// Decides and records `reserve(resource, domain, amount)`; the group set
     /// of the hold is the names of `limits.groups`.

@@ -32,14 +32,26 @@ impl InProcessServer {
 
     /// Starts a server enforcing `config` with `options`.
     pub async fn start_with_options(config: &str, options: ServerOptions) -> Self {
+        Self::launch(config, options, None).await
+    }
+
+    /// Starts a server enforcing `config` whose store is `store_url`
+    /// (`memory`, or a private Redis's `redis://…`), as `charon serve
+    /// --store` would.
+    pub async fn start_with_store(config: &str, store_url: &str) -> Self {
+        Self::launch(config, ServerOptions::default(), Some(store_url.to_owned())).await
+    }
+
+    async fn launch(config: &str, options: ServerOptions, store_url: Option<String>) -> Self {
         let (config, _) = Config::from_yaml(config).expect("a valid test configuration");
-        let settings = Settings {
+        let mut settings = Settings {
             keepalive: options.keepalive,
             shutdown_grace: options.shutdown_grace,
             max_message_bytes: options.max_message_bytes,
             session_concurrency: options.session_concurrency,
             ..Settings::new(ConfigSource::Inline(config))
         };
+        settings.store.url = store_url;
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
         let http = TcpListener::bind("127.0.0.1:0").await.expect("bind HTTP");
         let (grpc_addr, http_addr) = (

@@ -216,6 +216,14 @@ impl Op {
         }
     }
 
+    /// Whether `reply` rejects this operation: a request or dry run that
+    /// was granted nothing (charges and refunds are never rejected). A
+    /// batch of operations decided all or nothing (Envoy's descriptors,
+    /// SPEC §11) commits only if none is rejected.
+    pub fn rejects(self, reply: &Reply) -> bool {
+        matches!(self, Op::Request { .. }) && reply.granted == 0
+    }
+
     /// A request that records nothing.
     pub fn dry_run(amount: Amount) -> Self {
         Op::Request {

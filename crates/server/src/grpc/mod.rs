@@ -2,6 +2,7 @@
 //! calls the limiter, and maps replies and errors back.
 
 pub(crate) mod classify;
+pub mod envoy;
 mod ops;
 mod session;
 pub mod status;

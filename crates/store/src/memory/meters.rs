@@ -106,58 +106,29 @@ impl MeterTable {
         f: impl FnOnce(Option<Stored>) -> (Write, R),
     ) -> R {
         let mut shard = self.lock(pair.hash);
-        let found = shard
-            .resources
-            .find(pair.resource_hash, |r| &*r.name == pair.resource)
-            .and_then(|r| r.entries.find(pair.hash, |e| e.is(pair.domain)))
-            .map(Entry::stored);
-        let (write, reply) = f(found);
-        match (found, write) {
-            (_, Write::Keep) | (None, Write::Remove) => {}
-            (Some(_), Write::Remove) => {
-                let resources = &mut shard.resources;
-                if let Ok(mut r) =
-                    resources.find_entry(pair.resource_hash, |r| &*r.name == pair.resource)
-                {
-                    let res = r.get_mut();
-                    if let Ok(e) = res.entries.find_entry(pair.hash, |e| e.is(pair.domain)) {
-                        e.remove();
-                    }
-                    if res.entries.is_empty() {
-                        r.remove();
-                    }
-                }
-            }
-            (_, Write::Put(stored)) => {
-                let hasher = &self.hasher;
-                let res = match shard.resources.entry(
-                    pair.resource_hash,
-                    |r| &*r.name == pair.resource,
-                    |r| r.hash,
-                ) {
-                    Slot::Occupied(r) => r.into_mut(),
-                    Slot::Vacant(v) => v
-                        .insert(Resource {
-                            name: pair.resource.into(),
-                            hash: pair.resource_hash,
-                            entries: HashTable::new(),
-                        })
-                        .into_mut(),
-                };
-                let Resource { name, entries, .. } = res;
-                match entries.entry(
-                    pair.hash,
-                    |e| e.is(pair.domain),
-                    |e| pair_hash(hasher, name, e.domain()),
-                ) {
-                    Slot::Occupied(mut e) => e.get_mut().put(&stored),
-                    Slot::Vacant(v) => {
-                        v.insert(Entry::new(pair.domain, &stored));
-                    }
-                }
-            }
+        update_in(&self.hasher, &mut shard, pair, f)
+    }
+
+    /// Locks the shards of every pair, in ascending order (so that two
+    /// batches never wait for each other in a cycle), for an all-or-nothing
+    /// batch: it reads every state, then writes them, without another
+    /// decision in between.
+    pub(crate) fn lock_pairs(&self, pairs: &[Pair<'_>]) -> Locked<'_> {
+        let mut indices: Vec<usize> = pairs.iter().map(|p| self.index(p.hash)).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        Locked {
+            table: self,
+            guards: indices
+                .into_iter()
+                .map(|i| {
+                    let guard = self.shards[i]
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    (i, guard)
+                })
+                .collect(),
         }
-        reply
     }
 
     /// Drops every pair for which `keep` is false (given its forget time),
@@ -191,16 +162,110 @@ impl MeterTable {
             .sum()
     }
 
-    /// The locked shard for a pair's hash. The shard index comes from
-    /// middle bits of the hash: the tables inside use the low bits for
-    /// their buckets and the top seven for their tags.
+    /// The shard of a pair's hash: middle bits of the hash, since the
+    /// tables inside use the low bits for their buckets and the top seven
+    /// for their tags.
+    fn index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    /// The locked shard for a pair's hash.
     fn lock(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        let i = self.index(hash);
         // A panic while a shard was locked cannot leave it half-updated in
         // a way later requests should fear more than a dead limiter.
         self.shards[i]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// [`MeterTable::update`] on the pair's shard, already locked.
+fn update_in<R>(
+    hasher: &Hasher,
+    shard: &mut Shard,
+    pair: &Pair<'_>,
+    f: impl FnOnce(Option<Stored>) -> (Write, R),
+) -> R {
+    let found = shard
+        .resources
+        .find(pair.resource_hash, |r| &*r.name == pair.resource)
+        .and_then(|r| r.entries.find(pair.hash, |e| e.is(pair.domain)))
+        .map(Entry::stored);
+    let (write, reply) = f(found);
+    match (found, write) {
+        (_, Write::Keep) | (None, Write::Remove) => {}
+        (Some(_), Write::Remove) => {
+            let resources = &mut shard.resources;
+            if let Ok(mut r) =
+                resources.find_entry(pair.resource_hash, |r| &*r.name == pair.resource)
+            {
+                let res = r.get_mut();
+                if let Ok(e) = res.entries.find_entry(pair.hash, |e| e.is(pair.domain)) {
+                    e.remove();
+                }
+                if res.entries.is_empty() {
+                    r.remove();
+                }
+            }
+        }
+        (_, Write::Put(stored)) => {
+            let res = match shard.resources.entry(
+                pair.resource_hash,
+                |r| &*r.name == pair.resource,
+                |r| r.hash,
+            ) {
+                Slot::Occupied(r) => r.into_mut(),
+                Slot::Vacant(v) => v
+                    .insert(Resource {
+                        name: pair.resource.into(),
+                        hash: pair.resource_hash,
+                        entries: HashTable::new(),
+                    })
+                    .into_mut(),
+            };
+            let Resource { name, entries, .. } = res;
+            match entries.entry(
+                pair.hash,
+                |e| e.is(pair.domain),
+                |e| pair_hash(hasher, name, e.domain()),
+            ) {
+                Slot::Occupied(mut e) => e.get_mut().put(&stored),
+                Slot::Vacant(v) => {
+                    v.insert(Entry::new(pair.domain, &stored));
+                }
+            }
+        }
+    }
+    reply
+}
+
+/// The locked shards of a batch ([`MeterTable::lock_pairs`]).
+pub(crate) struct Locked<'t> {
+    table: &'t MeterTable,
+    guards: Vec<(usize, MutexGuard<'t, Shard>)>,
+}
+
+impl Locked<'_> {
+    /// What is stored for `pair` (one of the pairs the shards were locked
+    /// for).
+    pub(crate) fn find(&mut self, pair: &Pair<'_>) -> Option<Stored> {
+        self.update(pair, |found| (Write::Keep, found))
+    }
+
+    /// [`MeterTable::update`] under the batch's locks.
+    pub(crate) fn update<R>(
+        &mut self,
+        pair: &Pair<'_>,
+        f: impl FnOnce(Option<Stored>) -> (Write, R),
+    ) -> R {
+        let i = self.table.index(pair.hash);
+        let Some((_, shard)) = self.guards.iter_mut().find(|(j, _)| *j == i) else {
+            // Only pairs the batch locked are asked for.
+            let mut shard = self.table.lock(pair.hash);
+            return update_in(&self.table.hasher, &mut shard, pair, f);
+        };
+        update_in(&self.table.hasher, shard, pair, f)
     }
 }
 

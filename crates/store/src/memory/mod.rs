@@ -12,22 +12,23 @@ mod copies;
 mod meters;
 mod shards;
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
-use charon_core::meter::{Meter, Op, Policy, Reply};
+use charon_core::meter::{Meter, MeterState, Op, Policy, Reply};
 use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide_op};
 use charon_core::request::Amount;
 use charon_core::time::SECOND;
-use charon_core::{Clock, Millis};
+use charon_core::{ClientError, Clock, Millis};
 
 use self::copies::{CopyTable, TransferIds};
 use self::meters::{MeterTable, Stored, Write};
 use self::shards::{Hashed, Shards};
-use crate::{Store, StoreError};
+use crate::{Batch, MeterOp, Store, StoreError};
 
 /// How often [`Store::maintain`] sweeps idle state.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -258,46 +259,52 @@ impl Store for MemoryStore {
     ) -> Result<Reply, StoreError> {
         let now = self.now();
         let pair = self.meters.pair(resource, domain);
-        let reply = self.meters.update(&pair, |found| {
-            let Some(stored) = found else {
-                // Nothing stored: decide on the empty state and keep it
-                // only if the decision wrote something that is not idle at
-                // once.
-                let mut state = meter.empty();
-                let reply = meter.decide(&mut state, now, op);
-                let forget_at = meter.forget_at(&state);
-                let write = if now < forget_at {
-                    Write::Put(Stored { forget_at, state })
-                } else {
-                    Write::Keep
-                };
-                return (write, reply);
+        self.meters
+            .update(&pair, |found| decide_stored(meter, op, now, found))
+            .map_err(StoreError::Refused)
+    }
+
+    /// Holds the locks of every shard the batch touches while it decides
+    /// every operation on copies of the states (the earlier operations'
+    /// results in a small overlay), then, if none was rejected, applies
+    /// them one by one as [`Store::meter`] does: at the same `now` and on
+    /// the same states, they decide the same.
+    async fn meters(&self, ops: &[MeterOp<'_>]) -> Result<Batch, StoreError> {
+        let now = self.now();
+        let pairs: Vec<_> = ops
+            .iter()
+            .map(|o| self.meters.pair(o.resource, o.domain))
+            .collect();
+        let mut locked = self.meters.lock_pairs(&pairs);
+        let mut overlay: HashMap<(&str, &str), MeterState> = HashMap::new();
+        let mut replies = Vec::with_capacity(ops.len());
+        let mut committed = true;
+        for (o, pair) in ops.iter().zip(&pairs) {
+            let key = (o.resource, o.domain);
+            let mut state = match overlay.get(&key) {
+                Some(s) => *s,
+                None => locked
+                    .find(pair)
+                    .filter(|stored| now < stored.forget_at)
+                    .map_or_else(|| o.meter.empty(), |stored| stored.state),
             };
-            let mut state = if now >= stored.forget_at {
-                meter.empty()
-            } else {
-                stored.state
-            };
-            let before = state;
-            let reply = meter.decide(&mut state, now, op);
-            // The forget time is the one of the latest write, as a Redis
-            // key's expiry is: a decision that wrote nothing keeps it, even
-            // if the meter's parameters (or kind) have changed since.
-            let forget_at = if state == before {
-                stored.forget_at
-            } else {
-                meter.forget_at(&state)
-            };
-            let write = if now >= forget_at {
-                Write::Remove
-            } else if state == before {
-                Write::Keep
-            } else {
-                Write::Put(Stored { forget_at, state })
-            };
-            (write, reply)
-        });
-        reply.map_err(StoreError::Refused)
+            let reply = o
+                .meter
+                .decide(&mut state, now, o.op)
+                .map_err(StoreError::Refused)?;
+            committed &= o.shadow || !o.op.rejects(&reply);
+            overlay.insert(key, state);
+            replies.push(reply);
+        }
+        if !committed {
+            return Ok(Batch { committed, replies });
+        }
+        for ((o, pair), reply) in ops.iter().zip(&pairs).zip(&mut replies) {
+            *reply = locked
+                .update(pair, |found| decide_stored(o.meter, o.op, now, found))
+                .map_err(StoreError::Refused)?;
+        }
+        Ok(Batch { committed, replies })
     }
 
     async fn reserve(
@@ -371,6 +378,52 @@ impl Store for MemoryStore {
             .copies
             .seize(hash, &resource, transfer_id, now, &self.transfers))
     }
+}
+
+/// [`Store::meter`]'s decision on what is stored for a pair (`None` if
+/// nothing), and what to write.
+fn decide_stored(
+    meter: &Meter,
+    op: Op,
+    now: Millis,
+    found: Option<Stored>,
+) -> (Write, Result<Reply, ClientError>) {
+    let Some(stored) = found else {
+        // Nothing stored: decide on the empty state and keep it only if the
+        // decision wrote something that is not idle at once.
+        let mut state = meter.empty();
+        let reply = meter.decide(&mut state, now, op);
+        let forget_at = meter.forget_at(&state);
+        let write = if now < forget_at {
+            Write::Put(Stored { forget_at, state })
+        } else {
+            Write::Keep
+        };
+        return (write, reply);
+    };
+    let mut state = if now >= stored.forget_at {
+        meter.empty()
+    } else {
+        stored.state
+    };
+    let before = state;
+    let reply = meter.decide(&mut state, now, op);
+    // The forget time is the one of the latest write, as a Redis key's
+    // expiry is: a decision that wrote nothing keeps it, even if the
+    // meter's parameters (or kind) have changed since.
+    let forget_at = if state == before {
+        stored.forget_at
+    } else {
+        meter.forget_at(&state)
+    };
+    let write = if now >= forget_at {
+        Write::Remove
+    } else if state == before {
+        Write::Keep
+    } else {
+        Write::Put(Stored { forget_at, state })
+    };
+    (write, reply)
 }
 
 #[cfg(test)]

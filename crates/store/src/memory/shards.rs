@@ -29,7 +29,15 @@ impl<E: Hashed> Shards<E> {
     /// of the hash: the table inside uses the low bits for its buckets and
     /// the top seven for its tags, and sharing them would crowd buckets.
     pub(crate) fn lock(&self, hash: u64) -> MutexGuard<'_, HashTable<E>> {
-        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        self.lock_index(self.index(hash))
+    }
+
+    /// The shard index of `hash`.
+    pub(crate) fn index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    fn lock_index(&self, i: usize) -> MutexGuard<'_, HashTable<E>> {
         // A panic while a shard was locked cannot leave it half-updated in a
         // way later requests should fear more than a dead limiter.
         self.shards[i]

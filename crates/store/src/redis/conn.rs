@@ -115,7 +115,7 @@ impl Conn {
                         if e.kind() == Some(ServerErrorKind::NoScript) && !loaded =>
                     {
                         let mut load = redis::cmd("SCRIPT");
-                        load.arg("LOAD").arg(script.code);
+                        load.arg("LOAD").arg(&*script.code);
                         load.query_async::<String>(&mut conn)
                             .await
                             .map_err(|e| unavailable(&e))?;
@@ -152,7 +152,7 @@ impl Conn {
     pub(crate) async fn load(&self, scripts: &[&Script]) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         for s in scripts {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(s.code);
+            pipe.cmd("SCRIPT").arg("LOAD").arg(&*s.code);
         }
         let work = async {
             let mut conn = self.manager.clone();

@@ -9,7 +9,7 @@ use charon_core::window::{Algorithm, Counts};
 use charon_core::{Millis, bucket};
 
 use super::reply::{self as script_reply, bad};
-use crate::StoreError;
+use crate::{Batch, MeterOp, StoreError};
 
 /// The script arguments after the clock and the expiry slack: kind,
 /// parameters, policy, operation.
@@ -73,12 +73,52 @@ pub(crate) fn reply(
     if r.status_is("refused") {
         let raw = r.text()?;
         let now = r.count()?;
-        let mut state = decode(meter, &raw).ok_or_else(|| bad(script, &raw))?;
-        return match meter.decide(&mut state, now, op) {
-            Err(e) => Err(StoreError::Refused(e)),
-            Ok(_) => Err(bad(script, "refused what core grants")),
-        };
+        return Err(refusal(script, meter, op, &raw, now));
     }
+    fields(&mut r)
+}
+
+/// Core's error for an operation the script refused, on the state it saw
+/// (`raw`) at the time it decided.
+fn refusal(script: &'static str, meter: &Meter, op: Op, raw: &str, now: Millis) -> StoreError {
+    let Some(mut state) = decode(meter, raw) else {
+        return bad(script, raw);
+    };
+    match meter.decide(&mut state, now, op) {
+        Err(e) => StoreError::Refused(e),
+        Ok(_) => bad(script, "refused what core grants"),
+    }
+}
+
+/// Reads the meters script's reply (see `lua/meters.lua`).
+pub(crate) fn batch_reply(
+    script: &'static str,
+    ops: &[MeterOp<'_>],
+    v: redis::Value,
+) -> Result<Batch, StoreError> {
+    let mut r = script_reply::Reply::new(script, v)?;
+    if r.status_is("refused") {
+        let i = usize::try_from(r.count()?).unwrap_or(usize::MAX);
+        let raw = r.text()?;
+        let now = r.count()?;
+        let o = ops
+            .get(i)
+            .ok_or_else(|| bad(script, &format!("refused operation {i}")))?;
+        return Err(refusal(script, o.meter, o.op, &raw, now));
+    }
+    let committed = r.flag()?;
+    let replies = ops
+        .iter()
+        .map(|_| fields(&mut r))
+        .collect::<Result<Vec<_>, _>>()?;
+    if r.remaining() != 0 {
+        return Err(bad(script, "the reply is too long"));
+    }
+    Ok(Batch { committed, replies })
+}
+
+/// The 8 values of one decision's reply.
+fn fields(r: &mut script_reply::Reply) -> Result<Reply, StoreError> {
     let granted = r.count()?;
     let limit = r.count()?;
     let remaining = r.count()?;

@@ -45,7 +45,7 @@ use self::decision_clock::DecisionClock;
 use self::keys::Keys;
 use self::reply::{Reply, bad};
 use self::scripts::Scripts;
-use crate::{HoldSource, Store, StoreError};
+use crate::{Batch, HoldSource, MeterOp, Store, StoreError};
 
 /// How to connect a [`RedisStore`].
 #[derive(Debug, Clone)]
@@ -67,6 +67,12 @@ pub struct RedisOptions {
     /// Redis `TIME` (the scripts are the same; the time is passed in).
     #[cfg(feature = "test-clock")]
     pub clock: Option<Arc<dyn Clock>>,
+    /// Tests only (feature `test-clock`): `(from, to)` replaces the first
+    /// `from` in the meters script (`lua/meters.lua`) by `to`, so a test can
+    /// show that the batch differential catches a script that breaks a
+    /// rule.
+    #[cfg(feature = "test-clock")]
+    pub meters_mutation: Option<(String, String)>,
     /// How long reserves wait after a new generation of the copy log
     /// starts (Redis lost its data, or is used for the first time), so
     /// that servers that have not noticed yet can rebuild their holds
@@ -84,6 +90,8 @@ impl Default for RedisOptions {
             key_prefix: "charon".to_owned(),
             #[cfg(feature = "test-clock")]
             clock: None,
+            #[cfg(feature = "test-clock")]
+            meters_mutation: None,
             rebuild_grace: None,
         }
     }
@@ -187,7 +195,10 @@ impl RedisStore {
             return Err(invalid("op_timeout must be positive".into()));
         }
         let conn = Conn::open(url, options.op_timeout).await?;
-        let scripts = Scripts::new();
+        #[cfg(feature = "test-clock")]
+        let scripts = Scripts::new(options.meters_mutation.as_ref());
+        #[cfg(not(feature = "test-clock"))]
+        let scripts = Scripts::new(None);
         conn.load(&scripts.all()).await?;
         let store = RedisStore {
             conn,
@@ -765,6 +776,42 @@ impl Store for RedisStore {
             .await
             .inspect_err(|e| self.on_error(e))?;
         meter::reply(self.scripts.meter.name, meter, op, v)
+    }
+
+    /// One `meters.lua` call for the whole batch: every operation decided
+    /// in order on the states as the earlier ones left them, and the states
+    /// written only if no request was rejected. Errors that do not depend
+    /// on the state are found before the call, as for [`Store::meter`].
+    async fn meters(&self, ops: &[MeterOp<'_>]) -> Result<Batch, StoreError> {
+        if ops.is_empty() {
+            return Ok(Batch {
+                committed: true,
+                replies: Vec::new(),
+            });
+        }
+        for o in ops {
+            o.meter
+                .decide(&mut o.meter.empty(), 0, o.op)
+                .map_err(StoreError::Refused)?;
+        }
+        let keys: Vec<String> = ops
+            .iter()
+            .map(|o| self.keys.meter(o.resource, o.domain))
+            .collect();
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut args = Vec::with_capacity(2 + 11 * ops.len());
+        args.push(self.clock_arg());
+        args.push(self.clock.expiry_slack().to_string());
+        for o in ops {
+            args.push(if o.shadow { "1" } else { "0" }.to_owned());
+            args.extend(meter::args(o.meter, o.op));
+        }
+        let v = self
+            .conn
+            .eval(&self.scripts.meters, &key_refs, &args, &[])
+            .await
+            .inspect_err(|e| self.on_error(e))?;
+        meter::batch_reply(self.scripts.meters.name, ops, v)
     }
 
     async fn reserve(

@@ -3,25 +3,43 @@
 //! self-contained text that `EVALSHA` runs by its SHA-1. The rate script is
 //! five files: the hit log, the state, the decision, the reply context and
 //! the script body.
-//! The meter script (buckets, windows, queues) is three: the drain levels,
-//! the window level and the decision driver.
+//! The meter scripts (buckets, windows, queues: one operation, or an
+//! all-or-nothing batch) are four: the drain levels, the window level, the
+//! decision and the script body.
+
+use std::borrow::Cow;
 
 /// One script: its text and SHA-1.
 #[derive(Debug)]
 pub(crate) struct Script {
     pub(crate) name: &'static str,
-    pub(crate) code: &'static str,
+    pub(crate) code: Cow<'static, str>,
     pub(crate) sha: String,
 }
 
 impl Script {
-    fn new(name: &'static str, code: &'static str) -> Self {
+    fn new(name: &'static str, code: impl Into<Cow<'static, str>>) -> Self {
+        let code = code.into();
         Self {
             name,
+            sha: redis::Script::new(&code).get_hash().to_owned(),
             code,
-            sha: redis::Script::new(code).get_hash().to_owned(),
         }
     }
+}
+
+/// The decision of one bucket, window or queue operation, shared by the
+/// meter and meters scripts.
+macro_rules! meter_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/meter_drain.lua"),
+            include_str!("lua/meter_window.lua"),
+            include_str!("lua/meter_op.lua"),
+            include_str!(concat!("lua/", $file))
+        )
+    };
 }
 
 macro_rules! copy_script {
@@ -49,6 +67,7 @@ macro_rules! membership_script {
 pub(crate) struct Scripts {
     pub(crate) rate: Script,
     pub(crate) meter: Script,
+    pub(crate) meters: Script,
     pub(crate) reserve: Script,
     pub(crate) release: Script,
     pub(crate) transfer: Script,
@@ -69,7 +88,14 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    /// The scripts; `mutation` (tests only) replaces the first occurrence
+    /// of its first text in the meters script by its second, to show that
+    /// the batch differential test catches a script that breaks a rule.
+    pub(crate) fn new(mutation: Option<&(String, String)>) -> Self {
+        let meters: Cow<'static, str> = match mutation {
+            None => Cow::Borrowed(meter_script!("meters.lua")),
+            Some((from, to)) => Cow::Owned(meter_script!("meters.lua").replacen(from, to, 1)),
+        };
         Self {
             rate: Script::new(
                 "rate",
@@ -82,15 +108,8 @@ impl Scripts {
                     include_str!("lua/rate.lua"),
                 ),
             ),
-            meter: Script::new(
-                "meter",
-                concat!(
-                    include_str!("lua/common.lua"),
-                    include_str!("lua/meter_drain.lua"),
-                    include_str!("lua/meter_window.lua"),
-                    include_str!("lua/meter.lua"),
-                ),
-            ),
+            meter: Script::new("meter", meter_script!("meter.lua")),
+            meters: Script::new("meters", meters),
             reserve: Script::new("reserve", copy_script!("reserve.lua")),
             release: Script::new("release", copy_script!("release.lua")),
             transfer: Script::new("transfer", copy_script!("transfer.lua")),
@@ -112,10 +131,11 @@ impl Scripts {
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 19] {
+    pub(crate) fn all(&self) -> [&Script; 20] {
         [
             &self.rate,
             &self.meter,
+            &self.meters,
             &self.reserve,
             &self.release,
             &self.transfer,

@@ -1,0 +1,404 @@
+//! Envoy's `envoy.service.ratelimit.v3.RateLimitService` (SPEC §11): every
+//! descriptor of a call matched by `charon_core::envoy`, and the limited
+//! ones decided together by one all-or-nothing [`charon_store::Store::meters`] batch, so
+//! a call that is over on one descriptor records nothing on the others
+//! (one Redis round trip). A thin shell like the `charon.v1` service: core
+//! matches and decides, the store swaps state.
+//!
+//! Choices where Envoy's protocol leaves room (see `docs/envoy.md`):
+//! - a descriptor that names a `kind: rate` resource (burst tiers) is a
+//!   client error: the tiers cannot yet be decided inside the batch, and
+//!   deciding them outside it would break all or nothing;
+//! - `is_negative_hits` (a refund) is a client error; a descriptor's
+//!   `limit` override is ignored (the configuration decides);
+//! - a cost of 0 (a descriptor's `hits_addend: 0`) is a dry run of one hit;
+//! - at most [`MAX_DESCRIPTORS`] descriptors in a call.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use charon_core::ClientError;
+use charon_core::config::{Config, Enforcement, RateLike};
+use charon_core::envoy::{Matched, Unit};
+use charon_core::meter::{Meter, Op, Reply};
+use charon_core::request::Amount;
+use charon_limiter::LimitError;
+use charon_proto::envoy::config::core::v3::HeaderValue;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit, rate_limit::Unit as ProtoUnit,
+};
+use charon_proto::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse, rate_limit_service_server::RateLimitService,
+};
+use charon_store::MeterOp;
+use tonic::{Request, Response, Status};
+
+use super::status;
+use crate::ServerState;
+use crate::metrics;
+
+/// The most descriptors one call may carry: Envoy sends one per rate-limit
+/// action list of the route (a handful); thousands are a broken or hostile
+/// client, refused before anything is matched or recorded.
+pub const MAX_DESCRIPTORS: usize = 1024;
+
+/// The Envoy service.
+#[derive(Debug, Clone)]
+pub struct EnvoyService {
+    state: Arc<ServerState>,
+    /// Whether the missing `envoy:` section was already logged.
+    told_missing: Arc<AtomicBool>,
+}
+
+impl EnvoyService {
+    /// A service deciding with `state.limiter`.
+    pub fn new(state: Arc<ServerState>) -> Self {
+        Self {
+            state,
+            told_missing: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// What one descriptor came to before the store is asked.
+enum Plan<'a> {
+    /// Not limited or unlimited: OK, nothing recorded.
+    Free { node: Option<&'a str> },
+    /// Decided in the batch (operation `op` of it).
+    Limited {
+        node: &'a str,
+        op: usize,
+        unit: Option<Unit>,
+        resource: &'a str,
+        shadow: bool,
+        ignored: bool,
+    },
+}
+
+/// A client error about descriptor `i`.
+fn at(i: usize, e: &ClientError) -> LimitError {
+    LimitError::Client(ClientError::invalid(format!("descriptors[{i}]: {e}")))
+}
+
+/// The unit a meter's limit is counted per, where it has one: an inline
+/// limit's, or a window as long as a unit.
+fn unit_of(meter: &Meter) -> Option<Unit> {
+    let Meter::Window(p) = meter else {
+        return None;
+    };
+    [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day]
+        .into_iter()
+        .find(|u| u.millis() == p.window())
+}
+
+fn proto_unit(unit: Option<Unit>) -> ProtoUnit {
+    match unit {
+        Some(Unit::Second) => ProtoUnit::Second,
+        Some(Unit::Minute) => ProtoUnit::Minute,
+        Some(Unit::Hour) => ProtoUnit::Hour,
+        Some(Unit::Day) => ProtoUnit::Day,
+        None => ProtoUnit::Unknown,
+    }
+}
+
+fn clamp(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn duration(ms: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+        // Below 10^9: fits.
+        nanos: i32::try_from(ms % 1000 * 1_000_000).unwrap_or(0),
+    }
+}
+
+/// Whole seconds, rounded up (never tell a client to come back early).
+fn seconds_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+fn header(key: &str, value: u64) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value: value.to_string(),
+        ..HeaderValue::default()
+    }
+}
+
+/// Decides one call. `Ok(None)` when the configuration has no `envoy:`
+/// section.
+async fn decide(
+    state: &ServerState,
+    config: &Config,
+    req: &RateLimitRequest,
+) -> Result<Option<RateLimitResponse>, LimitError> {
+    let Some(envoy) = config.envoy() else {
+        return Ok(None);
+    };
+    if req.descriptors.is_empty() {
+        return Err(ClientError::invalid("a call needs at least one descriptor").into());
+    }
+    if req.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(ClientError::invalid(format!(
+            "{} descriptors in one call, at most {MAX_DESCRIPTORS}",
+            req.descriptors.len()
+        ))
+        .into());
+    }
+    let domain = req.domain.as_str();
+    // Everything is checked and resolved before the store is asked, so a
+    // bad descriptor anywhere records nothing anywhere.
+    let mut plans = Vec::with_capacity(req.descriptors.len());
+    let mut resolved: Vec<(&str, String, Meter, Op, bool)> = Vec::new();
+    let mut invalid: Vec<(&str, usize)> = Vec::new();
+    for (i, d) in req.descriptors.iter().enumerate() {
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let matched = envoy
+            .match_descriptor(domain, &entries)
+            .map_err(|e| at(i, &e))?;
+        if d.is_negative_hits {
+            return Err(at(
+                i,
+                &ClientError::invalid(
+                    "is_negative_hits is not supported: hits already counted are not given back",
+                ),
+            ));
+        }
+        let limit = match matched {
+            Matched::NotLimited => {
+                plans.push(Plan::Free { node: None });
+                continue;
+            }
+            Matched::Unlimited { node } => {
+                plans.push(Plan::Free {
+                    node: Some(node.id()),
+                });
+                continue;
+            }
+            Matched::Limited(l) => l,
+        };
+        let cost = match d.hits_addend {
+            Some(n) => n,
+            None if req.hits_addend > 0 => u64::from(req.hits_addend),
+            None => 1,
+        };
+        let (meter, enforcement, unit) = match limit.rate_limit {
+            Some(rl) => (
+                rl.meter(),
+                config.enforcement(limit.resource),
+                Some(rl.unit()),
+            ),
+            None => {
+                let operation = if cost == 0 { "dry_run" } else { "request" };
+                match config
+                    .rate_like(limit.resource, &limit.domain, operation)
+                    .map_err(|e| at(i, &e))?
+                {
+                    (RateLike::Meter(m), e) => {
+                        let unit = unit_of(&m);
+                        (m, e, unit)
+                    }
+                    (RateLike::Tiers(_), _) => {
+                        return Err(at(
+                            i,
+                            &ClientError::invalid(format!(
+                                "resource {:?} is kind rate (burst tiers), which Envoy \
+                                 descriptors cannot use yet: all or nothing holds only for \
+                                 kind bucket, window and queue",
+                                limit.resource
+                            )),
+                        ));
+                    }
+                }
+            }
+        };
+        let ignored = enforcement == Enforcement::Ignore;
+        let op = if cost == 0 {
+            Op::dry_run(Amount::exactly(1).map_err(|e| at(i, &e))?)
+        } else {
+            let amount = Amount::exactly(cost).map_err(|e| at(i, &e))?;
+            if ignored {
+                Op::Charge(cost)
+            } else {
+                Op::request(amount)
+            }
+        };
+        if limit.invalid_addresses > 0 {
+            invalid.push((limit.node.id(), limit.invalid_addresses));
+        }
+        plans.push(Plan::Limited {
+            node: limit.node.id(),
+            op: resolved.len(),
+            unit,
+            resource: limit.resource,
+            shadow: limit.shadow,
+            ignored,
+        });
+        // An ignored limit never stops the batch (it answers OK whatever
+        // it decides), like a shadowed one.
+        resolved.push((
+            limit.resource,
+            limit.domain,
+            meter,
+            op,
+            limit.shadow || ignored,
+        ));
+    }
+    for (node, n) in invalid {
+        metrics::envoy_invalid_addresses(domain, node, n);
+    }
+    let ops: Vec<MeterOp<'_>> = resolved
+        .iter()
+        .map(|(resource, d, meter, op, shadow)| MeterOp {
+            resource,
+            domain: d,
+            meter,
+            op: *op,
+            shadow: *shadow,
+        })
+        .collect();
+    let batch = if ops.is_empty() {
+        None
+    } else {
+        Some(state.limiter.store().meters(&ops).await?)
+    };
+    Ok(Some(respond(envoy.headers, domain, &plans, &ops, batch)))
+}
+
+/// The response for the decided batch, and its metrics.
+fn respond(
+    headers: bool,
+    domain: &str,
+    plans: &[Plan<'_>],
+    ops: &[MeterOp<'_>],
+    batch: Option<charon_store::Batch>,
+) -> RateLimitResponse {
+    let replies: &[Reply] = batch.as_ref().map_or(&[], |b| &b.replies);
+    let mut statuses = Vec::with_capacity(plans.len());
+    let mut over = false;
+    // The most constraining limited descriptor (least remaining), for the
+    // headers; the longest wait among those over, for Retry-After.
+    let mut tightest: Option<&Reply> = None;
+    let mut retry_ms: Option<u64> = None;
+    for plan in plans {
+        let (node, op, unit, resource, shadow, ignored) = match plan {
+            Plan::Free { node } => {
+                metrics::envoy_descriptor(domain, node.unwrap_or("(none)"), false, false, false);
+                statuses.push(DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..DescriptorStatus::default()
+                });
+                continue;
+            }
+            Plan::Limited {
+                node,
+                op,
+                unit,
+                resource,
+                shadow,
+                ignored,
+            } => (node, op, unit, resource, shadow, ignored),
+        };
+        let Some(r) = replies.get(*op) else {
+            continue;
+        };
+        let rejected = !ignored && ops[*op].op.rejects(r);
+        let enforced_over = rejected && !shadow;
+        over |= enforced_over;
+        metrics::envoy_descriptor(domain, node, rejected, r.warning, rejected && *shadow);
+        if tightest.is_none_or(|t| r.remaining < t.remaining) {
+            tightest = Some(r);
+        }
+        if enforced_over {
+            let wait = r.retry_after_ms.unwrap_or(r.reset_after_ms);
+            retry_ms = Some(retry_ms.map_or(wait, |w| w.max(wait)));
+        }
+        statuses.push(DescriptorStatus {
+            code: if enforced_over {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            current_limit: Some(RateLimit {
+                name: (*resource).to_owned(),
+                requests_per_unit: clamp(r.limit),
+                unit: proto_unit(*unit) as i32,
+            }),
+            limit_remaining: clamp(r.remaining),
+            duration_until_reset: Some(duration(r.reset_after_ms)),
+            ..DescriptorStatus::default()
+        });
+    }
+    let mut response_headers_to_add = Vec::new();
+    if headers && let Some(t) = tightest {
+        response_headers_to_add.push(header("RateLimit-Limit", t.limit));
+        response_headers_to_add.push(header("RateLimit-Remaining", t.remaining));
+        response_headers_to_add.push(header("RateLimit-Reset", seconds_up(t.reset_after_ms)));
+        if let Some(ms) = retry_ms {
+            response_headers_to_add.push(header("Retry-After", seconds_up(ms)));
+        }
+    }
+    let overall_code = if over { Code::OverLimit } else { Code::Ok };
+    metrics::envoy_call(domain, over);
+    RateLimitResponse {
+        overall_code: overall_code as i32,
+        statuses,
+        response_headers_to_add,
+        ..RateLimitResponse::default()
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let result = match self.state.check_configured() {
+            Ok(()) => {
+                let config = self.state.limiter.config();
+                decide(&self.state, &config, &req).await
+            }
+            Err(e) => Err(e),
+        };
+        metrics::envoy_duration(started.elapsed());
+        match result {
+            Ok(Some(response)) => {
+                self.told_missing.store(false, Ordering::Relaxed);
+                Ok(Response::new(response))
+            }
+            Ok(None) => {
+                if !self.told_missing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "Envoy's ShouldRateLimit was called, but the configuration has no \
+                         envoy: section: every call is answered OK"
+                    );
+                }
+                Ok(Response::new(RateLimitResponse {
+                    overall_code: Code::Ok as i32,
+                    statuses: req
+                        .descriptors
+                        .iter()
+                        .map(|_| DescriptorStatus {
+                            code: Code::Ok as i32,
+                            ..DescriptorStatus::default()
+                        })
+                        .collect(),
+                    ..RateLimitResponse::default()
+                }))
+            }
+            Err(e) => {
+                metrics::envoy_error(e.class());
+                Err(status::to_status(&e))
+            }
+        }
+    }
+}

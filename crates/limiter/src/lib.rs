@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use charon_core::ClientError;
-use charon_core::config::{Config, Enforcement, RateLike};
+use charon_core::config::{Config, Enforcement, RateLike, RateResource};
 use charon_core::copy::{CopyStatus, Hold};
 use charon_core::meter::{Meter, Op};
 use charon_core::rate::RateReply;
@@ -89,6 +89,20 @@ impl Limiter {
         check_name("domain", domain)?;
         let config = self.config.load();
         let (rate, enforcement) = config.rate(resource)?;
+        self.tiers(resource, domain, rate, Op::request(amount), enforcement)
+            .await
+    }
+
+    /// `op` on the burst tiers of `rate` for `domain` (its override, soft
+    /// limit and ban applied).
+    async fn tiers(
+        &self,
+        resource: &str,
+        domain: &str,
+        rate: &RateResource,
+        op: Op,
+        enforcement: Enforcement,
+    ) -> Result<RateReply, LimitError> {
         Ok(self
             .store
             .tiers(
@@ -96,7 +110,7 @@ impl Limiter {
                 domain,
                 rate.limits_for(domain),
                 rate.policy_for(domain),
-                Op::request(amount),
+                op,
                 enforcement,
             )
             .await?)
@@ -133,17 +147,7 @@ impl Limiter {
                     amount,
                     dry_run: options.dry_run,
                 };
-                let reply = self
-                    .store
-                    .tiers(
-                        resource,
-                        domain,
-                        rate.limits_for(domain),
-                        rate.policy_for(domain),
-                        op,
-                        enforcement,
-                    )
-                    .await?;
+                let reply = self.tiers(resource, domain, rate, op, enforcement).await?;
                 return Ok(Decision::Tiers(reply));
             }
         };
@@ -207,17 +211,7 @@ impl Limiter {
                 return Err(no_tier_refund().into());
             }
             (RateLike::Tiers(rate), enforcement) => {
-                let reply = self
-                    .store
-                    .tiers(
-                        resource,
-                        domain,
-                        rate.limits_for(domain),
-                        rate.policy_for(domain),
-                        op,
-                        enforcement,
-                    )
-                    .await?;
+                let reply = self.tiers(resource, domain, rate, op, enforcement).await?;
                 return Ok(Decision::Tiers(reply));
             }
         };

@@ -13,6 +13,7 @@ use charon_core::config::{Adjustment, Config, ConfigIssue, RateResource, Resourc
 use charon_core::fields::{self, Issues, Path, describe};
 use charon_core::meter::{Meter, Op};
 use charon_core::request::Amount;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
@@ -133,6 +134,37 @@ impl Event {
             Op::Refund(_) => "refund",
         }
     }
+
+    /// What every kind's answer says of the event it decided, the
+    /// `index`-th of the body.
+    pub fn head(&self, index: usize) -> EventHead {
+        EventHead {
+            index,
+            t: self.t,
+            op: self.op_name(),
+            copies: match self.op {
+                Op::Request { amount, .. } => amount.copies(),
+                Op::Charge(n) | Op::Refund(n) => n,
+            },
+            min_copies: self.amount().map(Amount::min_copies),
+            dry_run: matches!(self.op, Op::Request { dry_run: true, .. }),
+        }
+    }
+}
+
+/// The event as an answer lists it, before the kind's own fields.
+#[derive(Debug, Serialize)]
+pub(crate) struct EventHead {
+    /// Position in the request's `events`.
+    index: usize,
+    t: Millis,
+    /// `request`, `charge` or `refund` (SPEC §10).
+    op: &'static str,
+    copies: u64,
+    /// A request's; none for a charge or a refund.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_copies: Option<u64>,
+    dry_run: bool,
 }
 
 /// How much of each event's state `/run` reports.

@@ -13,7 +13,7 @@ use charon_core::window;
 use serde::Serialize;
 
 use crate::api::ApiError;
-use crate::input::{Event, Replay};
+use crate::input::{Event, EventHead, Replay};
 use crate::replay::{encoding, resource_value};
 
 /// Samples of the level spread evenly over `[report_from, at]`, so that a
@@ -51,15 +51,8 @@ struct Reading {
 
 #[derive(Debug, Serialize)]
 struct EventOut {
-    index: usize,
-    t: Millis,
-    /// `request`, `charge` or `refund`.
-    op: &'static str,
-    copies: u64,
-    /// Requests only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    min_copies: Option<u64>,
-    dry_run: bool,
+    #[serde(flatten)]
+    head: EventHead,
     /// SPEC §10, encoded as `charon simulate` encodes it.
     reply: Reply,
     /// The level just before and just after the event (a dry run leaves it
@@ -171,19 +164,10 @@ pub(crate) fn run(replay: &Replay, meter: Meter) -> Result<Vec<u8>, ApiError> {
             json.push(b',');
         }
         listed += 1;
-        let amount = ev.amount();
         serde_json::to_writer(
             &mut json,
             &EventOut {
-                index,
-                t: now,
-                op: ev.op_name(),
-                copies: match ev.op {
-                    Op::Request { amount, .. } => amount.copies(),
-                    Op::Charge(n) | Op::Refund(n) => n,
-                },
-                min_copies: amount.map(charon_core::request::Amount::min_copies),
-                dry_run: matches!(ev.op, Op::Request { dry_run: true, .. }),
+                head: ev.head(index),
                 reply,
                 before,
                 after,

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::api::ApiError;
-use crate::input::{Detail, Replay};
+use crate::input::{Detail, EventHead, Replay};
 
 /// The most `[time, hits]` entries one answer may list in its tier
 /// snapshots. Each snapshot lists a window's worth of hits, so long windows
@@ -60,16 +60,8 @@ struct Totals {
 
 #[derive(Debug, Serialize)]
 struct EventOut {
-    /// Position in the request's `events`.
-    index: usize,
-    t: Millis,
-    /// `request`, `charge` or `refund` (SPEC §10).
-    op: &'static str,
-    copies: u64,
-    /// A request's; none for a charge.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    min_copies: Option<u64>,
-    dry_run: bool,
+    #[serde(flatten)]
+    head: EventHead,
     /// SPEC §2 rule 6, encoded as `charon simulate` encodes it.
     reply: RateReply,
     /// Where the granted hits went: several tiers when one request passed
@@ -238,15 +230,7 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
         serde_json::to_writer(
             &mut json,
             &EventOut {
-                index,
-                t: now,
-                op: ev.op_name(),
-                copies: match ev.op {
-                    Op::Request { amount, .. } => amount.copies(),
-                    Op::Charge(n) | Op::Refund(n) => n,
-                },
-                min_copies: ev.amount().map(charon_core::request::Amount::min_copies),
-                dry_run: matches!(ev.op, Op::Request { dry_run: true, .. }),
+                head: ev.head(index),
                 reply,
                 placed,
                 tiers: snapshots,

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
-use charon_core::rate::RateReply;
 use charon_core::request::{Amount, check_name, positive_count, transfer_ttl};
 use charon_core::{ClientError, Millis};
 
@@ -35,17 +34,6 @@ impl Session {
     pub(crate) fn new(limiter: Arc<Limiter>) -> Self {
         let (id, holds) = limiter.holds.register();
         Self { limiter, id, holds }
-    }
-
-    /// A rate-limited request on this session's connection (hits are not
-    /// held, so this is [`Limiter::request`]).
-    pub async fn request(
-        &self,
-        resource: &str,
-        domain: &str,
-        amount: Amount,
-    ) -> Result<RateReply, LimitError> {
-        self.limiter.request(resource, domain, amount).await
     }
 
     /// `reserve(resource, domain, copies, min_copies)`: on a grant, the

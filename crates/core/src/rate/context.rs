@@ -1,7 +1,7 @@
 //! What the burst tiers share with every other rate-like kind (SPEC §10):
 //! the reply context (`limit`, `remaining`, `reset_after_ms`,
 //! `retry_after_ms`), soft limits, bans, dry runs and charges, applied
-//! around the tier rule of [`super::decide`] the way [`crate::meter::decide`]
+//! around the tier rule of [`super::decide()`] the way [`crate::meter::decide`]
 //! applies them around a bucket, a window or a queue, so that a ban or a dry
 //! run means the same on every kind.
 //!
@@ -266,7 +266,7 @@ pub(super) fn room_at(
 /// granted, if nothing else arrived: the first instant, not before the end
 /// of a ban, at which a dry decision grants it. `None` if none does.
 ///
-/// The decision only changes at the instants [`changes`] lists; after the
+/// The decision only changes at the instants `changes` lists; after the
 /// last of them nothing changes any more, so if none grants, none ever
 /// will.
 pub fn retry_after(

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# SPEC §11 through Envoy's own generated Python stubs (PyPI xds-protos):
+# a pytest suite against real `charon serve` processes, in the in-memory
+# store and on a private redis-server. Installs the pinned requirements
+# (requirements.txt) into a virtualenv under the cargo target directory
+# once, then runs pytest.
+#
+#   crates/cli/tests/envoy_python/run.sh             # builds target/debug/charon first
+#   CHARON_BIN=/path/to/charon crates/cli/tests/envoy_python/run.sh [pytest args]
+#
+# Run by `cargo test -p charon --test envoy_python -- --ignored` (which sets
+# CHARON_BIN). Environment: CARGO_TARGET_DIR (default: <workspace>/target).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../../../.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+venv=$target/envoy-python-venv
+
+mkdir -p "$target"
+# One installation at a time; a venv whose requirements changed is rebuilt.
+exec 9>"$target/envoy-python-venv.lock"
+flock 9
+if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt" 2>/dev/null; then
+    echo "installing xds-protos, grpcio, pytest into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+    "$venv/bin/python" -c "import envoy.service.ratelimit.v3.rls_pb2_grpc"
+    cp "$here/requirements.txt" "$venv/requirements.txt"
+fi
+flock -u 9
+
+if [ -z "${CHARON_BIN:-}" ]; then
+    (cd "$root" && cargo build --quiet -p charon)
+    CHARON_BIN=$target/debug/charon
+fi
+export CHARON_BIN
+
+# No pytest cache nor __pycache__ in the tree.
+export PYTHONDONTWRITEBYTECODE=1
+cd "$here"
+"$venv/bin/python" -m pytest -p no:cacheprovider -q -o console_output_style=classic \
+    --rootdir "$here" "$@" "$here"

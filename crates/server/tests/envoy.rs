@@ -559,3 +559,77 @@ async fn an_ignored_namespace_answers_ok_and_never_stops_the_batch() {
         s.stop().await;
     }
 }
+
+/// `same_slot: true` on a domain: every count a call of that domain
+/// touches carries the domain's Redis hash tag (one Redis Cluster slot for
+/// a whole all-or-nothing batch), and those counts are the domain's own,
+/// apart from the same resource used by another domain, in both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_slot_domain_keeps_its_counts_under_one_tag() {
+    let config = CONFIG.replace(
+        "        - key: tiers\n          resource: api/tiers\n",
+        "        - key: tiers\n          resource: api/tiers\n    - domain: slot\n      same_slot: true\n      descriptors:\n        - key: user\n          resource: api/login\n        - key: plan\n          rate_limit: { unit: day, requests_per_unit: 1 }\n",
+    );
+    for store in STORES {
+        let (s, redis) = server(&config, store).await;
+        let mut c = client(&s).await;
+        // dave spends api/login's limit of 2 in the domain edge …
+        assert!(
+            ok(&one(&mut c, &[("user", "dave")], Some(2)).await),
+            "{store}"
+        );
+        assert!(
+            over(&one(&mut c, &[("user", "dave")], None).await),
+            "{store}"
+        );
+        // … which the domain slot counts apart.
+        let slot = |descriptors| RateLimitRequest {
+            domain: "slot".to_owned(),
+            descriptors,
+            hits_addend: 0,
+        };
+        let r = call(
+            &mut c,
+            slot(vec![
+                descriptor(&[("user", "dave")], None),
+                descriptor(&[("plan", "p1")], None),
+            ]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "{store}: {r:?}");
+        // All or nothing still holds: plan p1 is spent, so dave's hit in
+        // this call is not recorded.
+        let r = call(
+            &mut c,
+            slot(vec![
+                descriptor(&[("user", "dave")], None),
+                descriptor(&[("plan", "p1")], None),
+            ]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32, "{store}: {r:?}");
+        let r = call(&mut c, slot(vec![descriptor(&[("user", "dave")], None)])).await;
+        assert_eq!(r.statuses[0].limit_remaining, 0, "{store}: {r:?}");
+        assert!(ok(&r.statuses[0]), "{store}: one of 2 was left: {r:?}");
+        if let Some(redis) = &redis {
+            let mut raw = redis::Client::open(redis.url())
+                .and_then(|c| c.get_connection())
+                .expect("redis");
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("charon:{%eslot}:*")
+                .query(&mut raw)
+                .expect("KEYS");
+            let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                [
+                    "charon:{%eslot}:m:15:envoy/slot/plan:p1",
+                    "charon:{%eslot}:m:9:api/login:dave",
+                ],
+                "every key of the domain under its tag"
+            );
+        }
+        s.stop().await;
+    }
+}

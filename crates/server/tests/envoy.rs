@@ -633,3 +633,195 @@ async fn a_same_slot_domain_keeps_its_counts_under_one_tag() {
         s.stop().await;
     }
 }
+
+/// The worked examples of docs/envoy.md, "Client identity keys": one node
+/// per key kind, each fed the descriptor Envoy builds from its actions.
+const IDENTITY: &str = r#"
+resources:
+  - { name: api/keys, kind: window, algorithm: fixed, limit: 2, window: 1h }
+  - { name: web/sessions, kind: bucket, burst: 2, count: 2, period: 1h }
+envoy:
+  domains:
+    - domain: identity
+      descriptors:
+        - key: api_key
+          resource: api/keys
+        - key: session
+          resource: web/sessions
+        - key: user
+          rate_limit: { unit: hour, requests_per_unit: 2 }
+        - key: region
+          value: eu-west
+          rate_limit: { unit: hour, requests_per_unit: 2 }
+        - key: region
+          value: us-east
+          descriptors:
+            - key: remote_address
+              mask: { ipv4: 24, ipv6: 48 }
+              rate_limit: { unit: hour, requests_per_unit: 2 }
+        - key: remote_address
+          mask: { ipv4: 32, ipv6: 56 }
+          rate_limit: { unit: hour, requests_per_unit: 2 }
+"#;
+
+/// Sends `calls` one-descriptor calls of `entries` to the domain
+/// `identity`; the codes, `true` for OK.
+async fn identity_calls(
+    c: &mut RateLimitServiceClient<Channel>,
+    entries: &[(&str, &str)],
+    calls: usize,
+) -> Vec<bool> {
+    let mut out = Vec::new();
+    for _ in 0..calls {
+        let r = call(
+            c,
+            RateLimitRequest {
+                domain: "identity".to_owned(),
+                descriptors: vec![descriptor(entries, None)],
+                hits_addend: 0,
+            },
+        )
+        .await;
+        out.push(ok(&r.statuses[0]));
+    }
+    out
+}
+
+/// Runs `check` against a server on [`IDENTITY`] in both stores.
+async fn in_both_stores<F>(check: F)
+where
+    F: AsyncFn(&mut RateLimitServiceClient<Channel>, &str),
+{
+    for store in STORES {
+        let (s, _redis) = server(IDENTITY, store).await;
+        let mut c = client(&s).await;
+        check(&mut c, store).await;
+        s.stop().await;
+    }
+}
+
+/// By header: `request_headers: {header_name: x-api-key, descriptor_key:
+/// api_key}` sends `api_key=<the header>`; each key has its own window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_header() {
+    in_both_stores(async |c, store| {
+        let k1 = [("api_key", "k-123")];
+        assert_eq!(
+            identity_calls(c, &k1, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let k2 = [("api_key", "k-456")];
+        assert_eq!(identity_calls(c, &k2, 1).await, [true], "{store}");
+    })
+    .await;
+}
+
+/// By cookie: `header_to_metadata` copies the cookie `session` into dynamic
+/// metadata, and the `metadata` action sends `session=<the cookie>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_cookie() {
+    in_both_stores(async |c, store| {
+        let s1 = [("session", "3f9c0a")];
+        assert_eq!(
+            identity_calls(c, &s1, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let s2 = [("session", "77e1b2")];
+        assert_eq!(identity_calls(c, &s2, 1).await, [true], "{store}");
+    })
+    .await;
+}
+
+/// By user id: `jwt_authn` with `payload_in_metadata`, and the `metadata`
+/// action on the claim `sub` sends `user=<sub>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_jwt_claim() {
+    in_both_stores(async |c, store| {
+        let alice = [("user", "alice@example.com")];
+        assert_eq!(
+            identity_calls(c, &alice, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let bob = [("user", "bob@example.com")];
+        assert_eq!(identity_calls(c, &bob, 1).await, [true], "{store}");
+    })
+    .await;
+}
+
+/// By region: a `generic_key` per virtual host (`descriptor_key: region`)
+/// sends `region=eu-west`, one limit for the whole region; in us-east a
+/// `remote_address` action follows, so each /24 there has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_region() {
+    in_both_stores(async |c, store| {
+        let eu = [("region", "eu-west")];
+        assert_eq!(
+            identity_calls(c, &eu, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let us = |a| [("region", "us-east"), ("remote_address", a)];
+        assert_eq!(
+            identity_calls(c, &us("198.51.100.7"), 2).await,
+            [true, true],
+            "{store}"
+        );
+        // Same /24: the same client.
+        assert_eq!(
+            identity_calls(c, &us("198.51.100.200"), 1).await,
+            [false],
+            "{store}"
+        );
+        assert_eq!(
+            identity_calls(c, &us("198.51.101.7"), 1).await,
+            [true],
+            "{store}"
+        );
+        // A region the tree does not name is not limited.
+        let ap = [("region", "ap-south")];
+        assert_eq!(
+            identity_calls(c, &ap, 3).await,
+            [true, true, true],
+            "{store}"
+        );
+    })
+    .await;
+}
+
+/// By client address: the `remote_address` action sends
+/// `remote_address=<the client's address>` (Envoy's `x-forwarded-for` rules
+/// decide which), and `mask` makes IPv4 per address, IPv6 per /56.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_client_address() {
+    in_both_stores(async |c, store| {
+        let a = [("remote_address", "2001:db8:1:100::1")];
+        assert_eq!(identity_calls(c, &a, 2).await, [true, true], "{store}");
+        // Another address of the same /56 is the same client.
+        let same = [("remote_address", "2001:db8:1:1ff::9")];
+        assert_eq!(identity_calls(c, &same, 1).await, [false], "{store}");
+        let other = [("remote_address", "2001:db8:1:200::1")];
+        assert_eq!(identity_calls(c, &other, 1).await, [true], "{store}");
+        let v4 = [("remote_address", "192.0.2.1")];
+        assert_eq!(
+            identity_calls(c, &v4, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        assert_eq!(
+            identity_calls(c, &[("remote_address", "192.0.2.2")], 1).await,
+            [true],
+            "{store}"
+        );
+        // Not an address: limited by its literal text, never an error.
+        let junk = [("remote_address", "not-an-ip")];
+        assert_eq!(
+            identity_calls(c, &junk, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+    })
+    .await;
+}

@@ -1,4 +1,7 @@
-//! `charon bench`: a load generator for `Limiter.Request`.
+//! `charon bench`: a load generator for `Limiter.Request`, or with
+//! `--envoy DOMAIN` for Envoy's `RateLimitService.ShouldRateLimit` (one
+//! descriptor `KEY=bench-N` per call), so both protocols are measured on
+//! the same limits.
 //!
 //! Opens N connections (each its own HTTP/2 connection) and drives unary
 //! requests, either closed loop (each worker sends its next request when
@@ -11,6 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use clap::Args;
@@ -46,6 +54,13 @@ pub struct BenchArgs {
     /// How long to run before measuring.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     warmup: Duration,
+    /// Call Envoy's `ShouldRateLimit` on this Envoy domain instead of
+    /// `Limiter.Request` (`--resource` is then unused).
+    #[arg(long, value_name = "DOMAIN")]
+    envoy: Option<String>,
+    /// With `--envoy`: the descriptor's key (its value is `bench-N`).
+    #[arg(long, value_name = "KEY", default_value = "client", requires = "envoy")]
+    envoy_key: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -73,7 +88,14 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             .connect()
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", args.server))?;
-        clients.push(LimiterClient::new(channel));
+        clients.push(match args.envoy {
+            None => Client::Charon(LimiterClient::new(channel)),
+            Some(ref domain) => Client::Envoy(
+                RateLimitServiceClient::new(channel),
+                domain.clone(),
+                args.envoy_key.clone(),
+            ),
+        });
     }
     let measure_from = Instant::now() + args.warmup;
     let shared = Arc::new(Shared {
@@ -83,7 +105,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
         end: measure_from + args.duration,
     });
     let next_domain = Arc::new(AtomicU64::new(0));
-    let worker = |client: &LimiterClient<Channel>| Worker {
+    let worker = |client: &Client| Worker {
         client: client.clone(),
         resource: args.resource.clone(),
         domains: args.domains.max(1),
@@ -115,10 +137,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let measured = h.len();
     let secs = args.duration.as_secs_f64();
     let q = |p: f64| Duration::from_micros(h.value_at_quantile(p));
-    let mode = match args.rate {
+    let mut mode = match args.rate {
         None => format!("closed loop, {} in flight per connection", args.concurrency),
         Some(r) => format!("open loop at {r}/s"),
     };
+    if let Some(domain) = &args.envoy {
+        mode = format!("Envoy ShouldRateLimit on {domain:?}, {mode}");
+    }
     if args.json {
         println!(
             "{}",
@@ -162,9 +187,23 @@ struct Shared {
     end: Instant,
 }
 
+/// A connection, speaking one of the two protocols.
+#[derive(Clone)]
+enum Client {
+    Charon(LimiterClient<Channel>),
+    /// The client, the Envoy domain and the descriptor's key.
+    Envoy(RateLimitServiceClient<Channel>, String, String),
+}
+
+/// One call, ready to send.
+enum Call {
+    Charon(LimiterClient<Channel>, v1::RateRequest),
+    Envoy(RateLimitServiceClient<Channel>, RateLimitRequest),
+}
+
 /// One load-generating task.
 struct Worker {
-    client: LimiterClient<Channel>,
+    client: Client,
     resource: String,
     domains: u64,
     next_domain: Arc<AtomicU64>,
@@ -172,30 +211,50 @@ struct Worker {
 }
 
 impl Worker {
-    fn request(&self) -> v1::RateRequest {
+    fn request(&self) -> Call {
         let d = self.next_domain.fetch_add(1, Ordering::Relaxed) % self.domains;
-        v1::RateRequest {
-            resource: self.resource.clone(),
-            domain: format!("bench-{d}"),
-            copies: None,
-            min_copies: None,
-            dry_run: false,
+        match &self.client {
+            Client::Envoy(c, domain, key) => Call::Envoy(
+                c.clone(),
+                RateLimitRequest {
+                    domain: domain.clone(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: key.clone(),
+                            value: format!("bench-{d}"),
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 0,
+                },
+            ),
+            Client::Charon(c) => Call::Charon(
+                c.clone(),
+                v1::RateRequest {
+                    resource: self.resource.clone(),
+                    domain: format!("bench-{d}"),
+                    copies: None,
+                    min_copies: None,
+                    dry_run: false,
+                },
+            ),
         }
     }
 
     /// Sends one request; `since` is when it was due (open loop) or sent.
-    async fn one(
-        mut client: LimiterClient<Channel>,
-        req: v1::RateRequest,
-        since: Instant,
-        shared: Arc<Shared>,
-    ) {
-        let result = client.request(req).await;
+    async fn one(call: Call, since: Instant, shared: Arc<Shared>) {
+        let result = match call {
+            Call::Charon(mut c, req) => c.request(req).await.map(|r| r.get_ref().granted > 0),
+            Call::Envoy(mut c, req) => c
+                .should_rate_limit(req)
+                .await
+                .map(|r| r.get_ref().overall_code == Code::Ok as i32),
+        };
         let done = Instant::now();
         let tally = &shared.tally;
         match result {
-            Ok(r) if r.get_ref().granted > 0 => tally.granted.fetch_add(1, Ordering::Relaxed),
-            Ok(_) => tally.rejected.fetch_add(1, Ordering::Relaxed),
+            Ok(true) => tally.granted.fetch_add(1, Ordering::Relaxed),
+            Ok(false) => tally.rejected.fetch_add(1, Ordering::Relaxed),
             Err(_) => tally.errors.fetch_add(1, Ordering::Relaxed),
         };
         if since >= shared.measure_from && done <= shared.end {
@@ -208,14 +267,8 @@ impl Worker {
 
     async fn closed_loop(self) {
         while Instant::now() < self.shared.end {
-            let req = self.request();
-            Self::one(
-                self.client.clone(),
-                req,
-                Instant::now(),
-                self.shared.clone(),
-            )
-            .await;
+            let call = self.request();
+            Self::one(call, Instant::now(), self.shared.clone()).await;
         }
     }
 
@@ -224,13 +277,8 @@ impl Worker {
         let mut in_flight = tokio::task::JoinSet::new();
         while due < self.shared.end {
             tokio::time::sleep_until(due.into()).await;
-            let req = self.request();
-            in_flight.spawn(Self::one(
-                self.client.clone(),
-                req,
-                due,
-                self.shared.clone(),
-            ));
+            let call = self.request();
+            in_flight.spawn(Self::one(call, due, self.shared.clone()));
             while in_flight.try_join_next().is_some() {}
             due += interval;
         }

@@ -251,6 +251,12 @@ fn the_openapi_document_describes_the_envoy_section() {
         node["properties"]["descriptors"]["items"]["$ref"],
         "#/components/schemas/EnvoyNode"
     );
+    let domain = &schemas["EnvoyDomain"];
+    assert_eq!(
+        domain["properties"]["same_slot"]["type"],
+        json!(["boolean", "null"]),
+        "{domain}"
+    );
     assert_eq!(
         schemas["EnvoyUnit"]["enum"],
         json!(["second", "minute", "hour", "day"])

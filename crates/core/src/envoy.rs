@@ -354,6 +354,7 @@ pub struct EnvoyDomain {
     name: String,
     descriptors: Vec<Node>,
     children: Children,
+    same_slot: bool,
 }
 
 impl EnvoyDomain {
@@ -369,7 +370,27 @@ impl EnvoyDomain {
             name: domain,
             descriptors,
             children,
+            same_slot: false,
         }
+    }
+
+    /// The domain with `same_slot` set: every count a call of this domain
+    /// touches is kept under one Redis hash tag (the domain's), so that one
+    /// all-or-nothing batch is one script on one Redis Cluster slot even
+    /// when its descriptors name different resources. The price is that
+    /// those counts are the domain's own: a resource it names is counted
+    /// apart from the same resource used by `charon.v1` or another domain
+    /// (in both stores, so they decide alike).
+    #[must_use]
+    pub fn with_same_slot(mut self, same_slot: bool) -> Self {
+        self.same_slot = same_slot;
+        self
+    }
+
+    /// Whether the domain keeps its counts in one slot
+    /// ([`EnvoyDomain::with_same_slot`]).
+    pub fn same_slot(&self) -> bool {
+        self.same_slot
     }
 
     /// The name Envoy sends.

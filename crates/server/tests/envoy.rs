@@ -559,3 +559,269 @@ async fn an_ignored_namespace_answers_ok_and_never_stops_the_batch() {
         s.stop().await;
     }
 }
+
+/// `same_slot: true` on a domain: every count a call of that domain
+/// touches carries the domain's Redis hash tag (one Redis Cluster slot for
+/// a whole all-or-nothing batch), and those counts are the domain's own,
+/// apart from the same resource used by another domain, in both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_slot_domain_keeps_its_counts_under_one_tag() {
+    let config = CONFIG.replace(
+        "        - key: tiers\n          resource: api/tiers\n",
+        "        - key: tiers\n          resource: api/tiers\n    - domain: slot\n      same_slot: true\n      descriptors:\n        - key: user\n          resource: api/login\n        - key: plan\n          rate_limit: { unit: day, requests_per_unit: 1 }\n",
+    );
+    for store in STORES {
+        let (s, redis) = server(&config, store).await;
+        let mut c = client(&s).await;
+        // dave spends api/login's limit of 2 in the domain edge …
+        assert!(
+            ok(&one(&mut c, &[("user", "dave")], Some(2)).await),
+            "{store}"
+        );
+        assert!(
+            over(&one(&mut c, &[("user", "dave")], None).await),
+            "{store}"
+        );
+        // … which the domain slot counts apart.
+        let slot = |descriptors| RateLimitRequest {
+            domain: "slot".to_owned(),
+            descriptors,
+            hits_addend: 0,
+        };
+        let r = call(
+            &mut c,
+            slot(vec![
+                descriptor(&[("user", "dave")], None),
+                descriptor(&[("plan", "p1")], None),
+            ]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "{store}: {r:?}");
+        // All or nothing still holds: plan p1 is spent, so dave's hit in
+        // this call is not recorded.
+        let r = call(
+            &mut c,
+            slot(vec![
+                descriptor(&[("user", "dave")], None),
+                descriptor(&[("plan", "p1")], None),
+            ]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32, "{store}: {r:?}");
+        let r = call(&mut c, slot(vec![descriptor(&[("user", "dave")], None)])).await;
+        assert_eq!(r.statuses[0].limit_remaining, 0, "{store}: {r:?}");
+        assert!(ok(&r.statuses[0]), "{store}: one of 2 was left: {r:?}");
+        if let Some(redis) = &redis {
+            let mut raw = redis::Client::open(redis.url())
+                .and_then(|c| c.get_connection())
+                .expect("redis");
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("charon:{%eslot}:*")
+                .query(&mut raw)
+                .expect("KEYS");
+            let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                [
+                    "charon:{%eslot}:m:15:envoy/slot/plan:p1",
+                    "charon:{%eslot}:m:9:api/login:dave",
+                ],
+                "every key of the domain under its tag"
+            );
+        }
+        s.stop().await;
+    }
+}
+
+/// The worked examples of docs/envoy.md, "Client identity keys": one node
+/// per key kind, each fed the descriptor Envoy builds from its actions.
+const IDENTITY: &str = r#"
+resources:
+  - { name: api/keys, kind: window, algorithm: fixed, limit: 2, window: 1h }
+  - { name: web/sessions, kind: bucket, burst: 2, count: 2, period: 1h }
+envoy:
+  domains:
+    - domain: identity
+      descriptors:
+        - key: api_key
+          resource: api/keys
+        - key: session
+          resource: web/sessions
+        - key: user
+          rate_limit: { unit: hour, requests_per_unit: 2 }
+        - key: region
+          value: eu-west
+          rate_limit: { unit: hour, requests_per_unit: 2 }
+        - key: region
+          value: us-east
+          descriptors:
+            - key: remote_address
+              mask: { ipv4: 24, ipv6: 48 }
+              rate_limit: { unit: hour, requests_per_unit: 2 }
+        - key: remote_address
+          mask: { ipv4: 32, ipv6: 56 }
+          rate_limit: { unit: hour, requests_per_unit: 2 }
+"#;
+
+/// Sends `calls` one-descriptor calls of `entries` to the domain
+/// `identity`; the codes, `true` for OK.
+async fn identity_calls(
+    c: &mut RateLimitServiceClient<Channel>,
+    entries: &[(&str, &str)],
+    calls: usize,
+) -> Vec<bool> {
+    let mut out = Vec::new();
+    for _ in 0..calls {
+        let r = call(
+            c,
+            RateLimitRequest {
+                domain: "identity".to_owned(),
+                descriptors: vec![descriptor(entries, None)],
+                hits_addend: 0,
+            },
+        )
+        .await;
+        out.push(ok(&r.statuses[0]));
+    }
+    out
+}
+
+/// Runs `check` against a server on [`IDENTITY`] in both stores.
+async fn in_both_stores<F>(check: F)
+where
+    F: AsyncFn(&mut RateLimitServiceClient<Channel>, &str),
+{
+    for store in STORES {
+        let (s, _redis) = server(IDENTITY, store).await;
+        let mut c = client(&s).await;
+        check(&mut c, store).await;
+        s.stop().await;
+    }
+}
+
+/// By header: `request_headers: {header_name: x-api-key, descriptor_key:
+/// api_key}` sends `api_key=<the header>`; each key has its own window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_header() {
+    in_both_stores(async |c, store| {
+        let k1 = [("api_key", "k-123")];
+        assert_eq!(
+            identity_calls(c, &k1, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let k2 = [("api_key", "k-456")];
+        assert_eq!(identity_calls(c, &k2, 1).await, [true], "{store}");
+    })
+    .await;
+}
+
+/// By cookie: `header_to_metadata` copies the cookie `session` into dynamic
+/// metadata, and the `metadata` action sends `session=<the cookie>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_cookie() {
+    in_both_stores(async |c, store| {
+        let s1 = [("session", "3f9c0a")];
+        assert_eq!(
+            identity_calls(c, &s1, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let s2 = [("session", "77e1b2")];
+        assert_eq!(identity_calls(c, &s2, 1).await, [true], "{store}");
+    })
+    .await;
+}
+
+/// By user id: `jwt_authn` with `payload_in_metadata`, and the `metadata`
+/// action on the claim `sub` sends `user=<sub>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_jwt_claim() {
+    in_both_stores(async |c, store| {
+        let alice = [("user", "alice@example.com")];
+        assert_eq!(
+            identity_calls(c, &alice, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let bob = [("user", "bob@example.com")];
+        assert_eq!(identity_calls(c, &bob, 1).await, [true], "{store}");
+    })
+    .await;
+}
+
+/// By region: a `generic_key` per virtual host (`descriptor_key: region`)
+/// sends `region=eu-west`, one limit for the whole region; in us-east a
+/// `remote_address` action follows, so each /24 there has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_region() {
+    in_both_stores(async |c, store| {
+        let eu = [("region", "eu-west")];
+        assert_eq!(
+            identity_calls(c, &eu, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        let us = |a| [("region", "us-east"), ("remote_address", a)];
+        assert_eq!(
+            identity_calls(c, &us("198.51.100.7"), 2).await,
+            [true, true],
+            "{store}"
+        );
+        // Same /24: the same client.
+        assert_eq!(
+            identity_calls(c, &us("198.51.100.200"), 1).await,
+            [false],
+            "{store}"
+        );
+        assert_eq!(
+            identity_calls(c, &us("198.51.101.7"), 1).await,
+            [true],
+            "{store}"
+        );
+        // A region the tree does not name is not limited.
+        let ap = [("region", "ap-south")];
+        assert_eq!(
+            identity_calls(c, &ap, 3).await,
+            [true, true, true],
+            "{store}"
+        );
+    })
+    .await;
+}
+
+/// By client address: the `remote_address` action sends
+/// `remote_address=<the client's address>` (Envoy's `x-forwarded-for` rules
+/// decide which), and `mask` makes IPv4 per address, IPv6 per /56.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_by_client_address() {
+    in_both_stores(async |c, store| {
+        let a = [("remote_address", "2001:db8:1:100::1")];
+        assert_eq!(identity_calls(c, &a, 2).await, [true, true], "{store}");
+        // Another address of the same /56 is the same client.
+        let same = [("remote_address", "2001:db8:1:1ff::9")];
+        assert_eq!(identity_calls(c, &same, 1).await, [false], "{store}");
+        let other = [("remote_address", "2001:db8:1:200::1")];
+        assert_eq!(identity_calls(c, &other, 1).await, [true], "{store}");
+        let v4 = [("remote_address", "192.0.2.1")];
+        assert_eq!(
+            identity_calls(c, &v4, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+        assert_eq!(
+            identity_calls(c, &[("remote_address", "192.0.2.2")], 1).await,
+            [true],
+            "{store}"
+        );
+        // Not an address: limited by its literal text, never an error.
+        let junk = [("remote_address", "not-an-ip")];
+        assert_eq!(
+            identity_calls(c, &junk, 3).await,
+            [true, true, false],
+            "{store}"
+        );
+    })
+    .await;
+}

@@ -41,6 +41,24 @@ pub struct MeterOp<'a> {
     /// Envoy's shadow mode: decided and recorded like the others when it
     /// is granted, but its rejection does not stop the batch.
     pub shadow: bool,
+    /// Envoy's `same_slot`: the name of the Envoy domain whose counts are
+    /// kept apart under one Redis hash tag, so a batch of different
+    /// resources is one Redis Cluster slot. `None`: the pair's own counts,
+    /// tagged by its resource (what `charon.v1` uses).
+    pub slot: Option<&'a str>,
+}
+
+/// The name under which the in-memory store keeps a pair's state when it
+/// has a [`MeterOp::slot`]: apart from the resource's own counts, as on
+/// Redis. Names never hold control characters, so the NULs cannot be forged.
+pub(crate) fn slotted_resource<'a>(
+    slot: Option<&str>,
+    resource: &'a str,
+) -> std::borrow::Cow<'a, str> {
+    match slot {
+        None => std::borrow::Cow::Borrowed(resource),
+        Some(s) => std::borrow::Cow::Owned(format!("\0envoy\0{s}\0{resource}")),
+    }
 }
 
 /// What a [`Store::meters`] batch did.

@@ -134,6 +134,7 @@ async fn run(
                 meter: m,
                 op,
                 shadow: rng.random_range(0..8) == 0,
+                slot: (rng.random_range(0..4) == 0).then_some("edge"),
             });
         }
         clock.advance(gap);
@@ -208,14 +209,16 @@ async fn run(
 async fn dry_runs(store: &MemoryStore, ops: &[MeterOp<'_>]) -> Vec<String> {
     let mut out = Vec::new();
     for o in ops {
-        let r = store
-            .meter(
-                o.resource,
-                o.domain,
-                o.meter,
-                Op::dry_run(Amount::exactly(1).unwrap()),
-            )
-            .await;
+        // A batch of one dry run, so that a `slot`'s own counts are read.
+        let dry = MeterOp {
+            resource: o.resource,
+            domain: o.domain,
+            meter: o.meter,
+            op: Op::dry_run(Amount::exactly(1).unwrap()),
+            shadow: false,
+            slot: o.slot,
+        };
+        let r = store.meters(&[dry]).await.map(|b| b.replies);
         out.push(format!("{r:?}"));
     }
     out

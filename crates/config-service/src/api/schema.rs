@@ -436,6 +436,10 @@ pub(crate) struct EnvoySection {
 #[derive(ToSchema)]
 pub(crate) struct EnvoyDomain {
     domain: Name,
+    /// Keep every count a call of this domain touches under one Redis hash
+    /// tag (one Redis Cluster slot); those counts are then the domain's
+    /// own. Default false.
+    same_slot: Option<bool>,
     descriptors: Option<Vec<EnvoyNode>>,
 }
 

@@ -741,7 +741,7 @@ fn group_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Group> {
 }
 
 const ENVOY_FIELDS: &[&str] = &["shadow_mode", "headers", "domains"];
-const ENVOY_DOMAIN_FIELDS: &[&str] = &["domain", "descriptors"];
+const ENVOY_DOMAIN_FIELDS: &[&str] = &["domain", "same_slot", "descriptors"];
 const NODE_FIELDS: &[&str] = &[
     "key",
     "value",
@@ -836,8 +836,10 @@ fn envoy_domain_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<EnvoyD
         None => Some(Vec::new()),
         Some(v) => nodes_at(v, &path.key("descriptors"), 1, issues),
     };
+    let same_slot = boolean(map, "same_slot", path, issues);
     let (domain, descriptors) = (domain?, descriptors?);
-    (issues.len() == before).then(|| EnvoyDomain::new(domain, descriptors))
+    (issues.len() == before)
+        .then(|| EnvoyDomain::new(domain, descriptors).with_same_slot(same_slot))
 }
 
 /// A list of sibling nodes at `depth` (1 for a domain's top level); no two

@@ -46,7 +46,11 @@ fn envoy_value(e: &Envoy) -> Value {
         .iter()
         .map(|d| {
             let nodes: Vec<Value> = d.descriptors().iter().map(node_value).collect();
-            json!({"domain": d.name(), "descriptors": nodes})
+            if d.same_slot() {
+                json!({"domain": d.name(), "same_slot": true, "descriptors": nodes})
+            } else {
+                json!({"domain": d.name(), "descriptors": nodes})
+            }
         })
         .collect();
     json!({"shadow_mode": e.shadow_mode, "headers": e.headers, "domains": domains})

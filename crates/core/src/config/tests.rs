@@ -979,7 +979,13 @@ fn random_envoy(d: &mut impl crate::testing::Draw, resources: u64) -> serde_json
         out
     }
     let domains: Vec<_> = (0..d.draw(0..=3))
-        .map(|i| serde_json::json!({ "domain": format!("dom {i}"), "descriptors": nodes(d, resources, 1) }))
+        .map(|i| {
+            let mut dom = serde_json::json!({ "domain": format!("dom {i}"), "descriptors": nodes(d, resources, 1) });
+            if d.one_in(2) {
+                dom["same_slot"] = true.into();
+            }
+            dom
+        })
         .collect();
     serde_json::json!({
         "shadow_mode": d.one_in(2),
@@ -1155,6 +1161,34 @@ fn the_envoy_section_loads_and_round_trips() {
     assert_eq!(again.to_yaml(), yaml);
     let (from_json, _) = Config::from_value(&c.to_value()).expect("JSON too");
     assert_eq!(from_json, c);
+}
+
+#[test]
+fn same_slot_is_per_domain_and_round_trips() {
+    let text = ENVOY_EXAMPLE.replace(
+        "    - domain: edge\n",
+        "    - domain: edge\n      same_slot: true\n",
+    );
+    let text = format!("{text}    - domain: other\n");
+    let (c, adj) = Config::from_yaml(&text).expect("valid");
+    assert!(adj.is_empty());
+    let e = c.envoy().expect("envoy");
+    assert!(e.domain("edge").expect("edge").same_slot());
+    assert!(!e.domain("other").expect("other").same_slot());
+    let yaml = c.to_yaml();
+    assert_eq!(yaml.matches("same_slot: true").count(), 1, "{yaml}");
+    let (again, _) = Config::from_yaml(&yaml).expect("parses");
+    assert_eq!(again, c);
+    let (from_json, _) = Config::from_value(&c.to_value()).expect("JSON too");
+    assert_eq!(from_json, c);
+    let bad = text.replace("same_slot: true", "same_slot: sometimes");
+    let err = Config::from_yaml(&bad)
+        .expect_err("not a boolean")
+        .to_string();
+    assert!(
+        err.contains("envoy.domains[0].same_slot: expected true or false"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -253,6 +253,11 @@ async fn decide(
     for (node, n) in invalid {
         metrics::envoy_invalid_addresses(domain, node, n);
     }
+    // `same_slot`: every count of the call under the Envoy domain's tag.
+    let slot = envoy
+        .domain(domain)
+        .filter(|d| d.same_slot())
+        .map(|_| domain);
     let ops: Vec<MeterOp<'_>> = resolved
         .iter()
         .map(|(resource, d, meter, op, shadow)| MeterOp {
@@ -261,6 +266,7 @@ async fn decide(
             meter,
             op: *op,
             shadow: *shadow,
+            slot,
         })
         .collect();
     let batch = if ops.is_empty() {

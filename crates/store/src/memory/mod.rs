@@ -271,16 +271,21 @@ impl Store for MemoryStore {
     /// the same states, they decide the same.
     async fn meters(&self, ops: &[MeterOp<'_>]) -> Result<Batch, StoreError> {
         let now = self.now();
+        let resources: Vec<_> = ops
+            .iter()
+            .map(|o| crate::slotted_resource(o.slot, o.resource))
+            .collect();
         let pairs: Vec<_> = ops
             .iter()
-            .map(|o| self.meters.pair(o.resource, o.domain))
+            .zip(&resources)
+            .map(|(o, r)| self.meters.pair(r, o.domain))
             .collect();
         let mut locked = self.meters.lock_pairs(&pairs);
         let mut overlay: HashMap<(&str, &str), MeterState> = HashMap::new();
         let mut replies = Vec::with_capacity(ops.len());
         let mut committed = true;
-        for (o, pair) in ops.iter().zip(&pairs) {
-            let key = (o.resource, o.domain);
+        for ((o, pair), resource) in ops.iter().zip(&pairs).zip(&resources) {
+            let key = (resource.as_ref(), o.domain);
             let mut state = match overlay.get(&key) {
                 Some(s) => *s,
                 None => locked

@@ -13,6 +13,10 @@
 //! <prefix>:{<resource>}:x              staged transfers
 //! <prefix>:{<resource>}:xe             staged transfers by expiry
 //! <prefix>:{<resource>}:o:<member>:<n> what a member's copy operation did
+//! <prefix>:{%e<domain>}:m:<n>:<resource>:<domain>
+//!                                     a pair's meter state counted for the
+//!                                     Envoy domain <domain> with `same_slot`
+//!                                     (<n>: the resource's length in bytes)
 //! <prefix>:{%m}:servers                registered members
 //! <prefix>:{%m}:live:<member>          a member's liveness (PX ttl)
 //! <prefix>:{%m}:keys:<member>          resources a member contributed to
@@ -28,7 +32,8 @@
 //! The resource inside the braces is escaped (`%` → `%25`, `{` → `%7B`,
 //! `}` → `%7D`), so that the first `}` always closes the tag and two
 //! resources never share keys; `%m` can therefore never be a resource's
-//! tag.
+//! tag. Likewise `%e…`, the tag of an Envoy domain with `same_slot`, is
+//! never a resource's, and its envoy domain is escaped the same way.
 
 use std::borrow::Cow;
 
@@ -77,6 +82,20 @@ impl Keys {
     /// state (see `meter.lua`).
     pub(crate) fn meter(&self, resource: &str, domain: &str) -> String {
         format!("{}:m:{domain}", self.resource(resource))
+    }
+
+    /// The key of a pair's meter state counted for the Envoy domain
+    /// `envoy_domain` with `same_slot`: every key of that domain carries
+    /// the domain's tag, so one batch is one Redis Cluster slot. The
+    /// resource's length comes first so that no resource and Charon domain
+    /// can spell another pair's key.
+    pub(crate) fn meter_in_slot(&self, envoy_domain: &str, resource: &str, domain: &str) -> String {
+        let tag = format!("%e{}", escape(envoy_domain));
+        format!(
+            "{}:m:{}:{resource}:{domain}",
+            self.tagged(&tag),
+            resource.len()
+        )
     }
 
     /// The copy keys of `resource` for `member`: counts, its contribution,
@@ -326,6 +345,33 @@ mod tests {
         let c = k.copies("vm{1}", "s1.ab");
         assert_eq!(c.counts, "charon:{vm%7B1%7D}:c");
         assert_eq!(c.contribution, "charon:{vm%7B1%7D}:s:s1.ab");
+    }
+
+    #[test]
+    fn same_slot_keys_share_the_envoy_domains_tag() {
+        let k = Keys::new("charon");
+        let a = k.meter_in_slot("edge", "api/search", "203.0.113.7/32");
+        let b = k.meter_in_slot("edge", "envoy/edge/tenant", "acme");
+        assert_eq!(a, "charon:{%eedge}:m:10:api/search:203.0.113.7/32");
+        assert_eq!(b, "charon:{%eedge}:m:17:envoy/edge/tenant:acme");
+        let tag = |key: &str| {
+            key.split_once('{')
+                .and_then(|(_, r)| r.split_once('}'))
+                .map(|(t, _)| t.to_owned())
+        };
+        assert_eq!(tag(&a), tag(&b));
+        // Never a resource's tag, never the resource's own counts.
+        assert_ne!(tag(&a), tag(&k.meter("%eedge", "d")));
+        assert_ne!(k.meter_in_slot("edge", "r", "d"), k.meter("r", "d"));
+        // Braces in the domain cannot close the tag early.
+        assert_eq!(k.meter_in_slot("a}b", "r", "d"), "charon:{%ea%7Db}:m:1:r:d");
+        // The length keeps (resource, domain) pairs apart.
+        assert_ne!(
+            k.meter_in_slot("e", "a:b", "c"),
+            k.meter_in_slot("e", "a", "b:c")
+        );
+        // A scan for copy keys never takes them.
+        assert_eq!(k.parse(&a), None);
     }
 
     #[test]

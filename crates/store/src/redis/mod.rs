@@ -796,7 +796,10 @@ impl Store for RedisStore {
         }
         let keys: Vec<String> = ops
             .iter()
-            .map(|o| self.keys.meter(o.resource, o.domain))
+            .map(|o| match o.slot {
+                None => self.keys.meter(o.resource, o.domain),
+                Some(slot) => self.keys.meter_in_slot(slot, o.resource, o.domain),
+            })
             .collect();
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let mut args = Vec::with_capacity(2 + 11 * ops.len());

@@ -156,7 +156,7 @@ pub struct Changes {
 /// imported one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DiffEntry {
-    /// `resource` or `namespace`.
+    /// `resource`, `namespace` or `envoy` (the whole section).
     #[schema(value_type = schema::DiffKind)]
     pub kind: String,
     pub name: String,

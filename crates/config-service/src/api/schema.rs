@@ -539,12 +539,14 @@ pub(crate) enum ErrorCode {
     Internal,
 }
 
-/// What a difference entry is about.
+/// What a difference entry is about: a resource, a namespace, or the
+/// whole `envoy:` section (named `envoy`).
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum DiffKind {
     Resource,
     Namespace,
+    Envoy,
 }
 
 /// What a difference entry does.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ServerError, ServerErrorKind, Value};
 
+use super::RedisTls;
 use super::scripts::Script;
 use crate::StoreError;
 
@@ -16,28 +17,64 @@ use crate::StoreError;
 pub(crate) struct Conn {
     manager: ConnectionManager,
     timeout: Duration,
+    /// The URL without its password (see [`redacted`]).
+    shown: String,
 }
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
+            .field("url", &self.shown)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl Conn {
-    /// Connects to `url`. Operations time out after `timeout`.
-    pub(crate) async fn open(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let invalid = |e: redis::RedisError| {
-            StoreError::Unavailable(format!("invalid Redis URL {url:?}: {e}"))
+    /// Connects to `url` (with `tls` for a `rediss://` URL). Operations
+    /// time out after `timeout`.
+    ///
+    /// No error names the URL as given: it may carry a password. They
+    /// name [`redacted`]`(url)` instead.
+    pub(crate) async fn open(
+        url: &str,
+        tls: &RedisTls,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let shown = redacted(url);
+        let invalid = |e: &dyn std::fmt::Display| {
+            StoreError::Unavailable(format!("invalid Redis URL {shown}: {e}"))
         };
         // TCP_NODELAY: one small script call per decision; Nagle's
         // algorithm against delayed ACKs would add up to 40 ms to some.
         let info = redis::IntoConnectionInfo::into_connection_info(url)
-            .map_err(invalid)?
+            .map_err(|e| invalid(&e))?
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(invalid)?;
+        let is_tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let client = if tls.is_empty() {
+            redis::Client::open(info).map_err(|e| invalid(&e))?
+        } else if !is_tls {
+            // A CA or client certificate given for a plain connection is
+            // a mistake that would otherwise go unnoticed: the traffic
+            // the operator meant to protect would flow in clear.
+            return Err(StoreError::Denied(format!(
+                "a Redis CA or client certificate was given, but {shown} is not a \
+                 TLS URL (use rediss://)"
+            )));
+        } else {
+            let certificates = redis::TlsCertificates {
+                client_tls: tls.client.as_ref().map(|c| redis::ClientTlsConfig {
+                    client_cert: c.cert_pem.clone(),
+                    client_key: c.key_pem.clone(),
+                }),
+                root_cert: tls.ca_pem.clone(),
+            };
+            redis::Client::build_with_tls(info, certificates).map_err(|e| {
+                StoreError::Denied(format!(
+                    "cannot use the TLS certificates given for Redis at {shown}: {e}"
+                ))
+            })?
+        };
         // Reconnect attempts are short and few: an operation waiting for a
         // reconnect gives up at its own time limit anyway, and the next one
         // starts a fresh attempt.
@@ -52,9 +89,13 @@ impl Conn {
             ConnectionManager::new_with_config(client, config),
         )
         .await
-        .map_err(|_| StoreError::Unavailable(format!("connecting to Redis at {url} timed out")))?
-        .map_err(|e| unavailable(&e))?;
-        Ok(Self { manager, timeout })
+        .map_err(|_| StoreError::Unavailable(format!("connecting to Redis at {shown} timed out")))?
+        .map_err(|e| connect_error(&e, &shown))?;
+        Ok(Self {
+            manager,
+            timeout,
+            shown,
+        })
     }
 
     /// Runs `script` with `keys` and `args` in one round trip, after the
@@ -134,7 +175,9 @@ impl Conn {
         let work = async {
             let mut conn = self.manager.clone();
             cmd.query_async::<T>(&mut conn).await.map_err(|e| {
-                if e.is_io_error()
+                if denial(&e).is_some() {
+                    unavailable(&e)
+                } else if e.is_io_error()
                     || e.is_timeout()
                     || e.is_connection_dropped()
                     || e.code().is_some_and(cannot_serve_now)
@@ -187,16 +230,24 @@ impl Conn {
     }
 }
 
+/// A failed round trip: [`StoreError::Denied`] if Redis refuses this
+/// server for good (see [`denial`]), else unavailability.
 fn unavailable(e: &redis::RedisError) -> StoreError {
-    StoreError::Unavailable(format!("Redis: {e}"))
+    match denial(e) {
+        Some(why) => StoreError::Denied(format!("Redis {why}: {e}")),
+        None => StoreError::Unavailable(format!("Redis: {e}")),
+    }
 }
 
-/// An error reply. Replies that mean "Redis cannot serve now" are
-/// unavailability; the rest mean a bug or foreign data under our keys.
+/// An error reply. A refusal of the user's rights is a denial; replies
+/// that mean "Redis cannot serve now" are unavailability; the rest mean a
+/// bug or foreign data under our keys.
 /// `MISCONF` (it cannot persist: a full disk) and `NOREPLICAS` (too few
 /// replicas acknowledge writes) refuse writes until the operator acts.
 fn server_error(e: &ServerError, what: &str) -> StoreError {
-    if cannot_serve_now(e.code()) {
+    if matches!(e.code(), "NOPERM" | "NOAUTH" | "WRONGPASS") {
+        StoreError::Denied(format!("Redis refused {what} to the store URL's user: {e}"))
+    } else if cannot_serve_now(e.code()) {
         StoreError::Unavailable(format!("Redis cannot serve {what} now: {e}"))
     } else {
         StoreError::BadData(format!("Redis refused {what}: {e}"))
@@ -217,4 +268,116 @@ fn cannot_serve_now(code: &str) -> bool {
             | "MISCONF"
             | "NOREPLICAS"
     )
+}
+
+/// An error while connecting to Redis at `shown` (the URL without its
+/// password). What waiting cannot fix, the credentials or the
+/// certificates, is [`StoreError::Denied`], so that a server does not keep
+/// retrying at start-up; the rest is [`StoreError::Unavailable`].
+fn connect_error(e: &redis::RedisError, shown: &str) -> StoreError {
+    if let Some(why) = denial(e) {
+        return StoreError::Denied(format!("Redis at {shown} {why}: {e}"));
+    }
+    StoreError::Unavailable(format!("cannot connect to Redis at {shown}: {e}"))
+}
+
+/// Why `e` means that Redis refuses this server for good (until an
+/// operator changes the credentials, the rights or the certificates), if
+/// it does.
+///
+/// rustls' certificate errors reach us as I/O errors whose text is all
+/// that tells them apart, so those are recognised by rustls' wording
+/// ("invalid peer certificate", "received fatal alert"), which is stable
+/// across rustls 0.23.
+pub(crate) fn denial(e: &redis::RedisError) -> Option<&'static str> {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Some("refused the user name or password of the store URL");
+    }
+    match e.code() {
+        Some("WRONGPASS" | "NOAUTH") => {
+            return Some("refused the user name or password of the store URL");
+        }
+        Some("NOPERM") => {
+            return Some(
+                "does not let the store URL's user run what Charon needs (see the ACL rules \
+                 in docs/redis.md)",
+            );
+        }
+        _ => {}
+    }
+    let text = e.to_string();
+    if text.contains("invalid peer certificate") {
+        Some("presented a certificate this server does not trust (see --redis-ca)")
+    } else if text.contains("received fatal alert") {
+        Some("ended the TLS handshake (does it require a client certificate? see --redis-cert)")
+    } else {
+        None
+    }
+}
+
+/// `url` with its password, if any, replaced by `***`: what messages,
+/// logs and metrics may show. Covers the password of the authority
+/// (`redis://user:pass@host`, `redis://:pass@host`) and the `pass` or
+/// `password` query parameter (`redis+unix:///path?pass=…`).
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redacted_query(url);
+    };
+    // All before the last '@' is user information, '/', '?' and '@' in
+    // an unescaped password included, unless a query comes first (an
+    // '@' inside `?pass=…`).
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) if !userinfo.contains('?') || userinfo.contains(':') => {
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{}", redacted_query(host)),
+                None => format!("{scheme}://{userinfo}@{}", redacted_query(host)),
+            }
+        }
+        _ => format!("{scheme}://{}", redacted_query(rest)),
+    }
+}
+
+/// `text` with the values of its `pass` and `password` query parameters
+/// replaced by `***`.
+fn redacted_query(text: &str) -> String {
+    let Some((head, query)) = text.split_once('?') else {
+        return text.to_owned();
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+            _ => p.to_owned(),
+        })
+        .collect();
+    format!("{head}?{}", params.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn redacted_hides_every_password() {
+        assert_eq!(
+            redacted("redis://charon:s3cr%40t@10.0.0.1:6380/2"),
+            "redis://charon:***@10.0.0.1:6380/2"
+        );
+        assert_eq!(redacted("rediss://:pw@h:1"), "rediss://:***@h:1");
+        // A password may hold '@' and ':' unescaped: all before the last
+        // '@' is user information.
+        assert_eq!(redacted("redis://u:a@b:c@h"), "redis://u:***@h");
+        assert_eq!(redacted("redis://user@h:1"), "redis://user@h:1");
+        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redacted("redis+unix:///run/redis.sock?db=1&pass=pw"),
+            "redis+unix:///run/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            redacted("redis+unix:///s?pass=a@b:c&db=1"),
+            "redis+unix:///s?pass=***&db=1"
+        );
+        assert_eq!(redacted("redis://u:p/w?x@h/0"), "redis://u:***@h/0");
+        assert_eq!(redacted("no url at all"), "no url at all");
+    }
 }

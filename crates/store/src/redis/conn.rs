@@ -51,6 +51,9 @@ impl Conn {
             .map_err(|e| invalid(&e))?
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let is_tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        if is_tls {
+            install_crypto();
+        }
         let client = if tls.is_empty() {
             redis::Client::open(info).map_err(|e| invalid(&e))?
         } else if !is_tls {
@@ -91,6 +94,27 @@ impl Conn {
         .await
         .map_err(|_| StoreError::Unavailable(format!("connecting to Redis at {shown} timed out")))?
         .map_err(|e| connect_error(&e, &shown))?;
+        // A Redis that requires a password closes the connection of an
+        // unauthenticated client that sends a long argument (a script: more
+        // than 16 KiB), which would look like a network fault. A PING
+        // first gets the plain NOAUTH. PING itself need not be allowed by
+        // the user's ACL rules: NOPERM is fine here.
+        let mut probe = manager.clone();
+        let ping = tokio::time::timeout(
+            timeout,
+            redis::cmd("PING").query_async::<String>(&mut probe),
+        )
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!(
+                "Redis at {shown} did not answer PING within {timeout:?}"
+            ))
+        })?;
+        match ping {
+            Err(e) if e.code() == Some("NOPERM") => {}
+            Err(e) => return Err(connect_error(&e, &shown)),
+            Ok(_) => {}
+        }
         Ok(Self {
             manager,
             timeout,
@@ -245,8 +269,15 @@ fn unavailable(e: &redis::RedisError) -> StoreError {
 /// `MISCONF` (it cannot persist: a full disk) and `NOREPLICAS` (too few
 /// replicas acknowledge writes) refuse writes until the operator acts.
 fn server_error(e: &ServerError, what: &str) -> StoreError {
-    if matches!(e.code(), "NOPERM" | "NOAUTH" | "WRONGPASS") {
-        StoreError::Denied(format!("Redis refused {what} to the store URL's user: {e}"))
+    if e.code() == "NOPERM" || acl_refusal(&e.to_string()) {
+        StoreError::Denied(format!(
+            "Redis refused {what} to the store URL's user (NOPERM: see the ACL rules in \
+             docs/redis.md): {e}"
+        ))
+    } else if matches!(e.code(), "NOAUTH" | "WRONGPASS") {
+        StoreError::Denied(format!(
+            "Redis refused {what}: the user name or password of the store URL is not accepted: {e}"
+        ))
     } else if cannot_serve_now(e.code()) {
         StoreError::Unavailable(format!("Redis cannot serve {what} now: {e}"))
     } else {
@@ -268,6 +299,15 @@ fn cannot_serve_now(code: &str) -> bool {
             | "MISCONF"
             | "NOREPLICAS"
     )
+}
+
+/// Makes ring rustls' process-wide crypto provider unless one is set:
+/// rustls cannot choose by itself when a build enables both of its
+/// providers (ring here, aws-lc-rs through some other crate), and would
+/// panic at the first handshake.
+fn install_crypto() {
+    // An error only says that a provider is installed already: fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// An error while connecting to Redis at `shown` (the URL without its
@@ -299,20 +339,36 @@ pub(crate) fn denial(e: &redis::RedisError) -> Option<&'static str> {
         }
         Some("NOPERM") => {
             return Some(
-                "does not let the store URL's user run what Charon needs (see the ACL rules \
-                 in docs/redis.md)",
+                "does not let the store URL's user run what Charon needs (NOPERM: see the ACL \
+                 rules in docs/redis.md)",
             );
         }
         _ => {}
     }
     let text = e.to_string();
-    if text.contains("invalid peer certificate") {
+    if acl_refusal(&text) {
+        Some(
+            "does not let the store URL's user run what Charon needs (NOPERM: see the ACL rules \
+             in docs/redis.md)",
+        )
+    } else if text.contains("invalid peer certificate") {
         Some("presented a certificate this server does not trust (see --redis-ca)")
     } else if text.contains("received fatal alert") {
         Some("ended the TLS handshake (does it require a client certificate? see --redis-cert)")
     } else {
         None
     }
+}
+
+/// Whether an error's text is an ACL refusal inside a script: Redis
+/// reports those as plain `ERR` replies, not `NOPERM` ("The user executing
+/// the script can't run this command…" in Redis 7.0, "ACL failure in
+/// script: … no permissions …" from 7.2 and Valkey).
+fn acl_refusal(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    text.contains("the user executing the script can't")
+        || text.contains("acl failure in script")
+        || text.contains("no permissions to")
 }
 
 /// `url` with its password, if any, replaced by `***`: what messages,

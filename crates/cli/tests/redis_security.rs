@@ -3,6 +3,8 @@
 //! private TLS and ACL `redis-server`s, and the password nowhere in what
 //! the process prints or serves.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::process::Stdio;

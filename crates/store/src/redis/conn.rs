@@ -199,9 +199,9 @@ impl Conn {
         let work = async {
             let mut conn = self.manager.clone();
             cmd.query_async::<T>(&mut conn).await.map_err(|e| {
-                if denial(&e).is_some() {
-                    unavailable(&e)
-                } else if e.is_io_error()
+                // `unavailable` makes a refusal of the user a denial.
+                if denial(&e).is_some()
+                    || e.is_io_error()
                     || e.is_timeout()
                     || e.is_connection_dropped()
                     || e.code().is_some_and(cannot_serve_now)

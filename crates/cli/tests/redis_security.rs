@@ -210,3 +210,19 @@ fn serve_refuses_a_wrong_password_or_missing_rights_without_printing_the_passwor
         "{out}"
     );
 }
+
+#[test]
+fn serve_help_does_not_print_the_store_url_from_the_environment() {
+    let url = format!("redis://charon:{PASSWORD}@127.0.0.1:1");
+    let out = charon()
+        .args(["serve", "--help"])
+        .env("CHARON_STORE", &url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("--redis-ca"),
+        "{text}"
+    );
+    assert!(!text.contains(PASSWORD), "the password shows:\n{text}");
+}

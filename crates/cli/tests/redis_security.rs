@@ -153,7 +153,16 @@ fn serve_refuses_to_start_without_the_client_certificate_a_redis_requires() {
         ..RedisSetup::default()
     });
     let ca = pki.ca().display().to_string();
-    let (status, out) = failed_start(&["--store", &redis.url(), "--redis-ca", &ca]);
+    // A short connect timeout: should the close overtake the TLS alert, the
+    // start is retried (a dropped connection) until it passes.
+    let (status, out) = failed_start(&[
+        "--store",
+        &redis.url(),
+        "--redis-ca",
+        &ca,
+        "--store-connect-timeout",
+        "3s",
+    ]);
     assert_eq!(status.code(), Some(1), "{out}");
     assert!(
         out.contains(&format!("cannot use Redis at {}", redis.url()))

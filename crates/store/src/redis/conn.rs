@@ -54,6 +54,7 @@ impl Conn {
         if is_tls {
             install_crypto();
         }
+        let no_client_cert = is_tls && tls.client.is_none();
         let client = if tls.is_empty() {
             redis::Client::open(info).map_err(|e| invalid(&e))?
         } else if !is_tls {
@@ -93,7 +94,7 @@ impl Conn {
         )
         .await
         .map_err(|_| StoreError::Unavailable(format!("connecting to Redis at {shown} timed out")))?
-        .map_err(|e| connect_error(&e, &shown))?;
+        .map_err(|e| connect_error(&e, &shown, no_client_cert))?;
         // A Redis that requires a password closes the connection of an
         // unauthenticated client that sends a long argument (a script: more
         // than 16 KiB), which would look like a network fault. A PING
@@ -112,7 +113,7 @@ impl Conn {
         })?;
         match ping {
             Err(e) if e.code() == Some("NOPERM") => {}
-            Err(e) => return Err(connect_error(&e, &shown)),
+            Err(e) => return Err(connect_error(&e, &shown, no_client_cert)),
             Ok(_) => {}
         }
         Ok(Self {
@@ -314,11 +315,22 @@ fn install_crypto() {
 /// password). What waiting cannot fix, the credentials or the
 /// certificates, is [`StoreError::Denied`], so that a server does not keep
 /// retrying at start-up; the rest is [`StoreError::Unavailable`].
-fn connect_error(e: &redis::RedisError, shown: &str) -> StoreError {
+///
+/// A Redis that requires a client certificate none was shown for sends a
+/// TLS alert and closes; if the close overtakes the alert (a reset), only
+/// a dropped connection is seen, which waiting could fix as well: that
+/// stays unavailability, with the likely cause named.
+fn connect_error(e: &redis::RedisError, shown: &str, no_client_cert: bool) -> StoreError {
     if let Some(why) = denial(e) {
         return StoreError::Denied(format!("Redis at {shown} {why}: {e}"));
     }
-    StoreError::Unavailable(format!("cannot connect to Redis at {shown}: {e}"))
+    let hint = if no_client_cert && (e.is_io_error() || e.is_connection_dropped()) {
+        " (if this Redis requires a client certificate, tls-auth-clients yes, give one: \
+         see --redis-cert)"
+    } else {
+        ""
+    };
+    StoreError::Unavailable(format!("cannot connect to Redis at {shown}: {e}{hint}"))
 }
 
 /// Why `e` means that Redis refuses this server for good (until an

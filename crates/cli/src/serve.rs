@@ -74,10 +74,32 @@ pub struct ServeArgs {
     /// the embedded configuration API [default: 127.0.0.1:7071].
     #[arg(long, value_name = "ADDR", env = "CHARON_HTTP_LISTEN")]
     pub http_listen: Option<String>,
-    /// Where state lives: `memory` (this process only) or
-    /// `redis://host:port` [default: memory].
-    #[arg(long, value_name = "URL", env = "CHARON_STORE")]
+    /// Where state lives: `memory` (this process only),
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` (Redis
+    /// over TLS) [default: memory].
+    #[arg(long, value_name = "URL", env = "CHARON_STORE", hide_env_values = true)]
     pub store: Option<String>,
+    /// Redis over TLS (`rediss://`): trust the CA certificates in this PEM
+    /// file instead of the system's roots.
+    #[arg(long, value_name = "FILE", env = "CHARON_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
+    /// Redis over TLS: present this PEM client certificate (mutual TLS,
+    /// `tls-auth-clients yes`); with --redis-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_REDIS_CERT",
+        requires = "redis_key"
+    )]
+    pub redis_cert: Option<PathBuf>,
+    /// Redis over TLS: the PEM private key of --redis-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_REDIS_KEY",
+        requires = "redis_cert"
+    )]
+    pub redis_key: Option<PathBuf>,
     /// Redis store: a server that stops renewing its liveness for this long
     /// (and a third more) is counted dead and the others remove its holds.
     /// It renews every third of it; from half of it without a renewal its
@@ -130,6 +152,9 @@ impl ServeArgs {
                 liveness_ttl: self.liveness_ttl,
                 op_timeout: self.store_timeout,
                 connect_timeout: self.store_connect_timeout,
+                redis_ca: self.redis_ca,
+                redis_cert: self.redis_cert,
+                redis_key: self.redis_key,
             },
             keepalive: self.keepalive,
             shutdown_grace: self.shutdown_grace,

@@ -23,6 +23,12 @@ pub enum StoreError {
     /// data under our keys).
     #[error("store returned bad data: {0}")]
     BadData(String),
+    /// Redis refuses this server for good: the credentials of the store
+    /// URL, the user's rights (`NOPERM`) or the TLS certificates. Waiting
+    /// does not help (a server stops retrying at start-up); an operator
+    /// must act. The message never holds the password.
+    #[error("store refused this server: {0}")]
+    Denied(String),
     /// This server's membership lapsed and it has resigned (Redis store).
     #[error("this server has resigned: {0}")]
     Resigned(String),

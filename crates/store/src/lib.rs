@@ -21,7 +21,7 @@ use charon_core::meter::{Meter, Op, Policy, Reply};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 
-pub use self::redis::{CopyLog, RedisOptions, RedisStore};
+pub use self::redis::{ClientCertificate, CopyLog, RedisOptions, RedisStore, RedisTls, redacted};
 pub use clock::SystemClock;
 pub use error::StoreError;
 pub use holds::{HoldSnapshot, HoldSource};

@@ -15,6 +15,8 @@ mod redis;
 mod small_fs;
 #[cfg(feature = "store")]
 pub mod stores;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -23,8 +25,10 @@ pub use charon::{CharonProcess, http_get, signal};
 #[cfg(feature = "server")]
 pub use in_process::InProcessServer;
 pub use postgres::Postgres;
-pub use redis::RedisServer;
+pub use redis::{RedisServer, RedisSetup, RedisTlsSetup};
 pub use small_fs::SmallFs;
+#[cfg(feature = "tls")]
+pub use tls::TestPki;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {

@@ -1,7 +1,9 @@
-//! A private `redis-server`.
+//! A private `redis-server`, plain or TLS only, with or without
+//! passwords and ACL users.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,17 +21,71 @@ pub struct RedisServer {
     /// Only the first start may move to another port: a restart keeps the
     /// port its clients know.
     fresh_port_allowed: bool,
+    setup: RedisSetup,
+}
+
+/// How a [`RedisServer`] differs from a plain one without passwords.
+/// Kept across restarts.
+#[derive(Debug, Clone, Default)]
+pub struct RedisSetup {
+    /// TLS only: the plain port is closed (`--port 0`) and the server
+    /// listens with `--tls-port`.
+    pub tls: Option<RedisTlsSetup>,
+    /// `--requirepass`: the `default` user's password.
+    pub requirepass: Option<String>,
+    /// ACL users, one `--user` line each, e.g.
+    /// `"charon on >secret ~charon:* +evalsha"`.
+    pub users: Vec<String>,
+}
+
+/// The TLS side of a [`RedisSetup`]: files in PEM.
+#[derive(Debug, Clone)]
+pub struct RedisTlsSetup {
+    /// `--tls-cert-file`: the server's certificate.
+    pub cert: PathBuf,
+    /// `--tls-key-file`: its key.
+    pub key: PathBuf,
+    /// `--tls-ca-cert-file`: the CA client certificates must chain to.
+    pub ca: PathBuf,
+    /// `--tls-auth-clients`: `yes` (a client certificate is required),
+    /// `no` or `optional`.
+    pub auth_clients: &'static str,
+    /// A client certificate and key signed by `ca` and a CA file that
+    /// trusts `cert`, with which the readiness probe (`redis-cli --tls`)
+    /// connects.
+    pub probe: (PathBuf, PathBuf, PathBuf),
+}
+
+#[cfg(feature = "tls")]
+impl RedisTlsSetup {
+    /// The files of `pki`: its server certificate, clients checked
+    /// against its CA as `auth_clients` says.
+    pub fn from_pki(pki: &crate::TestPki, auth_clients: &'static str) -> Self {
+        Self {
+            cert: pki.server_cert(),
+            key: pki.server_key(),
+            ca: pki.ca(),
+            auth_clients,
+            probe: (pki.client_cert(), pki.client_key(), pki.ca()),
+        }
+    }
 }
 
 impl RedisServer {
     /// Starts one and waits until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with(RedisSetup::default())
+    }
+
+    /// Starts one set up as `setup` says and waits until it answers.
+    pub fn start_with(setup: RedisSetup) -> Self {
         let dir = tempfile::tempdir().expect("temp dir for redis");
         let mut server = Self {
             child: None,
             port: free_port(),
             dir,
             fresh_port_allowed: true,
+            setup,
         };
         server.spawn();
         server.fresh_port_allowed = false;
@@ -62,8 +118,31 @@ impl RedisServer {
     }
 
     fn spawn_once(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
+        let mut command = Command::new("redis-server");
+        match &self.setup.tls {
+            None => {
+                command.args(["--port", &self.port.to_string()]);
+            }
+            Some(tls) => {
+                command
+                    .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&tls.cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.ca)
+                    .args(["--tls-auth-clients", tls.auth_clients]);
+            }
+        }
+        if let Some(pass) = &self.setup.requirepass {
+            command.args(["--requirepass", pass]);
+        }
+        for user in &self.setup.users {
+            // One config line: the name and each rule are words of it.
+            command.arg("--user").args(user.split_whitespace());
+        }
+        let child = command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -84,7 +163,7 @@ impl RedisServer {
                 self.child = None;
                 return Err(format!("exited at start ({status})"));
             }
-            if answers_ping(self.port) {
+            if self.answers() {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -95,9 +174,47 @@ impl RedisServer {
         }
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// Whether it answers `PING` (an answer that it needs a password
+    /// counts: it is this server answering).
+    fn answers(&self) -> bool {
+        let Some(tls) = &self.setup.tls else {
+            return answers_ping(self.port);
+        };
+        let (cert, key, ca) = &tls.probe;
+        Command::new("redis-cli")
+            .args(["--tls", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key)
+            .arg("--cacert")
+            .arg(ca)
+            .arg("PING")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|out| {
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.contains("PONG") || text.contains("NOAUTH")
+            })
+    }
+
+    /// `redis://127.0.0.1:PORT`, or `rediss://…` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.setup.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// [`RedisServer::url`] with a user and password
+    /// (`redis://user:password@127.0.0.1:PORT`); an empty `user` is the
+    /// `default` user (`redis://:password@…`).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        self.url()
+            .replacen("://", &format!("://{user}:{password}@"), 1)
     }
 
     /// The port it listens on.
@@ -160,5 +277,7 @@ fn answers_ping(port: u16) -> bool {
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
     let mut buf = [0u8; 7];
-    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read_exact(&mut buf).is_ok()
+        && (&buf == b"+PONG\r\n" || &buf == b"-NOAUTH")
 }

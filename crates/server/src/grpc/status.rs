@@ -25,9 +25,11 @@ pub fn code(e: &LimitError) -> Code {
     match e {
         // A store's refusal is a client error (see `LimitError::from`).
         LimitError::Client(c) | LimitError::Server(StoreError::Refused(c)) => client_code(c),
-        LimitError::Server(StoreError::Unavailable(_) | StoreError::Resigned(_)) => {
-            Code::Unavailable
-        }
+        // Denied: this server's Redis user or certificate is refused; the
+        // client may well be served by another server.
+        LimitError::Server(
+            StoreError::Unavailable(_) | StoreError::Resigned(_) | StoreError::Denied(_),
+        ) => Code::Unavailable,
         LimitError::Server(StoreError::BadData(_)) => Code::Internal,
     }
 }

@@ -157,10 +157,12 @@ impl EmbeddedService {
 }
 
 /// Where state lives, and how the Redis store behaves.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StoreSettings {
-    /// `memory` or `redis://host:port`; `None`: the file's `server.store`,
-    /// else `memory`.
+    /// `memory`, `redis://[user:password@]host:port[/db]` or
+    /// `rediss://…` (TLS); `None`: the file's `server.store`, else
+    /// `memory`. It may hold a password: it is shown only through
+    /// [`charon_store::redacted`].
     pub url: Option<String>,
     /// Redis: a server that stops renewing its liveness for this long is
     /// counted dead (see `charon serve --help`).
@@ -169,6 +171,30 @@ pub struct StoreSettings {
     pub op_timeout: Duration,
     /// Redis: how long to keep trying to reach it at start-up.
     pub connect_timeout: Duration,
+    /// Redis over TLS (`rediss://`): a PEM file of the CA certificates to
+    /// trust instead of the system's roots.
+    pub redis_ca: Option<PathBuf>,
+    /// Redis over TLS: a PEM file with this server's client certificate
+    /// (chain), for a Redis that requires one (mutual TLS); with
+    /// `redis_key`.
+    pub redis_cert: Option<PathBuf>,
+    /// Redis over TLS: the PEM private key of `redis_cert`.
+    pub redis_key: Option<PathBuf>,
+}
+
+// By hand: the derived form would print the URL's password.
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSettings")
+            .field("url", &self.url.as_deref().map(charon_store::redacted))
+            .field("liveness_ttl", &self.liveness_ttl)
+            .field("op_timeout", &self.op_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("redis_ca", &self.redis_ca)
+            .field("redis_cert", &self.redis_cert)
+            .field("redis_key", &self.redis_key)
+            .finish()
+    }
 }
 
 impl Default for StoreSettings {
@@ -178,6 +204,9 @@ impl Default for StoreSettings {
             liveness_ttl: Duration::from_secs(10),
             op_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(30),
+            redis_ca: None,
+            redis_cert: None,
+            redis_key: None,
         }
     }
 }

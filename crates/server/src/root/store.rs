@@ -1,11 +1,19 @@
 //! Opening the store named by the settings: in memory, or Redis (retried
-//! until it answers or `connect_timeout` passes).
+//! until it answers or `connect_timeout` passes, unless it refuses this
+//! server's credentials, rights or certificates: waiting cannot fix those).
+//!
+//! The URL may hold a password: every message shows it through
+//! [`redacted`].
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::bail;
-use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, SystemClock};
+use anyhow::{Context, bail};
+use charon_store::{
+    ClientCertificate, MemoryStore, RedisOptions, RedisStore, RedisTls, Store, StoreError,
+    SystemClock, redacted,
+};
 use tracing::warn;
 
 use super::StoreSettings;
@@ -14,29 +22,53 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
     if url == "memory" || url == "memory://" {
         return Ok(Arc::new(MemoryStore::new(Arc::new(SystemClock::new()))));
     }
+    let shown = redacted(url);
     if !(url.starts_with("redis://")
         || url.starts_with("rediss://")
         || url.starts_with("redis+unix://"))
     {
-        bail!("unsupported store {url:?} (expected memory or redis://host:port)");
+        bail!("unsupported store {shown:?} (expected memory or redis://host:port)");
     }
     let options = RedisOptions {
         server_id: server_id(),
         liveness_ttl: settings.liveness_ttl,
         op_timeout: settings.op_timeout,
+        tls: tls(settings)?,
         ..RedisOptions::default()
     };
     let deadline = tokio::time::Instant::now() + settings.connect_timeout;
     loop {
         match RedisStore::connect(url, options.clone()).await {
             Ok(store) => return Ok(store),
+            Err(e @ StoreError::Denied(_)) => bail!("cannot use Redis at {shown}: {e}"),
             Err(e) if tokio::time::Instant::now() < deadline => {
-                warn!("cannot use Redis at {url} yet ({e}); retrying");
+                warn!("cannot use Redis at {shown} yet ({e}); retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            Err(e) => bail!("cannot use Redis at {url}: {e}"),
+            Err(e) => bail!("cannot use Redis at {shown}: {e}"),
         }
     }
+}
+
+/// The certificates the settings name, read now so that a missing file is
+/// a start-up error naming it.
+fn tls(settings: &StoreSettings) -> anyhow::Result<RedisTls> {
+    let read = |path: &Path, what: &str| {
+        std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+    };
+    let ca_pem = match &settings.redis_ca {
+        Some(path) => Some(read(path, "Redis CA file (--redis-ca)")?),
+        None => None,
+    };
+    let client = match (&settings.redis_cert, &settings.redis_key) {
+        (Some(cert), Some(key)) => Some(ClientCertificate {
+            cert_pem: read(cert, "Redis client certificate (--redis-cert)")?,
+            key_pem: read(key, "Redis client key (--redis-key)")?,
+        }),
+        (None, None) => None,
+        _ => bail!("--redis-cert and --redis-key go together (a client certificate and its key)"),
+    };
+    Ok(RedisTls { ca_pem, client })
 }
 
 /// This server's name in the Redis membership: host and process id, so an

@@ -17,6 +17,8 @@
 //! before anyone reserves again. See `docs/redis.md`.
 
 mod conn;
+
+pub use self::conn::redacted;
 mod decision_clock;
 mod keys;
 mod membership;
@@ -79,6 +81,56 @@ pub struct RedisOptions {
     /// first. `None`: half the liveness ttl (servers renew every third).
     /// Zero only for tests on a Redis nobody else uses.
     pub rebuild_grace: Option<Duration>,
+    /// TLS for a `rediss://` URL: the CA to trust and the client
+    /// certificate. Empty: the system's roots and no client certificate.
+    pub tls: RedisTls,
+}
+
+/// The certificates of a TLS connection to Redis (`rediss://`), PEM
+/// encoded. Read by the caller (`charon serve --redis-ca`, …), so that the
+/// store does no file I/O and a test can pass certificates it made.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// CA certificates to trust instead of the system's roots (a private
+    /// CA, as most Redis deployments with TLS have).
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate, for a Redis that requires one
+    /// (`tls-auth-clients yes`: mutual TLS).
+    pub client: Option<ClientCertificate>,
+}
+
+impl RedisTls {
+    /// Whether nothing is set (a `rediss://` URL then trusts the system's
+    /// roots and shows no client certificate).
+    pub fn is_empty(&self) -> bool {
+        self.ca_pem.is_none() && self.client.is_none()
+    }
+}
+
+/// A client certificate chain and its private key, PEM encoded.
+#[derive(Clone)]
+pub struct ClientCertificate {
+    /// The certificate chain, this server's certificate first.
+    pub cert_pem: Vec<u8>,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_pem: Vec<u8>,
+}
+
+// Key material never reaches a log line: the Debug forms say only what is
+// set.
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca_pem.as_ref().map(|_| "<set>"))
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ClientCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientCertificate(<redacted>)")
+    }
 }
 
 impl Default for RedisOptions {
@@ -93,6 +145,7 @@ impl Default for RedisOptions {
             #[cfg(feature = "test-clock")]
             meters_mutation: None,
             rebuild_grace: None,
+            tls: RedisTls::default(),
         }
     }
 }
@@ -179,7 +232,8 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to Redis at `url` (`redis://host:port[/db]`), joins the
+    /// Connects to Redis at `url` (`redis://[user:password@]host:port[/db]`,
+    /// or `rediss://…` for TLS with [`RedisOptions::tls`]), joins the
     /// membership and, if no other server is live, cleans up what earlier
     /// servers left behind before returning. The caller must run
     /// [`Store::maintain`] for as long as it serves.
@@ -194,7 +248,7 @@ impl RedisStore {
         if options.op_timeout.is_zero() {
             return Err(invalid("op_timeout must be positive".into()));
         }
-        let conn = Conn::open(url, options.op_timeout).await?;
+        let conn = Conn::open(url, &options.tls, options.op_timeout).await?;
         #[cfg(feature = "test-clock")]
         let scripts = Scripts::new(options.meters_mutation.as_ref());
         #[cfg(not(feature = "test-clock"))]

@@ -261,7 +261,8 @@ async fn run(
         }
         if ops.windows(2).any(|w| {
             matches!(w[0].limit, Limit::Tiers { .. })
-                && (w[0].resource, w[0].domain, w[0].slot) == (w[1].resource, w[1].domain, w[1].slot)
+                && (w[0].resource, w[0].domain, w[0].slot)
+                    == (w[1].resource, w[1].domain, w[1].slot)
         }) {
             *seen.entry("tiers pair twice".into()).or_default() += 1;
         }
@@ -290,7 +291,12 @@ async fn run(
             let after = dry_runs(&memory, &ops).await;
             assert_eq!(before, after, "seed {seed}: {what} changed state");
             let after = dry_runs(&*store, &ops).await;
-            assert_eq!(before_redis, after, "seed {seed}: {what} changed Redis");
+            if before_redis != after {
+                result = Err(format!(
+                    "seed {seed}: {what} changed Redis\n  before: {before_redis:?}\n  after:  {after:?}"
+                ));
+                break;
+            }
         }
         // Now and then one operation on its own, through `meter` or
         // `tiers`.
@@ -298,7 +304,10 @@ async fn run(
             let o = ops[0];
             let a = single(&memory, &o).await;
             let c = single(&*store, &o).await;
-            log.push(format!("alone {}/{} {:?} -> {a}", o.resource, o.domain, o.op));
+            log.push(format!(
+                "alone {}/{} {:?} -> {a}",
+                o.resource, o.domain, o.op
+            ));
             if a != c {
                 result = Err(format!(
                     "seed {seed}: the stores disagree on one operation after {what}\n  \
@@ -376,7 +385,10 @@ async fn the_batch_differential_catches_a_broken_script() {
         // Lets a shadowed rejection stop the batch.
         ("if not shadow and", "if"),
         // Tiers: forgets that a rejected dry run stops the batch.
-        ("rejected = (op == 'r' or op == 'd')", "rejected = (op == 'r')"),
+        (
+            "rejected = (op == 'r' or op == 'd')",
+            "rejected = (op == 'r')",
+        ),
         // Tiers: the rule itself, inside the batch only (one more hit fits
         // in the current tier).
         (

@@ -70,7 +70,10 @@ impl<E: Hashed> Shards<E> {
         indices.dedup();
         LockedShards {
             shards: self,
-            guards: indices.into_iter().map(|i| (i, self.lock_index(i))).collect(),
+            guards: indices
+                .into_iter()
+                .map(|i| (i, self.lock_index(i)))
+                .collect(),
         }
     }
 

@@ -107,7 +107,12 @@ impl Keys {
     /// [`Keys::meter_in_slot`], apart from the resource's own counts, with
     /// the resource's length first so that no resource and Charon domain
     /// can spell another pair's keys.
-    pub(crate) fn rate_in_slot(&self, envoy_domain: &str, resource: &str, domain: &str) -> RateKeys {
+    pub(crate) fn rate_in_slot(
+        &self,
+        envoy_domain: &str,
+        resource: &str,
+        domain: &str,
+    ) -> RateKeys {
         let tag = format!("%e{}", escape(envoy_domain));
         let base = format!("{}:t:{}:{resource}", self.tagged(&tag), resource.len());
         RateKeys {
@@ -398,7 +403,13 @@ mod tests {
         // second, under the same tag, apart from the resource's own.
         let t = k.rate_in_slot("edge", "api/search", "acme");
         assert_eq!(t.state, "charon:{%eedge}:t:10:api/search:r:acme");
-        for key in [&t.state, &t.last_second, &t.global, &t.global_total, &t.tier(3)] {
+        for key in [
+            &t.state,
+            &t.last_second,
+            &t.global,
+            &t.global_total,
+            &t.tier(3),
+        ] {
             assert_eq!(tag(key), tag(&a));
         }
         assert_ne!(t.global, k.rate("api/search", "acme").global);

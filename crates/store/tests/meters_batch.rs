@@ -219,8 +219,12 @@ async fn run(
             });
         }
         clock.advance(gap);
-        // (on both stores: a dry run on burst tiers may write, as on its
-        // own, the forget time of a changed configuration)
+        // On both stores, twice: a dry run on burst tiers writes, as on its
+        // own, the forget time a changed configuration gives the pair's
+        // state (which may then be forgotten at once), so the first pass
+        // settles that and the second is what the pairs hold.
+        dry_runs(&memory, &ops).await;
+        dry_runs(&*store, &ops).await;
         let before = dry_runs(&memory, &ops).await;
         let before_redis = dry_runs(&*store, &ops).await;
         let a = memory.meters(&ops).await;

@@ -23,6 +23,12 @@ resources:
   - { name: api/search, kind: bucket, burst: 3, count: 3, period: 1h }
   - { name: api/login, kind: window, algorithm: fixed, limit: 2, window: 1d, soft_limit: 50% }
   - { name: api/tiers, kind: rate, tiers: [ { limit: 5, window: 10s } ] }
+  - name: api/burst
+    kind: rate
+    hard_limit: 100
+    tiers:
+      - { limit: 2, window: 1h }
+      - { limit: 1, window: 1h, active: 1h, cooldown: 1h }
 envoy:
   headers: true
   domains:
@@ -45,6 +51,8 @@ envoy:
           unlimited: true
         - key: tiers
           resource: api/tiers
+        - key: burst
+          resource: api/burst
 "#;
 
 /// A server on `config` in the named store; the Redis server is kept
@@ -318,6 +326,80 @@ async fn one_descriptor_over_records_nothing_for_the_others() {
     }
 }
 
+/// A descriptor whose node names a `kind: rate` resource is limited by its
+/// burst tiers, inside the all-or-nothing batch: over on the tiers records
+/// nothing on a bucket under its limit, and the reverse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_tiers_descriptors_are_limited_and_all_or_nothing() {
+    for store in STORES {
+        let (s, _redis) = server(CONFIG, store).await;
+        let mut c = client(&s).await;
+        let burst = |v: &str, hits| descriptor(&[("burst", v)], hits);
+        let search =
+            |ip: &str| descriptor(&[("generic_key", "search"), ("remote_address", ip)], None);
+        // Tier 1 (2 an hour), then a burst into tier 2 (1 more), then over.
+        let st = one(&mut c, &[("burst", "a")], Some(2)).await;
+        assert!(ok(&st), "{store}: {st:?}");
+        let limit = st.current_limit.clone().expect("a limit");
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("api/burst", 2, Unit::Hour as i32),
+            "{store}: the tier that decided, its window an hour: {st:?}"
+        );
+        assert_eq!(st.limit_remaining, 1, "{store}: the burst is still open");
+        let st = one(&mut c, &[("burst", "a")], None).await;
+        assert!(ok(&st), "{store}: burst into tier 2: {st:?}");
+        assert_eq!(
+            st.current_limit.as_ref().map(|l| l.requests_per_unit),
+            Some(1),
+            "{store}: tier 2 decided: {st:?}"
+        );
+        assert_eq!(st.limit_remaining, 0);
+        let st = one(&mut c, &[("burst", "a")], None).await;
+        assert!(over(&st), "{store}: both tiers full: {st:?}");
+        // Over on the tiers: the bucket under its limit records nothing.
+        let r = call(&mut c, request(vec![search("10.9.0.1"), burst("a", None)])).await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32, "{store}: {r:?}");
+        let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+        assert_eq!(codes, [Code::Ok as i32, Code::OverLimit as i32], "{store}");
+        assert!(
+            r.response_headers_to_add
+                .iter()
+                .any(|h| h.key == "Retry-After"),
+            "{store}: {r:?}"
+        );
+        let st = one(
+            &mut c,
+            &[("generic_key", "search"), ("remote_address", "10.9.0.1")],
+            Some(3),
+        )
+        .await;
+        assert!(ok(&st), "{store}: the bucket kept all 3: {st:?}");
+        // The reverse: over on the bucket, the tiers under theirs record
+        // nothing (b's two hits of tier 1 are still there afterwards).
+        let r = call(
+            &mut c,
+            request(vec![burst("b", Some(2)), search("10.9.0.1")]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32, "{store}: {r:?}");
+        let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+        assert_eq!(codes, [Code::Ok as i32, Code::OverLimit as i32], "{store}");
+        let st = one(&mut c, &[("burst", "b")], Some(2)).await;
+        assert!(ok(&st), "{store}: b's hits were not recorded: {st:?}");
+        assert_eq!(
+            st.current_limit.as_ref().map(|l| l.requests_per_unit),
+            Some(2),
+            "{store}: still in tier 1: {st:?}"
+        );
+        // A dry run (cost 0) on full tiers is over, and records nothing.
+        let st = one(&mut c, &[("burst", "c")], Some(0)).await;
+        assert!(ok(&st), "{store}: {st:?}");
+        assert!(over(&one(&mut c, &[("burst", "a")], Some(0)).await));
+        s.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_records_and_answers_ok_and_unlimited_touches_nothing() {
     for store in STORES {
@@ -405,10 +487,6 @@ async fn bad_input_is_invalid_argument_and_records_nothing() {
             (
                 "hits_addend 2^64 - 1",
                 request(vec![user(), descriptor(&[("user", "hal")], Some(u64::MAX))]),
-            ),
-            (
-                "burst tiers",
-                request(vec![user(), descriptor(&[("tiers", "t")], None)]),
             ),
         ];
         for (what, r) in cases {
@@ -611,6 +689,9 @@ async fn a_same_slot_domain_keeps_its_counts_under_one_tag() {
         let r = call(&mut c, slot(vec![descriptor(&[("user", "dave")], None)])).await;
         assert_eq!(r.statuses[0].limit_remaining, 0, "{store}: {r:?}");
         assert!(ok(&r.statuses[0]), "{store}: one of 2 was left: {r:?}");
+        // Burst tiers too (the node `burst` follows `plan` in this domain).
+        let r = call(&mut c, slot(vec![descriptor(&[("burst", "z")], None)])).await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "{store}: {r:?}");
         if let Some(redis) = &redis {
             let mut raw = redis::Client::open(redis.url())
                 .and_then(|c| c.get_connection())
@@ -626,6 +707,11 @@ async fn a_same_slot_domain_keeps_its_counts_under_one_tag() {
                 [
                     "charon:{%eslot}:m:15:envoy/slot/plan:p1",
                     "charon:{%eslot}:m:9:api/login:dave",
+                    "charon:{%eslot}:t:9:api/burst:g",
+                    "charon:{%eslot}:t:9:api/burst:gn",
+                    "charon:{%eslot}:t:9:api/burst:r:z",
+                    "charon:{%eslot}:t:9:api/burst:rs:z",
+                    "charon:{%eslot}:t:9:api/burst:rt1:z",
                 ],
                 "every key of the domain under its tag"
             );

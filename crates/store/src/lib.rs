@@ -27,6 +27,25 @@ pub use error::StoreError;
 pub use holds::{HoldSnapshot, HoldSource};
 pub use memory::MemoryStore;
 
+/// What decides one operation of a [`Store::meters`] batch: any rate-like
+/// kind, so that Envoy's descriptors may name any of them and still be
+/// decided all or nothing.
+#[derive(Debug, Clone, Copy)]
+pub enum Limit<'a> {
+    /// A bucket, window or queue, decided by `charon_core::meter`.
+    Meter(&'a Meter),
+    /// Burst tiers, decided by `charon_core::rate::decide_op` as
+    /// [`Store::tiers`] decides them (a refund is a client error).
+    Tiers {
+        /// The pair's H, G and tiers.
+        limits: RateLimits<'a>,
+        /// Its soft limit and ban.
+        policy: Policy,
+        /// Whether the limits are enforced (`ignore_configured`).
+        enforcement: Enforcement,
+    },
+}
+
 /// One operation of a [`Store::meters`] batch.
 #[derive(Debug, Clone, Copy)]
 pub struct MeterOp<'a> {
@@ -35,7 +54,7 @@ pub struct MeterOp<'a> {
     /// The Charon domain.
     pub domain: &'a str,
     /// The parameters in force for the pair.
-    pub meter: &'a Meter,
+    pub limit: Limit<'a>,
     /// What to do.
     pub op: Op,
     /// Envoy's shadow mode: decided and recorded like the others when it
@@ -61,6 +80,32 @@ pub(crate) fn slotted_resource<'a>(
     }
 }
 
+/// The reply to one operation of a [`Store::meters`] batch, of the kind
+/// its [`Limit`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpReply {
+    /// A bucket's, window's or queue's.
+    Meter(Reply),
+    /// The burst tiers'.
+    Tiers(RateReply),
+}
+
+impl OpReply {
+    /// Units granted (request), charged (charge) or refunded (refund).
+    pub fn granted(&self) -> u64 {
+        match self {
+            OpReply::Meter(r) => r.granted,
+            OpReply::Tiers(r) => r.granted,
+        }
+    }
+
+    /// Whether it rejects `op` ([`Op::rejects`]): a request or dry run
+    /// granted nothing.
+    pub fn rejects(&self, op: Op) -> bool {
+        matches!(op, Op::Request { .. }) && self.granted() == 0
+    }
+}
+
 /// What a [`Store::meters`] batch did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
@@ -68,7 +113,7 @@ pub struct Batch {
     pub committed: bool,
     /// One reply per operation, in order, each as decided on the states
     /// the earlier ones left (whether or not the batch committed).
-    pub replies: Vec<Reply>,
+    pub replies: Vec<OpReply>,
 }
 
 /// Atomic access to rate and copy state. Each method is one atomic step:
@@ -133,12 +178,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Reply, StoreError>;
 
     /// Decides a batch of operations all or nothing (Envoy's descriptors,
-    /// SPEC §11): each is decided in order on the states as the earlier
-    /// ones of the batch left them, and the states are written only if no
-    /// request or dry run among them was rejected
+    /// SPEC §11), each on a bucket, window or queue or on burst tiers
+    /// ([`Limit`]): each is decided in order on the states as the earlier
+    /// ones of the batch left them (the same pair may come twice; tiers of
+    /// one resource share its last second across domains), and the states
+    /// are written only if no request or dry run among them was rejected
     /// ([`Op::rejects`](charon_core::meter::Op::rejects)), not counting
     /// [`MeterOp::shadow`] ones; otherwise nothing
-    /// is written, not even a ban. Atomic: no other operation sees a part
+    /// is written, not even a ban (nor what time alone made irrelevant).
+    /// Atomic: no other operation sees a part
     /// of the batch (the in-memory store holds the shards' locks, the Redis
     /// store runs one script). A client error in any operation is the
     /// batch's error, and nothing is written.

@@ -28,6 +28,11 @@ CONFIG = """
 resources:
   - { name: api/search, kind: bucket, burst: 3, count: 3, period: 1h }
   - { name: api/login, kind: window, algorithm: fixed, limit: 2, window: 1d }
+  - name: api/burst
+    kind: rate
+    tiers:
+      - { limit: 2, window: 1h }
+      - { limit: 1, window: 1h, active: 1h, cooldown: 1h }
 envoy:
   headers: true
   domains:
@@ -48,6 +53,8 @@ envoy:
           rate_limit: { unit: day, requests_per_unit: 1 }
         - key: health
           unlimited: true
+        - key: burst
+          resource: api/burst
 """
 
 
@@ -178,6 +185,25 @@ def test_one_descriptor_over_records_nothing_for_the_others(serve):
     r = call(s, *[descriptor(("user", "eve"))] * 3)
     assert r.overall_code == OVER, r
     assert one(s, ("user", "eve"), hits=2).code == OK
+
+
+def test_burst_tiers_are_limited_and_all_or_nothing(serve):
+    s = serve(CONFIG)
+    st = one(s, ("burst", "a"), hits=2)
+    assert st.code == OK, st
+    # The status describes the tier that decided: tier 1, 2 an hour.
+    assert (st.current_limit.requests_per_unit, st.current_limit.unit) == (2, Unit.HOUR), st
+    assert one(s, ("burst", "a")).code == OK, "a burst into tier 2"
+    assert one(s, ("burst", "a")).code == OVER
+    # Over on the tiers: nothing recorded for ivy's window.
+    r = call(s, descriptor(("user", "ivy")), descriptor(("burst", "a")))
+    assert r.overall_code == OVER, r
+    assert [st.code for st in r.statuses] == [OK, OVER]
+    assert one(s, ("user", "ivy"), hits=2).code == OK
+    # Over elsewhere: no hit recorded in the tiers.
+    r = call(s, descriptor(("burst", "b"), hits=2), descriptor(("user", "ivy")))
+    assert r.overall_code == OVER, r
+    assert one(s, ("burst", "b"), hits=2).code == OK, "b's 2 hits of tier 1 are all there"
 
 
 def test_headers(serve):

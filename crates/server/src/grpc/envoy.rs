@@ -6,9 +6,9 @@
 //! matches and decides, the store swaps state.
 //!
 //! Choices where Envoy's protocol leaves room (see `docs/envoy.md`):
-//! - a descriptor that names a `kind: rate` resource (burst tiers) is a
-//!   client error: the tiers cannot yet be decided inside the batch, and
-//!   deciding them outside it would break all or nothing;
+//! - a descriptor that names a `kind: rate` resource (burst tiers) is
+//!   decided in the same batch; its status describes the tier the pair is
+//!   in after the decision (see [`Outcome::of`]);
 //! - `is_negative_hits` (a refund) is a client error; a descriptor's
 //!   `limit` override is ignored (the configuration decides);
 //! - a cost of 0 (a descriptor's `hits_addend: 0`) is a dry run of one hit;
@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use charon_core::ClientError;
-use charon_core::config::{Config, Enforcement, RateLike};
+use charon_core::config::{Config, Enforcement, RateLike, RateResource};
 use charon_core::envoy::{Matched, Unit};
-use charon_core::meter::{Meter, Op, Reply};
+use charon_core::meter::{Meter, Op};
 use charon_core::request::Amount;
 use charon_limiter::LimitError;
 use charon_proto::envoy::config::core::v3::HeaderValue;
@@ -31,7 +31,7 @@ use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use charon_proto::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse, rate_limit_service_server::RateLimitService,
 };
-use charon_store::MeterOp;
+use charon_store::{Limit, MeterOp, OpReply};
 use tonic::{Request, Response, Status};
 
 use super::status;
@@ -87,9 +87,74 @@ fn unit_of(meter: &Meter) -> Option<Unit> {
     let Meter::Window(p) = meter else {
         return None;
     };
+    unit_of_window(p.window())
+}
+
+/// The unit as long as `window`, if there is one.
+fn unit_of_window(window: u64) -> Option<Unit> {
     [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day]
         .into_iter()
-        .find(|u| u.millis() == p.window())
+        .find(|u| u.millis() == window)
+}
+
+/// What decides a limited descriptor, owned until the batch is built.
+enum Decider<'c> {
+    Meter(Meter),
+    Tiers(&'c RateResource, Enforcement),
+}
+
+/// One decided descriptor as its status and the headers see it, whatever
+/// its kind.
+struct Outcome {
+    granted: u64,
+    limit: u64,
+    remaining: u64,
+    /// `None`: the state is never forgotten (burst tiers only).
+    reset_after_ms: Option<u64>,
+    retry_after_ms: Option<u64>,
+    warning: bool,
+    unit: Option<Unit>,
+}
+
+impl Outcome {
+    /// A meter's reply as it is; burst tiers' through the tier the pair is
+    /// in after the decision (where a grant put its hits, or the current
+    /// one on a rejection): its limit and, where its window is as long as
+    /// one, its unit; `remaining` and the waits are the pair's (bursts, H
+    /// and G included: what a request could get now, when the state is
+    /// forgotten, when `min_copies` would be granted).
+    fn of(reply: &OpReply, limit: &Limit<'_>, unit: Option<Unit>) -> Self {
+        match (reply, limit) {
+            (OpReply::Meter(r), _) => Outcome {
+                granted: r.granted,
+                limit: r.limit,
+                remaining: r.remaining,
+                reset_after_ms: Some(r.reset_after_ms),
+                retry_after_ms: r.retry_after_ms,
+                warning: r.warning,
+                unit,
+            },
+            (OpReply::Tiers(r), l) => {
+                let window = match l {
+                    Limit::Tiers { limits, .. } => r
+                        .tier
+                        .checked_sub(1)
+                        .and_then(|i| limits.tiers.get(i))
+                        .map(|t| t.window),
+                    Limit::Meter(_) => None,
+                };
+                Outcome {
+                    granted: r.granted,
+                    limit: r.context.limit,
+                    remaining: r.context.remaining,
+                    reset_after_ms: r.context.reset_after_ms,
+                    retry_after_ms: r.context.retry_after_ms,
+                    warning: r.context.warning,
+                    unit: window.and_then(unit_of_window),
+                }
+            }
+        }
+    }
 }
 
 fn proto_unit(unit: Option<Unit>) -> ProtoUnit {
@@ -151,7 +216,7 @@ async fn decide(
     // Everything is checked and resolved before the store is asked, so a
     // bad descriptor anywhere records nothing anywhere.
     let mut plans = Vec::with_capacity(req.descriptors.len());
-    let mut resolved: Vec<(&str, String, Meter, Op, bool)> = Vec::new();
+    let mut resolved: Vec<(&str, String, Decider<'_>, Op, bool)> = Vec::new();
     let mut invalid: Vec<(&str, usize)> = Vec::new();
     for (i, d) in req.descriptors.iter().enumerate() {
         let entries: Vec<(&str, &str)> = d
@@ -188,12 +253,11 @@ async fn decide(
             None if req.hits_addend > 0 => u64::from(req.hits_addend),
             None => 1,
         };
-        let (meter, enforcement, unit) = match limit.rate_limit {
-            Some(rl) => (
-                rl.meter(),
-                config.enforcement(limit.resource),
-                Some(rl.unit()),
-            ),
+        let (decider, enforcement, unit) = match limit.rate_limit {
+            Some(rl) => {
+                let e = config.enforcement(limit.resource);
+                (Decider::Meter(rl.meter()), e, Some(rl.unit()))
+            }
             None => {
                 let operation = if cost == 0 { "dry_run" } else { "request" };
                 match config
@@ -202,19 +266,10 @@ async fn decide(
                 {
                     (RateLike::Meter(m), e) => {
                         let unit = unit_of(&m);
-                        (m, e, unit)
+                        (Decider::Meter(m), e, unit)
                     }
-                    (RateLike::Tiers(_), _) => {
-                        return Err(at(
-                            i,
-                            &ClientError::invalid(format!(
-                                "resource {:?} is kind rate (burst tiers), which Envoy \
-                                 descriptors cannot use yet: all or nothing holds only for \
-                                 kind bucket, window and queue",
-                                limit.resource
-                            )),
-                        ));
-                    }
+                    // (the unit comes from the tier that decides)
+                    (RateLike::Tiers(r), e) => (Decider::Tiers(r, e), e, None),
                 }
             }
         };
@@ -223,10 +278,11 @@ async fn decide(
             Op::dry_run(Amount::exactly(1).map_err(|e| at(i, &e))?)
         } else {
             let amount = Amount::exactly(cost).map_err(|e| at(i, &e))?;
-            if ignored {
-                Op::Charge(cost)
-            } else {
-                Op::request(amount)
+            match decider {
+                // Burst tiers take `ignore_configured` themselves (granted
+                // and recorded past every limit), as `charon.v1` has them.
+                Decider::Meter(_) if ignored => Op::Charge(cost),
+                _ => Op::request(amount),
             }
         };
         if limit.invalid_addresses > 0 {
@@ -245,7 +301,7 @@ async fn decide(
         resolved.push((
             limit.resource,
             limit.domain,
-            meter,
+            decider,
             op,
             limit.shadow || ignored,
         ));
@@ -260,10 +316,17 @@ async fn decide(
         .map(|_| domain);
     let ops: Vec<MeterOp<'_>> = resolved
         .iter()
-        .map(|(resource, d, meter, op, shadow)| MeterOp {
+        .map(|(resource, d, decider, op, shadow)| MeterOp {
             resource,
             domain: d,
-            meter,
+            limit: match decider {
+                Decider::Meter(m) => Limit::Meter(m),
+                Decider::Tiers(r, enforcement) => Limit::Tiers {
+                    limits: r.limits_for(d),
+                    policy: r.policy_for(d),
+                    enforcement: *enforcement,
+                },
+            },
             op: *op,
             shadow: *shadow,
             slot,
@@ -285,12 +348,12 @@ fn respond(
     ops: &[MeterOp<'_>],
     batch: Option<charon_store::Batch>,
 ) -> RateLimitResponse {
-    let replies: &[Reply] = batch.as_ref().map_or(&[], |b| &b.replies);
+    let replies: &[OpReply] = batch.as_ref().map_or(&[], |b| &b.replies);
     let mut statuses = Vec::with_capacity(plans.len());
     let mut over = false;
     // The most constraining limited descriptor (least remaining), for the
     // headers; the longest wait among those over, for Retry-After.
-    let mut tightest: Option<&Reply> = None;
+    let mut tightest: Option<Outcome> = None;
     let mut retry_ms: Option<u64> = None;
     for plan in plans {
         let (node, op, unit, resource, shadow, ignored) = match plan {
@@ -311,18 +374,15 @@ fn respond(
                 ignored,
             } => (node, op, unit, resource, shadow, ignored),
         };
-        let Some(r) = replies.get(*op) else {
+        let (Some(reply), Some(o)) = (replies.get(*op), ops.get(*op)) else {
             continue;
         };
-        let rejected = !ignored && ops[*op].op.rejects(r);
+        let r = Outcome::of(reply, &o.limit, *unit);
+        let rejected = !ignored && matches!(o.op, Op::Request { .. }) && r.granted == 0;
         let enforced_over = rejected && !shadow;
         over |= enforced_over;
         metrics::envoy_descriptor(domain, node, rejected, r.warning, rejected && *shadow);
-        if tightest.is_none_or(|t| r.remaining < t.remaining) {
-            tightest = Some(r);
-        }
-        if enforced_over {
-            let wait = r.retry_after_ms.unwrap_or(r.reset_after_ms);
+        if enforced_over && let Some(wait) = r.retry_after_ms.or(r.reset_after_ms) {
             retry_ms = Some(retry_ms.map_or(wait, |w| w.max(wait)));
         }
         statuses.push(DescriptorStatus {
@@ -334,18 +394,24 @@ fn respond(
             current_limit: Some(RateLimit {
                 name: (*resource).to_owned(),
                 requests_per_unit: clamp(r.limit),
-                unit: proto_unit(*unit) as i32,
+                unit: proto_unit(r.unit) as i32,
             }),
             limit_remaining: clamp(r.remaining),
-            duration_until_reset: Some(duration(r.reset_after_ms)),
+            duration_until_reset: r.reset_after_ms.map(duration),
             ..DescriptorStatus::default()
         });
+        if tightest.as_ref().is_none_or(|t| r.remaining < t.remaining) {
+            tightest = Some(r);
+        }
     }
     let mut response_headers_to_add = Vec::new();
     if headers && let Some(t) = tightest {
         response_headers_to_add.push(header("RateLimit-Limit", t.limit));
         response_headers_to_add.push(header("RateLimit-Remaining", t.remaining));
-        response_headers_to_add.push(header("RateLimit-Reset", seconds_up(t.reset_after_ms)));
+        // (burst tiers that are never forgotten have no reset to tell)
+        if let Some(ms) = t.reset_after_ms {
+            response_headers_to_add.push(header("RateLimit-Reset", seconds_up(ms)));
+        }
         if let Some(ms) = retry_ms {
             response_headers_to_add.push(header("Retry-After", seconds_up(ms)));
         }

@@ -28,7 +28,7 @@ use charon_core::{ClientError, Clock, Millis};
 use self::copies::{CopyTable, TransferIds};
 use self::meters::{MeterTable, Stored, Write};
 use self::shards::{Hashed, Shards};
-use crate::{Batch, MeterOp, Store, StoreError};
+use crate::{Batch, Limit, MeterOp, OpReply, Store, StoreError};
 
 /// How often [`Store::maintain`] sweeps idle state.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -266,9 +266,14 @@ impl Store for MemoryStore {
 
     /// Holds the locks of every shard the batch touches while it decides
     /// every operation on copies of the states (the earlier operations'
-    /// results in a small overlay), then, if none was rejected, applies
-    /// them one by one as [`Store::meter`] does: at the same `now` and on
-    /// the same states, they decide the same.
+    /// results in small overlays), then, if none was rejected, writes them:
+    /// a bucket, window or queue applied again as [`Store::meter`] does (at
+    /// the same `now` and on the same states, it decides the same), burst
+    /// tiers' states and last seconds as the batch left them. The locks are
+    /// taken meters' shards first, then the tiers' pair shards, then their
+    /// resources' last-second shards, each set in increasing order: a
+    /// single tiers operation takes a pair's shard before its resource's,
+    /// and nothing takes them the other way round, so nothing deadlocks.
     async fn meters(&self, ops: &[MeterOp<'_>]) -> Result<Batch, StoreError> {
         let now = self.now();
         let resources: Vec<_> = ops
@@ -280,34 +285,149 @@ impl Store for MemoryStore {
             .zip(&resources)
             .map(|(o, r)| self.meters.pair(r, o.domain))
             .collect();
-        let mut locked = self.meters.lock_pairs(&pairs);
+        let is_tiers = |o: &MeterOp<'_>| matches!(o.limit, Limit::Tiers { .. });
+        let meter_pairs: Vec<_> = ops
+            .iter()
+            .zip(&resources)
+            .filter(|(o, _)| !is_tiers(o))
+            .map(|(o, r)| self.meters.pair(r, o.domain))
+            .collect();
+        // (pair hash, resource hash) of each operation, as Store::tiers
+        // hashes them.
+        let hashes: Vec<(u64, u64)> = ops
+            .iter()
+            .zip(&resources)
+            .map(|(o, r)| {
+                let r: &str = r;
+                (self.hasher.hash_one((r, o.domain)), self.hasher.hash_one(r))
+            })
+            .collect();
+        let tiers_hashes = || {
+            ops.iter()
+                .zip(&hashes)
+                .filter(|(o, _)| is_tiers(o))
+                .map(|(_, h)| *h)
+        };
+        let mut locked = self.meters.lock_pairs(&meter_pairs);
+        let mut pair_locks = self.pairs.lock_many(tiers_hashes().map(|h| h.0));
+        let mut global_locks = self.globals.lock_many(tiers_hashes().map(|h| h.1));
         let mut overlay: HashMap<(&str, &str), MeterState> = HashMap::new();
+        // A tiers pair's state, its forget time (as the latest operation
+        // left it: from then on the next one starts from nothing, as on
+        // its own) and its hash; a resource's last second and hash.
+        let mut tier_states: HashMap<(&str, &str), (RateState, Millis, u64)> = HashMap::new();
+        let mut global_logs: HashMap<&str, (HitLog, u64)> = HashMap::new();
         let mut replies = Vec::with_capacity(ops.len());
         let mut committed = true;
-        for ((o, pair), resource) in ops.iter().zip(&pairs).zip(&resources) {
+        for (((o, pair), resource), &(pair_hash, global_hash)) in
+            ops.iter().zip(&pairs).zip(&resources).zip(&hashes)
+        {
             let key = (resource.as_ref(), o.domain);
-            let mut state = match overlay.get(&key) {
-                Some(s) => *s,
-                None => locked
-                    .find(pair)
-                    .filter(|stored| now < stored.forget_at)
-                    .map_or_else(|| o.meter.empty(), |stored| stored.state),
+            let reply = match o.limit {
+                Limit::Meter(meter) => {
+                    let mut state = match overlay.get(&key) {
+                        Some(s) => *s,
+                        None => locked
+                            .find(pair)
+                            .filter(|stored| now < stored.forget_at)
+                            .map_or_else(|| meter.empty(), |stored| stored.state),
+                    };
+                    let reply = meter
+                        .decide(&mut state, now, o.op)
+                        .map_err(StoreError::Refused)?;
+                    overlay.insert(key, state);
+                    OpReply::Meter(reply)
+                }
+                Limit::Tiers {
+                    limits,
+                    policy,
+                    enforcement,
+                } => {
+                    let (resource, domain) = key;
+                    let pair_state = tier_states.entry(key).or_insert_with(|| {
+                        pair_locks
+                            .table(pair_hash)
+                            .find(pair_hash, |e| e.is(resource, domain))
+                            .map_or((RateState::default(), NEVER, pair_hash), |e| {
+                                (e.state.clone(), e.forget_at, pair_hash)
+                            })
+                    });
+                    if now >= pair_state.1 {
+                        pair_state.0 = RateState::default();
+                    }
+                    let global = global_logs.entry(resource).or_insert_with(|| {
+                        let log = global_locks
+                            .table(global_hash)
+                            .find(global_hash, |g| &*g.resource == resource)
+                            .map(|g| g.log.clone())
+                            .unwrap_or_default();
+                        (log, global_hash)
+                    });
+                    let reply = decide_op(
+                        limits,
+                        policy,
+                        &mut pair_state.0,
+                        &mut global.0,
+                        now,
+                        o.op,
+                        enforcement,
+                    )
+                    .map_err(StoreError::Refused)?;
+                    pair_state.1 = pair_state
+                        .0
+                        .forget_at(limits.tiers, DORMANT_GRACE)
+                        .unwrap_or(NEVER);
+                    OpReply::Tiers(reply)
+                }
             };
-            let reply = o
-                .meter
-                .decide(&mut state, now, o.op)
-                .map_err(StoreError::Refused)?;
-            committed &= o.shadow || !o.op.rejects(&reply);
-            overlay.insert(key, state);
+            committed &= o.shadow || !reply.rejects(o.op);
             replies.push(reply);
         }
         if !committed {
             return Ok(Batch { committed, replies });
         }
         for ((o, pair), reply) in ops.iter().zip(&pairs).zip(&mut replies) {
-            *reply = locked
-                .update(pair, |found| decide_stored(o.meter, o.op, now, found))
-                .map_err(StoreError::Refused)?;
+            if let Limit::Meter(meter) = o.limit {
+                *reply = OpReply::Meter(
+                    locked
+                        .update(pair, |found| decide_stored(meter, o.op, now, found))
+                        .map_err(StoreError::Refused)?,
+                );
+            }
+        }
+        for ((resource, domain), (state, forget_at, hash)) in tier_states {
+            let table = pair_locks.table(hash);
+            match table.find_mut(hash, |e| e.is(resource, domain)) {
+                Some(e) => {
+                    e.state = state;
+                    e.forget_at = forget_at;
+                }
+                None => {
+                    let (key, resource_len) = pair_key(resource, domain);
+                    let entry = PairEntry {
+                        key,
+                        resource_len,
+                        hash,
+                        state,
+                        forget_at,
+                    };
+                    table.insert_unique(hash, entry, Hashed::hash);
+                }
+            }
+        }
+        for (resource, (log, hash)) in global_logs {
+            let table = global_locks.table(hash);
+            match table.find_mut(hash, |g| &*g.resource == resource) {
+                Some(g) => g.log = log,
+                None => {
+                    let entry = GlobalEntry {
+                        resource: resource.into(),
+                        hash,
+                        log,
+                    };
+                    table.insert_unique(hash, entry, Hashed::hash);
+                }
+            }
         }
         Ok(Batch { committed, replies })
     }

@@ -61,6 +61,22 @@ impl<E: Hashed> Shards<E> {
         }
     }
 
+    /// The shards of every hash in `hashes`, each locked once, in
+    /// increasing index order: every caller that holds several takes them
+    /// in that order, so two batches never wait for each other in a cycle.
+    pub(crate) fn lock_many(&self, hashes: impl IntoIterator<Item = u64>) -> LockedShards<'_, E> {
+        let mut indices: Vec<usize> = hashes.into_iter().map(|h| self.index(h)).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        LockedShards {
+            shards: self,
+            guards: indices
+                .into_iter()
+                .map(|i| (i, self.lock_index(i)))
+                .collect(),
+        }
+    }
+
     /// Keeps only the entries for which `keep` holds, shard by shard, and
     /// gives memory back when a shard has shrunk a lot.
     pub(crate) fn retain(&self, mut keep: impl FnMut(&mut E) -> bool) -> usize {
@@ -94,5 +110,28 @@ impl<E: Hashed> Shards<E> {
             .iter()
             .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
             .sum()
+    }
+}
+
+/// Shards locked together ([`Shards::lock_many`]).
+pub(crate) struct LockedShards<'s, E> {
+    shards: &'s Shards<E>,
+    guards: Vec<(usize, MutexGuard<'s, HashTable<E>>)>,
+}
+
+impl<E: Hashed> LockedShards<'_, E> {
+    /// The locked table of `hash`'s shard. Callers ask only for the
+    /// hashes they locked; another one's shard is locked then (out of
+    /// order, but never while waiting on this set).
+    pub(crate) fn table(&mut self, hash: u64) -> &mut HashTable<E> {
+        let i = self.shards.index(hash);
+        let at = match self.guards.iter().position(|(j, _)| *j == i) {
+            Some(at) => at,
+            None => {
+                self.guards.push((i, self.shards.lock_index(i)));
+                self.guards.len() - 1
+            }
+        };
+        &mut self.guards[at].1
     }
 }

@@ -17,6 +17,9 @@
 //!                                     a pair's meter state counted for the
 //!                                     Envoy domain <domain> with `same_slot`
 //!                                     (<n>: the resource's length in bytes)
+//! <prefix>:{%e<domain>}:t:<n>:<resource>:r:<domain> (and :rs:, :rt<i>:,
+//!                                     :g, :gn as above) a pair's burst
+//!                                     tiers counted there
 //! <prefix>:{%m}:servers                registered members
 //! <prefix>:{%m}:live:<member>          a member's liveness (PX ttl)
 //! <prefix>:{%m}:keys:<member>          resources a member contributed to
@@ -96,6 +99,30 @@ impl Keys {
             self.tagged(&tag),
             resource.len()
         )
+    }
+
+    /// The keys of a (resource, domain) pair's burst tiers counted for the
+    /// Envoy domain `envoy_domain` with `same_slot`, and of the resource's
+    /// last second counted there: under the domain's tag like
+    /// [`Keys::meter_in_slot`], apart from the resource's own counts, with
+    /// the resource's length first so that no resource and Charon domain
+    /// can spell another pair's keys.
+    pub(crate) fn rate_in_slot(
+        &self,
+        envoy_domain: &str,
+        resource: &str,
+        domain: &str,
+    ) -> RateKeys {
+        let tag = format!("%e{}", escape(envoy_domain));
+        let base = format!("{}:t:{}:{resource}", self.tagged(&tag), resource.len());
+        RateKeys {
+            state: format!("{base}:r:{domain}"),
+            last_second: format!("{base}:rs:{domain}"),
+            global: format!("{base}:g"),
+            global_total: format!("{base}:gn"),
+            tier_head: format!("{base}:rt"),
+            tier_tail: format!(":{domain}"),
+        }
     }
 
     /// The copy keys of `resource` for `member`: counts, its contribution,
@@ -372,6 +399,22 @@ mod tests {
         );
         // A scan for copy keys never takes them.
         assert_eq!(k.parse(&a), None);
+        // Burst tiers: every key of the pair, and the resource's last
+        // second, under the same tag, apart from the resource's own.
+        let t = k.rate_in_slot("edge", "api/search", "acme");
+        assert_eq!(t.state, "charon:{%eedge}:t:10:api/search:r:acme");
+        for key in [
+            &t.state,
+            &t.last_second,
+            &t.global,
+            &t.global_total,
+            &t.tier(3),
+        ] {
+            assert_eq!(tag(key), tag(&a));
+        }
+        assert_ne!(t.global, k.rate("api/search", "acme").global);
+        assert_ne!(t.state, k.meter_in_slot("edge", "api/search", "acme"));
+        assert_eq!(k.parse(&t.global), None);
     }
 
     #[test]

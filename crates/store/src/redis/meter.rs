@@ -9,7 +9,7 @@ use charon_core::window::{Algorithm, Counts};
 use charon_core::{Millis, bucket};
 
 use super::reply::{self as script_reply, bad};
-use crate::{Batch, MeterOp, StoreError};
+use crate::{Batch, Limit, MeterOp, OpReply, StoreError};
 
 /// The script arguments after the clock and the expiry slack: kind,
 /// parameters, policy, operation.
@@ -90,26 +90,41 @@ fn refusal(script: &'static str, meter: &Meter, op: Op, raw: &str, now: Millis) 
     }
 }
 
-/// Reads the meters script's reply (see `lua/meters.lua`).
+/// Reads the meters script's reply (see `lua/meters.lua`): per operation
+/// the 8 values of a meter's reply or the 13 of the tiers'.
 pub(crate) fn batch_reply(
     script: &'static str,
     ops: &[MeterOp<'_>],
     v: redis::Value,
 ) -> Result<Batch, StoreError> {
     let mut r = script_reply::Reply::new(script, v)?;
-    if r.status_is("refused") {
+    let refused = r.status_is("refused");
+    if refused || r.status_is("over") {
         let i = usize::try_from(r.count()?).unwrap_or(usize::MAX);
-        let raw = r.text()?;
-        let now = r.count()?;
         let o = ops
             .get(i)
             .ok_or_else(|| bad(script, &format!("refused operation {i}")))?;
-        return Err(refusal(script, o.meter, o.op, &raw, now));
+        return Err(match (refused, o.limit) {
+            (true, Limit::Meter(m)) => {
+                let raw = r.text()?;
+                let now = r.count()?;
+                refusal(script, m, o.op, &raw, now)
+            }
+            (false, Limit::Tiers { .. }) => super::over(&mut r)?,
+            _ => bad(script, &format!("operation {i} refused as another kind")),
+        });
     }
     let committed = r.flag()?;
     let replies = ops
         .iter()
-        .map(|_| fields(&mut r))
+        .map(|o| match o.limit {
+            Limit::Meter(_) => fields(&mut r).map(OpReply::Meter),
+            Limit::Tiers {
+                limits,
+                enforcement,
+                ..
+            } => super::tiers_fields(&mut r, limits, enforcement).map(OpReply::Tiers),
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if r.remaining() != 0 {
         return Err(bad(script, "the reply is too long"));

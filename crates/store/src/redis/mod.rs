@@ -44,10 +44,10 @@ use charon_core::{MAX_COUNT, Millis, UNBOUNDED};
 
 use self::conn::Conn;
 use self::decision_clock::DecisionClock;
-use self::keys::Keys;
+use self::keys::{Keys, RateKeys};
 use self::reply::{Reply, bad};
 use self::scripts::Scripts;
-use crate::{Batch, HoldSource, MeterOp, Store, StoreError};
+use crate::{Batch, HoldSource, Limit, MeterOp, Store, StoreError};
 
 /// How to connect a [`RedisStore`].
 #[derive(Debug, Clone)]
@@ -674,6 +674,144 @@ fn enforce_arg(e: Enforcement) -> String {
     .to_owned()
 }
 
+/// The arguments of one tiers operation after the clock and the expiry
+/// slack (see `lua/rate.lua`, from `ARGV[3]`); a refund, or a charge of 0,
+/// is core's client error, found before the call.
+fn tiers_args(
+    k: &RateKeys,
+    limits: RateLimits<'_>,
+    policy: Policy,
+    op: Op,
+    enforcement: Enforcement,
+) -> Result<Vec<String>, StoreError> {
+    let (op_arg, copies, min_copies) = match op {
+        Op::Request {
+            amount,
+            dry_run: false,
+        } => ("r", amount.copies(), amount.min_copies()),
+        Op::Request {
+            amount,
+            dry_run: true,
+        } => ("d", amount.copies(), amount.min_copies()),
+        Op::Charge(n) => (
+            "c",
+            positive_count("copies", n).map_err(StoreError::Refused)?,
+            1,
+        ),
+        Op::Refund(_) => return Err(StoreError::Refused(no_refund())),
+    };
+    let tiers = limits.tiers;
+    let mut args = Vec::with_capacity(12 + 5 * tiers.len());
+    args.push(DORMANT_GRACE.to_string());
+    args.push(copies.to_string());
+    args.push(min_copies.to_string());
+    args.push(enforce_arg(enforcement));
+    args.push(optional_limit_arg(limits.hard_limit));
+    args.push(optional_limit_arg(limits.global_limit));
+    args.push(tiers.len().to_string());
+    args.push(k.tier_head.clone());
+    args.push(k.tier_tail.clone());
+    args.push(op_arg.to_owned());
+    args.push(
+        policy
+            .soft_limit
+            .map_or(0, SoftLimit::as_percent)
+            .to_string(),
+    );
+    args.push(policy.ban.map_or(0, Ban::duration).to_string());
+    for t in tiers {
+        args.push(limit_arg(t.limit));
+        args.push(t.window.to_string());
+        args.push(t.active.map_or_else(|| "-1".to_owned(), |a| a.to_string()));
+        args.push(t.cooldown.to_string());
+        args.push(if t.skippable { "1" } else { "0" }.to_owned());
+    }
+    Ok(args)
+}
+
+/// The keys of one tiers operation, in the order `lua/rate.lua` takes
+/// them: the state, the last seconds, then one list per configured tier.
+fn tiers_keys(k: &RateKeys, limits: RateLimits<'_>) -> Vec<String> {
+    let mut keys = Vec::with_capacity(4 + limits.tiers.len());
+    keys.extend([
+        k.state.clone(),
+        k.last_second.clone(),
+        k.global.clone(),
+        k.global_total.clone(),
+    ]);
+    keys.extend((1..=limits.tiers.len()).map(|i| k.tier(i)));
+    keys
+}
+
+/// The client error of an `over` reply (after its status): the count a
+/// grant would have taken past `MAX_COUNT`.
+fn over(r: &mut Reply) -> Result<StoreError, StoreError> {
+    let which = r.text()?;
+    let held = r.count()?;
+    let n = r.count()?;
+    let count = match which.as_str() {
+        "d" => Kept::DomainHits,
+        "g" => Kept::ResourceHits,
+        "t" => Kept::TierHits,
+        other => return Err(bad("rate", &format!("unknown count {other:?}"))),
+    };
+    Ok(StoreError::Refused(bound::refusal(count, held, n)))
+}
+
+/// The 13 values of one tiers operation's reply, as core's reply.
+fn tiers_fields(
+    r: &mut Reply,
+    limits: RateLimits<'_>,
+    enforcement: Enforcement,
+) -> Result<RateReply, StoreError> {
+    let tiers = limits.tiers;
+    let granted = r.count()?;
+    let domain_hits_last_second = r.count()?;
+    let global_hits_last_second = r.count()?;
+    let tier_hits = r.count()?;
+    let tier = usize::try_from(r.count()?).unwrap_or(usize::MAX);
+    if tier > tiers.len() {
+        return Err(bad("rate", &format!("tier {tier} of {}", tiers.len())));
+    }
+    let burst = r.flag()?;
+    let hard_limited = r.flag()?;
+    let global_limited = r.flag()?;
+    // -1 stands for unbounded (remaining) or never (the waits).
+    let remaining = u64::try_from(r.int()?).unwrap_or(UNBOUNDED);
+    let reset_after_ms = u64::try_from(r.int()?).ok();
+    let retry_after_ms = u64::try_from(r.int()?).ok();
+    let warning = r.flag()?;
+    let banned = r.flag()?;
+    // The context's limit is the current tier's after the operation;
+    // for a dry run that is where the hits would have gone.
+    let tier_limit = tier
+        .checked_sub(1)
+        .and_then(|i| tiers.get(i))
+        .map_or(0, |t| t.limit);
+    Ok(RateReply {
+        granted,
+        hard_limit: limits.hard_limit,
+        global_limit: limits.global_limit,
+        tier_limit,
+        domain_hits_last_second,
+        global_hits_last_second,
+        tier_hits,
+        tier,
+        burst,
+        hard_limited,
+        global_limited,
+        ignored: enforcement == Enforcement::Ignore,
+        context: TierContext {
+            limit: tier_limit,
+            remaining,
+            reset_after_ms,
+            retry_after_ms,
+            warning,
+            banned,
+        },
+    })
+}
+
 #[async_trait]
 impl Store for RedisStore {
     fn kind(&self) -> &'static str {
@@ -689,120 +827,21 @@ impl Store for RedisStore {
         op: Op,
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError> {
-        let (op_arg, copies, min_copies) = match op {
-            Op::Request {
-                amount,
-                dry_run: false,
-            } => ("r", amount.copies(), amount.min_copies()),
-            Op::Request {
-                amount,
-                dry_run: true,
-            } => ("d", amount.copies(), amount.min_copies()),
-            Op::Charge(n) => (
-                "c",
-                positive_count("copies", n).map_err(StoreError::Refused)?,
-                1,
-            ),
-            Op::Refund(_) => return Err(StoreError::Refused(no_refund())),
-        };
-        let tiers = limits.tiers;
         let k = self.keys.rate(resource, domain);
-        let mut args = Vec::with_capacity(14 + 5 * tiers.len());
-        args.push(self.clock_arg());
-        args.push(self.clock.expiry_slack().to_string());
-        args.push(DORMANT_GRACE.to_string());
-        args.push(copies.to_string());
-        args.push(min_copies.to_string());
-        args.push(enforce_arg(enforcement));
-        args.push(optional_limit_arg(limits.hard_limit));
-        args.push(optional_limit_arg(limits.global_limit));
-        args.push(tiers.len().to_string());
-        args.push(k.tier_head.clone());
-        args.push(k.tier_tail.clone());
-        args.push(op_arg.to_owned());
-        args.push(
-            policy
-                .soft_limit
-                .map_or(0, SoftLimit::as_percent)
-                .to_string(),
-        );
-        args.push(policy.ban.map_or(0, Ban::duration).to_string());
-        for t in tiers {
-            args.push(limit_arg(t.limit));
-            args.push(t.window.to_string());
-            args.push(t.active.map_or_else(|| "-1".to_owned(), |a| a.to_string()));
-            args.push(t.cooldown.to_string());
-            args.push(if t.skippable { "1" } else { "0" }.to_owned());
-        }
-        let tier_keys: Vec<String> = (1..=tiers.len()).map(|i| k.tier(i)).collect();
-        let mut keys = Vec::with_capacity(4 + tiers.len());
-        keys.extend([
-            k.state.as_str(),
-            k.last_second.as_str(),
-            k.global.as_str(),
-            k.global_total.as_str(),
-        ]);
-        keys.extend(tier_keys.iter().map(String::as_str));
+        let mut args = vec![self.clock_arg(), self.clock.expiry_slack().to_string()];
+        args.extend(tiers_args(&k, limits, policy, op, enforcement)?);
+        let keys = tiers_keys(&k, limits);
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let v = self
             .conn
-            .eval(&self.scripts.rate, &keys, &args, &[])
+            .eval(&self.scripts.rate, &key_refs, &args, &[])
             .await
             .inspect_err(|e| self.on_error(e))?;
         let mut r = Reply::new(self.scripts.rate.name, v)?;
         if r.status_is("over") {
-            let which = r.text()?;
-            let held = r.count()?;
-            let n = r.count()?;
-            let count = match which.as_str() {
-                "d" => Kept::DomainHits,
-                "g" => Kept::ResourceHits,
-                "t" => Kept::TierHits,
-                other => return Err(bad("rate", &format!("unknown count {other:?}"))),
-            };
-            return Err(StoreError::Refused(bound::refusal(count, held, n)));
+            return Err(over(&mut r)?);
         }
-        let granted = r.count()?;
-        let domain_hits_last_second = r.count()?;
-        let global_hits_last_second = r.count()?;
-        let tier_hits = r.count()?;
-        let tier = usize::try_from(r.count()?).unwrap_or(usize::MAX);
-        if tier > tiers.len() {
-            return Err(bad("rate", &format!("tier {tier} of {}", tiers.len())));
-        }
-        let burst = r.flag()?;
-        let hard_limited = r.flag()?;
-        let global_limited = r.flag()?;
-        // -1 stands for unbounded (remaining) or never (the waits).
-        let remaining = u64::try_from(r.int()?).unwrap_or(UNBOUNDED);
-        let reset_after_ms = u64::try_from(r.int()?).ok();
-        let retry_after_ms = u64::try_from(r.int()?).ok();
-        let warning = r.flag()?;
-        let banned = r.flag()?;
-        // The context's limit is the current tier's after the operation;
-        // for a dry run that is where the hits would have gone.
-        let tier_limit = if tier == 0 { 0 } else { tiers[tier - 1].limit };
-        Ok(RateReply {
-            granted,
-            hard_limit: limits.hard_limit,
-            global_limit: limits.global_limit,
-            tier_limit,
-            domain_hits_last_second,
-            global_hits_last_second,
-            tier_hits,
-            tier,
-            burst,
-            hard_limited,
-            global_limited,
-            ignored: enforcement == Enforcement::Ignore,
-            context: TierContext {
-                limit: tier_limit,
-                remaining,
-                reset_after_ms,
-                retry_after_ms,
-                warning,
-                banned,
-            },
-        })
+        tiers_fields(&mut r, limits, enforcement)
     }
 
     /// One `meter.lua` call. Errors that do not depend on the state (a
@@ -843,26 +882,38 @@ impl Store for RedisStore {
                 replies: Vec::new(),
             });
         }
-        for o in ops {
-            o.meter
-                .decide(&mut o.meter.empty(), 0, o.op)
-                .map_err(StoreError::Refused)?;
-        }
-        let keys: Vec<String> = ops
-            .iter()
-            .map(|o| match o.slot {
-                None => self.keys.meter(o.resource, o.domain),
-                Some(slot) => self.keys.meter_in_slot(slot, o.resource, o.domain),
-            })
-            .collect();
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut keys: Vec<String> = Vec::with_capacity(ops.len());
         let mut args = Vec::with_capacity(2 + 11 * ops.len());
         args.push(self.clock_arg());
         args.push(self.clock.expiry_slack().to_string());
         for o in ops {
             args.push(if o.shadow { "1" } else { "0" }.to_owned());
-            args.extend(meter::args(o.meter, o.op));
+            match o.limit {
+                Limit::Meter(m) => {
+                    m.decide(&mut m.empty(), 0, o.op)
+                        .map_err(StoreError::Refused)?;
+                    keys.push(match o.slot {
+                        None => self.keys.meter(o.resource, o.domain),
+                        Some(slot) => self.keys.meter_in_slot(slot, o.resource, o.domain),
+                    });
+                    args.extend(meter::args(m, o.op));
+                }
+                Limit::Tiers {
+                    limits,
+                    policy,
+                    enforcement,
+                } => {
+                    let k = match o.slot {
+                        None => self.keys.rate(o.resource, o.domain),
+                        Some(slot) => self.keys.rate_in_slot(slot, o.resource, o.domain),
+                    };
+                    args.push("t".to_owned());
+                    args.extend(tiers_args(&k, limits, policy, o.op, enforcement)?);
+                    keys.extend(tiers_keys(&k, limits));
+                }
+            }
         }
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let v = self
             .conn
             .eval(&self.scripts.meters, &key_refs, &args, &[])

@@ -1,11 +1,15 @@
 //! The Lua scripts, each one atomic step on Redis (see `lua/`). Shared
 //! helpers are prepended at compile time, so every script is one
-//! self-contained text that `EVALSHA` runs by its SHA-1. The rate script is
-//! five files: the hit log, the state, the decision, the reply context and
-//! the script body.
+//! self-contained text that `EVALSHA` runs by its SHA-1. The burst tiers'
+//! rule is six files: the hit log, the state, the decision, the reply
+//! context and the operation (`rate_step.lua`), which the rate script runs
+//! once and the batch script once per tiers operation, so the rule is
+//! written once.
 //! The meter scripts (buckets, windows, queues: one operation, or an
 //! all-or-nothing batch) are four: the drain levels, the window level, the
-//! decision and the script body.
+//! decision and the script body. The batch script (`meters.lua`) has the
+//! tiers' files too, and the overlay (`rate_overlay.lua`) that holds their
+//! writes until the batch commits.
 
 use std::borrow::Cow;
 
@@ -38,6 +42,36 @@ macro_rules! meter_script {
             include_str!("lua/meter_window.lua"),
             include_str!("lua/meter_op.lua"),
             include_str!(concat!("lua/", $file))
+        )
+    };
+}
+
+/// The burst tiers' rule, shared by the rate and meters scripts: every
+/// Redis command of it goes through `rcall` (see `lua/rate_log.lua`).
+macro_rules! tiers_rule {
+    () => {
+        concat!(
+            include_str!("lua/rate_log.lua"),
+            include_str!("lua/rate_state.lua"),
+            include_str!("lua/rate_decide.lua"),
+            include_str!("lua/rate_context.lua"),
+            include_str!("lua/rate_step.lua"),
+        )
+    };
+}
+
+/// The all-or-nothing batch: the meters' decision and the tiers' rule,
+/// with the overlay that holds the tiers' writes until the batch commits.
+macro_rules! meters_script {
+    () => {
+        concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/meter_drain.lua"),
+            include_str!("lua/meter_window.lua"),
+            include_str!("lua/meter_op.lua"),
+            tiers_rule!(),
+            include_str!("lua/rate_overlay.lua"),
+            include_str!("lua/meters.lua")
         )
     };
 }
@@ -90,21 +124,20 @@ pub(crate) struct Scripts {
 impl Scripts {
     /// The scripts; `mutation` (tests only) replaces the first occurrence
     /// of its first text in the meters script by its second, to show that
-    /// the batch differential test catches a script that breaks a rule.
+    /// the batch differential test catches a script that breaks a rule (of
+    /// a meter, or of the tiers: the rate script keeps its own copy of the
+    /// tiers' rule, untouched).
     pub(crate) fn new(mutation: Option<&(String, String)>) -> Self {
         let meters: Cow<'static, str> = match mutation {
-            None => Cow::Borrowed(meter_script!("meters.lua")),
-            Some((from, to)) => Cow::Owned(meter_script!("meters.lua").replacen(from, to, 1)),
+            None => Cow::Borrowed(meters_script!()),
+            Some((from, to)) => Cow::Owned(meters_script!().replacen(from, to, 1)),
         };
         Self {
             rate: Script::new(
                 "rate",
                 concat!(
                     include_str!("lua/common.lua"),
-                    include_str!("lua/rate_log.lua"),
-                    include_str!("lua/rate_state.lua"),
-                    include_str!("lua/rate_decide.lua"),
-                    include_str!("lua/rate_context.lua"),
+                    tiers_rule!(),
                     include_str!("lua/rate.lua"),
                 ),
             ),

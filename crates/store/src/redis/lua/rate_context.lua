@@ -53,7 +53,7 @@ end
 -- Reads more entries; false when there are none left.
 local function view_more(l)
   if not l.list_done then
-    local raws = redis.call('LRANGE', l.key, l.next_index, l.next_index + CHUNK - 1)
+    local raws = rcall('LRANGE', l.key, l.next_index, l.next_index + CHUNK - 1)
     for _, raw in ipairs(raws) do
       local t, c = struct.unpack(ENTRY, raw)
       l.entries[#l.entries + 1] = { t, c }

@@ -22,10 +22,16 @@ local ACTIVE, COOLDOWN, INACTIVE = 1, 2, 3
 
 -- RateState -------------------------------------------------------------
 
-local tier_key_head, tier_key_tail = ARGV[10], ARGV[11]
+-- The keys and key names of the operation being decided, set by
+-- rate_step (rate.lua has one operation, meters.lua several): the list of
+-- the pair's last second, the configured tiers' lists in KEYS from
+-- KEYS[kb + 5], and the names of the lists of tiers the configuration no
+-- longer has (head .. i .. tail).
+local rk = { last = nil, kb = 0, n = 0, head = '', tail = '' }
 
 local function tier_key(i)
-  return KEYS[4 + i] or (tier_key_head .. i .. tier_key_tail)
+  if i <= rk.n then return KEYS[rk.kb + 4 + i] end
+  return rk.head .. i .. rk.tail
 end
 
 -- The state, or nil for none.
@@ -41,7 +47,7 @@ local function state_decode(raw)
   end
   local st = { forget = forget, lists_until = lists_until, tiers = {} }
   if ban >= 0 then st.ban = ban end
-  st.last, p = log_decode(KEYS[2], raw, p)
+  st.last, p = log_decode(rk.last, raw, p)
   local count
   count, p = struct.unpack('<I4', raw, p)
   for i = 1, count do
@@ -56,7 +62,7 @@ local function state_decode(raw)
 end
 
 local function state_new()
-  return { forget = nil, lists_until = 0, last = log_new(KEYS[2]), tiers = {} }
+  return { forget = nil, lists_until = 0, last = log_new(rk.last), tiers = {} }
 end
 
 local function state_encode(st, forget)

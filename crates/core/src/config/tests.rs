@@ -167,7 +167,18 @@ fn malformed_yaml_is_an_error_not_a_panic() {
 
 #[test]
 fn empty_config_file_is_refused() {
-    for text in ["", "  \n\t\n", "# only a comment\n", "---\n", "~", "null"] {
+    for text in [
+        "",
+        "  \n\t\n",
+        "# only a comment\n",
+        "---\n",
+        "~",
+        "null",
+        // A file cut after its first line(s): keys with nothing after them.
+        "resources:\n",
+        "resources:\nenvoy:\n",
+        "namespaces: ~\nresources: null\n",
+    ] {
         assert_eq!(
             errors(text),
             vec![EMPTY_CONFIGURATION.to_owned()],
@@ -183,6 +194,9 @@ fn empty_config_file_is_refused() {
     // Meaning no resources is said so.
     let (c, _) = Config::from_yaml("resources: []\n").expect("valid");
     assert!(c.resources().is_empty());
+    // A section left empty beside one that says something is as before.
+    let (c, _) = Config::from_yaml("resources: []\nenvoy:\n").expect("valid");
+    assert!(c.envoy().is_none());
 }
 
 fn tiers_json(n: usize) -> serde_json::Value {

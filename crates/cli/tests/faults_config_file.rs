@@ -1,5 +1,6 @@
 //! A real `charon serve --config FILE` process whose file is emptied,
-//! half-written or oversized, and `charon config check` on such files.
+//! half-written (also with an `envoy:` section) or oversized, and `charon
+//! config check` on such files.
 //! Run with `--nocapture` for one `FAULT` line per test.
 
 mod support;
@@ -10,6 +11,11 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
+use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_testkit::{CharonProcess, free_port};
@@ -119,6 +125,160 @@ async fn empty_config_file_is_refused() {
     assert!(reloads_reach(&server, total + 1).await, "{}", server.log());
     assert_eq!(reloads(&server, "applied"), 1, "{}", server.log());
     assert_eq!(outcome(&mut grpc, "api").await, "NotFound");
+}
+
+/// A configuration with an `envoy:` section: a window and an inline limit,
+/// both per day so that nothing refills while the test runs.
+const ENVOY_LIMITS: &str = "\
+resources:
+  - { name: api/login, kind: window, algorithm: fixed, limit: 2, window: 1d }
+envoy:
+  domains:
+    - domain: edge
+      descriptors:
+        - key: user
+          resource: api/login
+        - key: plan
+          rate_limit: { unit: day, requests_per_unit: 1 }
+";
+
+/// What one `ShouldRateLimit` of `key=value` on the domain `edge` got:
+/// `ok`, `over_limit` (with the limit's name) or the status code.
+async fn envoy_outcome(c: &mut RateLimitServiceClient<Channel>, key: &str, value: &str) -> String {
+    let request = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    match c.should_rate_limit(request).await {
+        Ok(r) => {
+            let r = r.into_inner();
+            let limit = r.statuses.first().and_then(|s| s.current_limit.clone());
+            let name = limit.map_or_else(|| "no limit".to_owned(), |l| l.name);
+            match Code::try_from(r.overall_code) {
+                Ok(Code::Ok) => format!("ok ({name})"),
+                Ok(Code::OverLimit) => format!("over_limit ({name})"),
+                _ => format!("overall_code {}", r.overall_code),
+            }
+        }
+        Err(s) => format!("{:?}", s.code()),
+    }
+}
+
+/// A running `charon serve --config FILE` with an `envoy:` section, whose
+/// file is cut short (inside a flow mapping, inside a resource's name,
+/// after its first line) or emptied: each is refused, by the watcher and
+/// by SIGHUP, the log says why, and Envoy's calls go on being decided by
+/// the previous section (its limits, and the counts already made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_or_empty_config_file_keeps_the_envoy_section() {
+    let server = CharonProcess::start(bin(), ENVOY_LIMITS, &[]);
+    let mut envoy = RateLimitServiceClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    assert_eq!(
+        envoy_outcome(&mut envoy, "user", "ann").await,
+        "ok (api/login)"
+    );
+    let cut_at = |s: &str| {
+        let end = ENVOY_LIMITS.find(s).expect("in the file") + s.len();
+        ENVOY_LIMITS[..end].to_owned()
+    };
+    let cases = [
+        (
+            "cut inside a flow mapping",
+            cut_at("{ unit: day, requests_p"),
+            "unclosed bracket",
+        ),
+        (
+            "cut inside a resource's name",
+            cut_at("resource: api/lo"),
+            "\"api/lo\"",
+        ),
+        (
+            "cut after its first line",
+            cut_at("resources:\n"),
+            "the configuration is empty",
+        ),
+        ("zero bytes", String::new(), "the configuration is empty"),
+    ];
+    let mut seen = Vec::new();
+    let mut total = 0;
+    let told = |why: &str| server.log().lines().filter(|l| l.contains(why)).count();
+    for (i, (name, text, why)) in cases.iter().enumerate() {
+        let told_before = told(why);
+        std::fs::write(server.config_path(), text).expect("write");
+        total += 1;
+        assert!(reloads_reach(&server, total).await, "{}", server.log());
+        server.signal("HUP");
+        total += 1;
+        assert!(reloads_reach(&server, total).await, "{}", server.log());
+        // The previous section decides: a fresh plan gets its one hit of
+        // the day, then is over.
+        let plan = format!("p{i}");
+        let plans = [
+            envoy_outcome(&mut envoy, "plan", &plan).await,
+            envoy_outcome(&mut envoy, "plan", &plan).await,
+        ];
+        // Once by the watcher, once on SIGHUP.
+        let said = if told(why) >= told_before + 2 {
+            "logged"
+        } else {
+            "NOT logged"
+        };
+        seen.push(format!("{name}: plan {plans:?}, reason {why:?} {said}"));
+        assert_eq!(
+            plans,
+            ["ok (envoy/edge/plan)", "over_limit (envoy/edge/plan)"],
+            "{name}\n{}",
+            server.log()
+        );
+        assert_eq!(said, "logged", "{name}: {why}\n{}", server.log());
+    }
+    // The counts made under it are kept too: ann's second hit of 2 fits,
+    // her third does not.
+    let ann = [
+        envoy_outcome(&mut envoy, "user", "ann").await,
+        envoy_outcome(&mut envoy, "user", "ann").await,
+    ];
+    let refused = reloads(&server, "refused");
+    println!(
+        "FAULT envoy_config_file: injected a config file with an envoy: section cut inside a flow \
+         mapping, inside a resource's name, after its first line, and one of zero bytes (each \
+         seen by the watcher, then SIGHUP); expected each refused with its reason in the log and \
+         the previous envoy: section deciding; observed {}; ann {ann:?}; \
+         charon_config_reloads_total refused={refused} applied={}",
+        seen.join("; "),
+        reloads(&server, "applied"),
+    );
+    assert_eq!(ann, ["ok (api/login)", "over_limit (api/login)"]);
+    assert_eq!(refused, total, "{}", server.log());
+    assert_eq!(reloads(&server, "applied"), 0, "{}", server.log());
+    assert!(
+        server
+            .log()
+            .contains("configuration refused; the previous one stays in force"),
+        "{}",
+        server.log()
+    );
+    // The whole file again is applied.
+    std::fs::write(
+        server.config_path(),
+        ENVOY_LIMITS.replace("per_unit: 1", "per_unit: 3"),
+    )
+    .expect("write");
+    assert!(reloads_reach(&server, total + 1).await, "{}", server.log());
+    assert_eq!(reloads(&server, "applied"), 1, "{}", server.log());
+    assert_eq!(
+        envoy_outcome(&mut envoy, "plan", "p0").await,
+        "ok (envoy/edge/plan)"
+    );
 }
 
 #[test]

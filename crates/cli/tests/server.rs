@@ -719,6 +719,81 @@ async fn bench_reports_throughput_and_percentiles() {
     assert!((400..=520).contains(&n), "open loop at 500/s for 1 s: {v}");
 }
 
+/// A metric's value in a Prometheus text exposition: the line that starts
+/// with `series ` (name and labels exactly as the exporter writes them).
+fn metric(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `charon bench --envoy DOMAIN` through the binary, against a real `charon
+/// serve` with an `envoy:` section: the run exits 0, its JSON counts
+/// decisions, and the server's own metrics count exactly the calls the
+/// bench says it made (so the load really went through `ShouldRateLimit`,
+/// and every reply was a decision). The limit is small (5 per hour for each
+/// of 10 clients) so that both answers are exercised and the grants are
+/// exact: 50 however long the run.
+#[test]
+fn bench_envoy_drives_should_rate_limit() {
+    const ENVOY: &str = r#"
+resources:
+  - { name: bench/api, kind: bucket, burst: 5, count: 5, period: 1h }
+envoy:
+  domains:
+    - domain: bench
+      descriptors:
+        - key: client
+          resource: bench/api
+"#;
+    let server = CharonProcess::start(bin(), ENVOY, &[]);
+    let out = std::process::Command::new(bin())
+        .args(["bench", "--server", &server.endpoint(), "--envoy", "bench"])
+        .args([
+            "--domains",
+            "10",
+            "--connections",
+            "1",
+            "--concurrency",
+            "4",
+        ])
+        .args(["--duration", "1s", "--warmup", "0s", "--json"])
+        .output()
+        .expect("run bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let count = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    let (granted, rejected) = (count("granted"), count("rejected"));
+    assert!(count("requests") > 0, "{v}");
+    assert_eq!(count("errors"), 0, "{v}");
+    assert!(
+        v["mode"].as_str().is_some_and(|m| m.contains("Envoy")),
+        "{v}"
+    );
+    // 10 clients `bench-N` (the value-less key `client`), 5 each.
+    assert_eq!(granted, 50, "{v}");
+    assert!(rejected > 0, "{v}");
+    let metrics = server.http_get("/metrics").expect("metrics").1;
+    let calls = |code: &str| {
+        metric(
+            &metrics,
+            &format!("charon_envoy_calls_total{{domain=\"bench\",code=\"{code}\"}}"),
+        )
+    };
+    assert_eq!(calls("ok"), Some(granted), "{metrics}");
+    assert_eq!(calls("over_limit"), Some(rejected), "{metrics}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "charon_envoy_descriptors_total{domain=\"bench\",node=\"envoy/bench/client\"}"
+        ),
+        Some(granted + rejected),
+        "{metrics}"
+    );
+}
+
 /// `charon client request --dry-run`, `charon client charge` and `charon
 /// client refund` against a real server: the reply context printed as
 /// `charon simulate` prints it.

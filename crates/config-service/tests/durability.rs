@@ -218,6 +218,157 @@ async fn acknowledged_writes_survive_a_full_disk_and_a_restart() {
     );
 }
 
+/// A whole configuration whose `envoy:` section is fat (150 nodes, some
+/// kilobytes: every commit has to grow the write-ahead log), its limits
+/// numbered by `round` so that what is stored says which write it was.
+fn envoy_config(round: u64) -> String {
+    let mut yaml = String::from(
+        "resources:\n  - { name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }\n\
+         envoy:\n  domains:\n    - domain: edge\n      descriptors:\n",
+    );
+    for j in 0..150 {
+        yaml.push_str(&format!(
+            "        - {{ key: tenant-{j}, rate_limit: {{ unit: minute, requests_per_unit: {} }} }}\n",
+            round * 1000 + j + 1
+        ));
+    }
+    yaml
+}
+
+/// The round of the `envoy:` section in force, as exported (`None`: none).
+fn envoy_round(exported: &Value) -> Option<u64> {
+    let nodes = exported["envoy"]["domains"][0]["descriptors"].as_array()?;
+    assert_eq!(nodes.len(), 150, "the section is whole");
+    let first = nodes[0]["rate_limit"]["requests_per_unit"].as_u64()?;
+    let round = (first - 1) / 1000;
+    for (j, n) in (0u64..).zip(nodes) {
+        assert_eq!(
+            n["rate_limit"]["requests_per_unit"].as_u64(),
+            Some(round * 1000 + j + 1),
+            "one write's section, not a mix: {n}"
+        );
+    }
+    Some(round)
+}
+
+/// Imports of a configuration with an `envoy:` section while the disk is
+/// full: each is refused with a server error (503 + Retry-After) that left
+/// nothing, the section last acknowledged stays in force (and survives a
+/// restart), reads go on, and imports work again once space is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_section_imports_on_a_full_disk_lose_nothing_acknowledged() {
+    let Some(fs) = SmallFs::for_test("full_disk_envoy", 2 << 20) else {
+        return;
+    };
+    let db = TestDb::at(&fs.path().join("charon.db"));
+    let app = db.app().await;
+    // (round, status, version if acknowledged, Retry-After if refused)
+    let mut outcomes: Vec<(u64, u16, Option<u64>, Option<String>)> = Vec::new();
+    let import = async |app: &TestApp, round: u64| {
+        let reply = app
+            .put("/v1/config")
+            .body("application/yaml", &envoy_config(round))
+            .send()
+            .await;
+        let status = reply.status.as_u16();
+        if !reply.status.is_success() {
+            println!("  import of round {round}: {status} {}", reply.text);
+        }
+        (
+            round,
+            status,
+            reply
+                .status
+                .is_success()
+                .then(|| reply.json["version"].as_u64().unwrap()),
+            reply
+                .headers
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned()),
+        )
+    };
+    for round in 0..2 {
+        outcomes.push(import(&app, round).await);
+    }
+    assert!(outcomes.iter().all(|o| o.1 == 200), "{outcomes:?}");
+
+    let filler = fs.fill();
+    for round in 2..12 {
+        outcomes.push(import(&app, round).await);
+    }
+    let while_full: Vec<u16> = outcomes[2..].iter().map(|o| o.1).collect();
+    let last_acked = |outcomes: &[(u64, u16, Option<u64>, Option<String>)]| {
+        outcomes.iter().rev().find(|o| o.2.is_some()).map(|o| o.0)
+    };
+    // Reads need no space: the section in force is the last acknowledged.
+    let read_while_full = app.get("/v1/config").send().await;
+    let round_while_full = envoy_round(&read_while_full.json);
+
+    fs.free();
+    let freed_at = Instant::now();
+    let mut round = 12;
+    let mut recovered_after = None;
+    while freed_at.elapsed() < Duration::from_secs(30) {
+        let o = import(&app, round).await;
+        round += 1;
+        let ok = o.1 == 200;
+        outcomes.push(o);
+        if ok {
+            recovered_after = Some(freed_at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval
+    }
+
+    // A restart: every connection closed, the file opened anew.
+    app.state.close().await;
+    let integrity = integrity_check(&db.location).await;
+    let app = db.app().await;
+    let exported = app.get("/v1/config").expect(200).await.json;
+    let round_after = envoy_round(&exported);
+    let feed = app.get("/v1/changes?since=0").expect(200).await.json;
+    let round_in_feed = envoy_round(&feed);
+    let acked: Vec<u64> = outcomes.iter().filter_map(|o| o.2).collect();
+    let version_after = app.version().await;
+    let refused: Vec<_> = outcomes.iter().filter(|o| o.2.is_none()).collect();
+    println!(
+        "FAULT full_disk_envoy: injected tmpfs of 2 MiB filled ({filler} B of filler) during 10 \
+         imports of a configuration with a 150-node envoy: section, then freed; expected every \
+         refusal 503 + Retry-After leaving nothing, the last acknowledged section in force and \
+         durable, recovery by itself; observed while full {while_full:?}, read while full {} \
+         (round {round_while_full:?}), recovered {recovered_after:?} after freeing, versions \
+         {acked:?}, {} refused; after restart version {version_after}, round {round_after:?} \
+         (feed {round_in_feed:?}), last acknowledged round {:?}, integrity_check {integrity}",
+        read_while_full.status.as_u16(),
+        refused.len(),
+        last_acked(&outcomes),
+    );
+    assert!(
+        while_full.contains(&503),
+        "the disk was really full: {while_full:?}"
+    );
+    assert!(
+        refused.iter().all(|o| o.1 == 503 && o.3.is_some()),
+        "refusals are 503 with Retry-After: {refused:?}"
+    );
+    assert_eq!(read_while_full.status.as_u16(), 200);
+    assert_eq!(round_while_full, last_acked(&outcomes[..12]));
+    assert!(
+        recovered_after.is_some(),
+        "imports work again once space is back"
+    );
+    assert_eq!(
+        round_after,
+        last_acked(&outcomes),
+        "nothing acknowledged lost"
+    );
+    assert_eq!(round_in_feed, round_after);
+    let expected: Vec<u64> = (1..=acked.len() as u64).collect();
+    assert_eq!(acked, expected, "versions without gaps or duplicates");
+    assert_eq!(version_after, acked.len() as u64);
+    assert_eq!(integrity, "ok");
+}
+
 /// Another process holding SQLite's write lock, released when its stdin
 /// closes.
 struct LockHolder(std::process::Child);

@@ -10,25 +10,9 @@ mod support;
 use serde_json::json;
 use support::{TestDb, resource_path};
 
-const WITH_ENVOY: &str = "\
-resources:
-  - { name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }
-envoy:
-  domains:
-    - domain: edge
-      descriptors:
-        - key: generic_key
-          value: search
-          descriptors:
-            - key: remote_address
-              mask: {}
-              resource: api/search
-        - key: tenant
-          rate_limit: { unit: minute, requests_per_unit: 100 }
-          shadow_mode: true
-        - key: health
-          unlimited: true
-";
+/// SPEC §11's example as docs/envoy.md shows it, with the resource it
+/// names.
+const WITH_ENVOY: &str = include_str!("../../../examples/envoy.yaml");
 
 /// What `charon config check` prints for [`WITH_ENVOY`]'s section: the API
 /// exports the same normalized YAML.

@@ -773,15 +773,21 @@ async fn identity_calls(
     out
 }
 
-/// Runs `check` against a server on [`IDENTITY`] in both stores.
-async fn in_both_stores<F>(check: F)
-where
-    F: AsyncFn(&mut RateLimitServiceClient<Channel>, &str),
-{
+/// One step of a worked example: one-descriptor calls of these entries,
+/// one per code expected (`true` for OK), in order.
+type Step<'a> = (&'a [(&'a str, &'a str)], &'a [bool]);
+
+/// Runs the steps of the worked example `case` against a fresh server on
+/// [`IDENTITY`], in both stores; a failure names the case, the store and
+/// the step.
+async fn identity_case(case: &str, steps: &[Step<'_>]) {
     for store in STORES {
         let (s, _redis) = server(IDENTITY, store).await;
         let mut c = client(&s).await;
-        check(&mut c, store).await;
+        for (i, (entries, want)) in steps.iter().enumerate() {
+            let got = identity_calls(&mut c, entries, want.len()).await;
+            assert_eq!(got, *want, "{case}, {store}, step {i}: {entries:?}");
+        }
         s.stop().await;
     }
 }
@@ -790,16 +796,13 @@ where
 /// api_key}` sends `api_key=<the header>`; each key has its own window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_by_header() {
-    in_both_stores(async |c, store| {
-        let k1 = [("api_key", "k-123")];
-        assert_eq!(
-            identity_calls(c, &k1, 3).await,
-            [true, true, false],
-            "{store}"
-        );
-        let k2 = [("api_key", "k-456")];
-        assert_eq!(identity_calls(c, &k2, 1).await, [true], "{store}");
-    })
+    identity_case(
+        "header",
+        &[
+            (&[("api_key", "k-123")], &[true, true, false]),
+            (&[("api_key", "k-456")], &[true]),
+        ],
+    )
     .await;
 }
 
@@ -807,16 +810,13 @@ async fn identity_by_header() {
 /// metadata, and the `metadata` action sends `session=<the cookie>`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_by_cookie() {
-    in_both_stores(async |c, store| {
-        let s1 = [("session", "3f9c0a")];
-        assert_eq!(
-            identity_calls(c, &s1, 3).await,
-            [true, true, false],
-            "{store}"
-        );
-        let s2 = [("session", "77e1b2")];
-        assert_eq!(identity_calls(c, &s2, 1).await, [true], "{store}");
-    })
+    identity_case(
+        "cookie",
+        &[
+            (&[("session", "3f9c0a")], &[true, true, false]),
+            (&[("session", "77e1b2")], &[true]),
+        ],
+    )
     .await;
 }
 
@@ -824,16 +824,13 @@ async fn identity_by_cookie() {
 /// action on the claim `sub` sends `user=<sub>`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_by_jwt_claim() {
-    in_both_stores(async |c, store| {
-        let alice = [("user", "alice@example.com")];
-        assert_eq!(
-            identity_calls(c, &alice, 3).await,
-            [true, true, false],
-            "{store}"
-        );
-        let bob = [("user", "bob@example.com")];
-        assert_eq!(identity_calls(c, &bob, 1).await, [true], "{store}");
-    })
+    identity_case(
+        "jwt claim",
+        &[
+            (&[("user", "alice@example.com")], &[true, true, false]),
+            (&[("user", "bob@example.com")], &[true]),
+        ],
+    )
     .await;
 }
 
@@ -842,38 +839,19 @@ async fn identity_by_jwt_claim() {
 /// `remote_address` action follows, so each /24 there has its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_by_region() {
-    in_both_stores(async |c, store| {
-        let eu = [("region", "eu-west")];
-        assert_eq!(
-            identity_calls(c, &eu, 3).await,
-            [true, true, false],
-            "{store}"
-        );
-        let us = |a| [("region", "us-east"), ("remote_address", a)];
-        assert_eq!(
-            identity_calls(c, &us("198.51.100.7"), 2).await,
-            [true, true],
-            "{store}"
-        );
-        // Same /24: the same client.
-        assert_eq!(
-            identity_calls(c, &us("198.51.100.200"), 1).await,
-            [false],
-            "{store}"
-        );
-        assert_eq!(
-            identity_calls(c, &us("198.51.101.7"), 1).await,
-            [true],
-            "{store}"
-        );
-        // A region the tree does not name is not limited.
-        let ap = [("region", "ap-south")];
-        assert_eq!(
-            identity_calls(c, &ap, 3).await,
-            [true, true, true],
-            "{store}"
-        );
-    })
+    let us = |a| [("region", "us-east"), ("remote_address", a)];
+    identity_case(
+        "region",
+        &[
+            (&[("region", "eu-west")], &[true, true, false]),
+            (&us("198.51.100.7"), &[true, true]),
+            // Same /24: the same client.
+            (&us("198.51.100.200"), &[false]),
+            (&us("198.51.101.7"), &[true]),
+            // A region the tree does not name is not limited.
+            (&[("region", "ap-south")], &[true, true, true]),
+        ],
+    )
     .await;
 }
 
@@ -882,32 +860,18 @@ async fn identity_by_region() {
 /// decide which), and `mask` makes IPv4 per address, IPv6 per /56.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_by_client_address() {
-    in_both_stores(async |c, store| {
-        let a = [("remote_address", "2001:db8:1:100::1")];
-        assert_eq!(identity_calls(c, &a, 2).await, [true, true], "{store}");
-        // Another address of the same /56 is the same client.
-        let same = [("remote_address", "2001:db8:1:1ff::9")];
-        assert_eq!(identity_calls(c, &same, 1).await, [false], "{store}");
-        let other = [("remote_address", "2001:db8:1:200::1")];
-        assert_eq!(identity_calls(c, &other, 1).await, [true], "{store}");
-        let v4 = [("remote_address", "192.0.2.1")];
-        assert_eq!(
-            identity_calls(c, &v4, 3).await,
-            [true, true, false],
-            "{store}"
-        );
-        assert_eq!(
-            identity_calls(c, &[("remote_address", "192.0.2.2")], 1).await,
-            [true],
-            "{store}"
-        );
-        // Not an address: limited by its literal text, never an error.
-        let junk = [("remote_address", "not-an-ip")];
-        assert_eq!(
-            identity_calls(c, &junk, 3).await,
-            [true, true, false],
-            "{store}"
-        );
-    })
+    identity_case(
+        "client address",
+        &[
+            (&[("remote_address", "2001:db8:1:100::1")], &[true, true]),
+            // Another address of the same /56 is the same client.
+            (&[("remote_address", "2001:db8:1:1ff::9")], &[false]),
+            (&[("remote_address", "2001:db8:1:200::1")], &[true]),
+            (&[("remote_address", "192.0.2.1")], &[true, true, false]),
+            (&[("remote_address", "192.0.2.2")], &[true]),
+            // Not an address: limited by its literal text, never an error.
+            (&[("remote_address", "not-an-ip")], &[true, true, false]),
+        ],
+    )
     .await;
 }

@@ -28,11 +28,12 @@ use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op, Policy};
 use charon_core::request::Amount;
 use charon_core::testing::{self as rate_shapes, Draw};
-use charon_core::{ManualClock, bucket, queue, window};
+use charon_core::ManualClock;
 use charon_store::{
     Batch, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
 };
 use charon_testkit::RedisServer;
+use charon_testkit::stores::{Seeded, meter};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -44,32 +45,6 @@ const RESOURCES: &[&str] = &[
     "api/any",
 ];
 const DOMAINS: &[&str] = &["alice", "bob", "2001:db8::/48"];
-
-struct Seeded<'a>(&'a mut StdRng);
-
-impl Draw for Seeded<'_> {
-    fn draw(&mut self, range: std::ops::RangeInclusive<u64>) -> u64 {
-        self.0.random_range(range)
-    }
-}
-
-fn meter(rng: &mut StdRng, kind: u64, unit: u64) -> Meter {
-    let d = &mut Seeded(rng);
-    match kind {
-        0 => {
-            let (burst, count, period, policy) = shapes::bucket(d, unit);
-            Meter::Bucket(bucket::Params::new(burst, count, period, policy).unwrap())
-        }
-        1 => {
-            let (algorithm, limit, span, policy) = shapes::window(d, unit);
-            Meter::Window(window::Params::new(algorithm, limit, span, policy).unwrap())
-        }
-        _ => {
-            let (rate, period, size, policy) = shapes::queue(d, unit);
-            Meter::Queue(queue::Params::new(rate, period, size, policy).unwrap())
-        }
-    }
-}
 
 /// What decides a resource: a meter, or burst tiers with H, G, a policy
 /// and (one time in ten) `ignore_configured`.

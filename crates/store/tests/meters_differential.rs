@@ -15,12 +15,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use charon_core::ManualClock;
 use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op, Reply};
-use charon_core::testing::Draw;
-use charon_core::{ManualClock, bucket, queue, window};
 use charon_store::{MemoryStore, Store, StoreError};
 use charon_testkit::RedisServer;
+use charon_testkit::stores::{Seeded, meter};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -57,35 +57,6 @@ fn bad_input(rng: &mut StdRng, m: &Meter) -> (Op, bool) {
                 n
             };
             (Op::Charge(n), true)
-        }
-    }
-}
-
-/// `charon_core::testing`'s source of numbers, from the seed's rng.
-struct Seeded<'a>(&'a mut StdRng);
-
-impl Draw for Seeded<'_> {
-    fn draw(&mut self, range: std::ops::RangeInclusive<u64>) -> u64 {
-        self.0.random_range(range)
-    }
-}
-
-/// A random meter of `kind` (0 bucket, 1 window, 2 queue), spans in
-/// multiples of `unit`.
-fn meter(rng: &mut StdRng, kind: u64, unit: u64) -> Meter {
-    let d = &mut Seeded(rng);
-    match kind {
-        0 => {
-            let (burst, count, period, policy) = shapes::bucket(d, unit);
-            Meter::Bucket(bucket::Params::new(burst, count, period, policy).unwrap())
-        }
-        1 => {
-            let (algorithm, limit, span, policy) = shapes::window(d, unit);
-            Meter::Window(window::Params::new(algorithm, limit, span, policy).unwrap())
-        }
-        _ => {
-            let (rate, period, size, policy) = shapes::queue(d, unit);
-            Meter::Queue(queue::Params::new(rate, period, size, policy).unwrap())
         }
     }
 }

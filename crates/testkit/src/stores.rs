@@ -11,8 +11,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_core::ManualClock;
+use charon_core::meter::Meter;
+use charon_core::meter::testing as shapes;
+use charon_core::testing::Draw;
+use charon_core::{ManualClock, bucket, queue, window};
 use charon_store::{CopyLog, MemoryStore, RedisOptions, RedisStore, Store, StoreError};
+use rand::RngExt;
+use rand::rngs::StdRng;
 use tokio::task::JoinHandle;
 
 use crate::RedisServer;
@@ -188,4 +193,37 @@ pub async fn seed_store(
         .expect("connect to the private redis");
     let maintain = spawn_maintain(&store);
     (store, maintain)
+}
+
+/// `charon_core::testing`'s source of numbers from a seed's rng: the
+/// differential tests draw core's shapes from it, so a seed replays them.
+#[derive(Debug)]
+pub struct Seeded<'a>(pub &'a mut StdRng);
+
+impl Draw for Seeded<'_> {
+    fn draw(&mut self, range: std::ops::RangeInclusive<u64>) -> u64 {
+        self.0.random_range(range)
+    }
+}
+
+/// A random meter of `kind` (0 bucket, 1 window, 2 queue), spans in
+/// multiples of `unit` ms: the shapes of `charon_core::meter::testing`,
+/// which core's naive-model property tests check the engine on, for the
+/// stores' differential tests to run through both stores.
+pub fn meter(rng: &mut StdRng, kind: u64, unit: u64) -> Meter {
+    let d = &mut Seeded(rng);
+    match kind {
+        0 => {
+            let (burst, count, period, policy) = shapes::bucket(d, unit);
+            Meter::Bucket(bucket::Params::new(burst, count, period, policy).unwrap())
+        }
+        1 => {
+            let (algorithm, limit, span, policy) = shapes::window(d, unit);
+            Meter::Window(window::Params::new(algorithm, limit, span, policy).unwrap())
+        }
+        _ => {
+            let (rate, period, size, policy) = shapes::queue(d, unit);
+            Meter::Queue(queue::Params::new(rate, period, size, policy).unwrap())
+        }
+    }
 }

@@ -143,9 +143,15 @@ pub(super) fn parse_config(v: &Value) -> Result<Parsed, ConfigErrors> {
     let mut namespaces = BTreeMap::new();
     let mut resources = Vec::new();
     let mut envoy = None;
-    if v.is_null() {
-        // No bytes, only whitespace or only comments: a truncated file or
-        // an export that failed, never a wish for no limits.
+    // No bytes, only whitespace or only comments: a truncated file or an
+    // export that failed, never a wish for no limits. So are keys with
+    // nothing after them (`resources:` and no more, a file cut after its
+    // first line): they say no more than an empty file, and applying them
+    // would drop every limit.
+    let only_empty_keys = v
+        .as_object()
+        .is_some_and(|m| !m.is_empty() && m.values().all(Value::is_null));
+    if v.is_null() || only_empty_keys {
         issues.push(&root, EMPTY_CONFIGURATION);
         return Err(ConfigErrors(issues.into_vec()));
     }

@@ -167,7 +167,18 @@ fn malformed_yaml_is_an_error_not_a_panic() {
 
 #[test]
 fn empty_config_file_is_refused() {
-    for text in ["", "  \n\t\n", "# only a comment\n", "---\n", "~", "null"] {
+    for text in [
+        "",
+        "  \n\t\n",
+        "# only a comment\n",
+        "---\n",
+        "~",
+        "null",
+        // A file cut after its first line(s): keys with nothing after them.
+        "resources:\n",
+        "resources:\nenvoy:\n",
+        "namespaces: ~\nresources: null\n",
+    ] {
         assert_eq!(
             errors(text),
             vec![EMPTY_CONFIGURATION.to_owned()],
@@ -183,6 +194,9 @@ fn empty_config_file_is_refused() {
     // Meaning no resources is said so.
     let (c, _) = Config::from_yaml("resources: []\n").expect("valid");
     assert!(c.resources().is_empty());
+    // A section left empty beside one that says something is as before.
+    let (c, _) = Config::from_yaml("resources: []\nenvoy:\n").expect("valid");
+    assert!(c.envoy().is_none());
 }
 
 fn tiers_json(n: usize) -> serde_json::Value {
@@ -1100,36 +1114,42 @@ fn random_configurations_of_every_kind_round_trip() {
     assert!(envoy_nodes > 500, "{envoy_nodes} descriptor nodes in all");
 }
 
-/// SPEC §11's `envoy:` example, with the resource it names.
-const ENVOY_EXAMPLE: &str = r#"
-resources:
-  - { name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }
-  - { name: sandbox/vm, kind: copy, domain_limit: 4 }
-envoy:
-  shadow_mode: false
-  headers: true
-  domains:
-    - domain: edge
-      descriptors:
-        - key: generic_key
-          value: search
-          descriptors:
-            - key: remote_address
-              mask: { ipv4: 32, ipv6: 48 }
-              resource: api/search
-        - key: tenant
-          rate_limit: { unit: minute, requests_per_unit: 100 }
-          shadow_mode: true
-        - key: health
-          unlimited: true
-        - key: client
-          mask: {}
-          resource: api/search
-"#;
+/// SPEC §11's `envoy:` example, with the resource it names, as
+/// `examples/envoy.yaml` has it and docs/envoy.md shows it.
+const ENVOY_FILE: &str = include_str!("../../../../examples/envoy.yaml");
+
+/// [`ENVOY_FILE`] with headers on, a copy resource beside, and one more
+/// node: a value-less one with `mask: {}`.
+fn envoy_example() -> String {
+    let text = ENVOY_FILE
+        .replacen("headers: false", "headers: true", 1)
+        .replacen(
+            "period: 1s }\n",
+            "period: 1s }\n  - { name: sandbox/vm, kind: copy, domain_limit: 4 }\n",
+            1,
+        );
+    format!("{text}        - key: client\n          mask: {{}}\n          resource: api/search\n")
+}
+
+/// docs/envoy.md shows the example file as it is (its YAML, without the
+/// file's opening comment), so what the docs show is what the tests load.
+#[test]
+fn the_docs_show_the_envoy_example_file() {
+    let docs = include_str!("../../../../docs/envoy.md");
+    let yaml: String = ENVOY_FILE
+        .lines()
+        .skip_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        docs.contains(&format!("```yaml\n{yaml}```\n")),
+        "docs/envoy.md no longer shows examples/envoy.yaml:\n{yaml}"
+    );
+}
 
 #[test]
 fn the_envoy_section_loads_and_round_trips() {
-    let (c, adj) = Config::from_yaml(ENVOY_EXAMPLE).expect("valid");
+    let (c, adj) = Config::from_yaml(&envoy_example()).expect("valid");
     assert!(adj.is_empty());
     let e = c.envoy().expect("envoy");
     assert!(!e.shadow_mode && e.headers);
@@ -1165,9 +1185,10 @@ fn the_envoy_section_loads_and_round_trips() {
 
 #[test]
 fn same_slot_is_per_domain_and_round_trips() {
-    let text = ENVOY_EXAMPLE.replace(
-        "    - domain: edge\n",
-        "    - domain: edge\n      same_slot: true\n",
+    let text = envoy_example().replacen(
+        "      descriptors:\n",
+        "      same_slot: true\n      descriptors:\n",
+        1,
     );
     let text = format!("{text}    - domain: other\n");
     let (c, adj) = Config::from_yaml(&text).expect("valid");

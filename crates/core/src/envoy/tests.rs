@@ -4,29 +4,20 @@
 use super::*;
 use crate::config::Config;
 
-/// SPEC §11's example, with a sibling tree for the other rules.
-const EXAMPLE: &str = r#"
-resources:
-  - { name: api/search, kind: bucket, burst: 10, count: 10, period: 1s }
+/// SPEC §11's example (`examples/envoy.yaml`, shown in docs/envoy.md), with
+/// the resources and a sibling tree for the other rules.
+fn example() -> String {
+    let file = include_str!("../../../../examples/envoy.yaml");
+    // After api/search, the example's one resource.
+    let more = "period: 1s }
   - { name: api/search-vip, kind: window, algorithm: fixed, limit: 100, window: 1s }
   - { name: api/users, kind: rate, tiers: [ { limit: 5, window: 1s } ] }
-envoy:
-  shadow_mode: false
-  headers: false
-  domains:
-    - domain: edge
-      descriptors:
-        - key: generic_key
-          value: search
-          descriptors:
-            - key: remote_address
-              mask: { ipv4: 32, ipv6: 48 }
-              resource: api/search
-        - key: tenant
-          rate_limit: { unit: minute, requests_per_unit: 100 }
-          shadow_mode: true
-        - key: health
-          unlimited: true
+";
+    format!("{}{USERS}", file.replacen("period: 1s }\n", more, 1))
+}
+
+/// The sibling tree: a domain of its own after the example's.
+const USERS: &str = r#"
     - domain: users
       descriptors:
         - key: user
@@ -63,7 +54,7 @@ envoy:
 "#;
 
 fn config() -> Config {
-    Config::from_yaml(EXAMPLE).expect("valid").0
+    Config::from_yaml(&example()).expect("valid").0
 }
 
 fn envoy(c: &Config) -> &Envoy {
@@ -295,10 +286,7 @@ fn shadow_mode_comes_from_the_section_or_the_nearest_node() {
     assert!(limited(&c, "users", &[("plan", "trial"), ("user", "u")]).2);
     assert!(!limited(&c, "users", &[("plan", "trial"), ("paid", "p")]).2);
     // The section's shadow_mode shadows everything, even a false node.
-    let yaml = EXAMPLE.replace(
-        "  shadow_mode: false\n  headers",
-        "  shadow_mode: true\n  headers",
-    );
+    let yaml = example().replacen("shadow_mode: false", "shadow_mode: true", 1);
     let (all, _) = Config::from_yaml(&yaml).expect("valid");
     assert!(limited(&all, "users", &[("user", "bob")]).2);
     assert!(limited(&all, "users", &[("plan", "trial"), ("paid", "p")]).2);

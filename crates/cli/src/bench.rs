@@ -1,14 +1,23 @@
-//! `charon bench`: a load generator for `Limiter.Request`, or with
-//! `--envoy DOMAIN` for Envoy's `RateLimitService.ShouldRateLimit` (one
-//! descriptor `KEY=bench-N` per call), so both protocols are measured on
-//! the same limits.
+//! `charon bench`: a load generator for `Limiter.Request` as unary calls
+//! (`--mode unary`, the default), for rate requests on session streams
+//! through the Rust client (`--mode session`: pipelined, replies matched by
+//! id), or with `--envoy DOMAIN` for Envoy's
+//! `RateLimitService.ShouldRateLimit` (one descriptor `KEY=bench-N` per
+//! call), so every protocol is measured on the same limits.
 //!
-//! Opens N connections (each its own HTTP/2 connection) and drives unary
-//! requests, either closed loop (each worker sends its next request when
-//! the previous one is answered) or open loop at a fixed total rate (each
-//! request is scheduled in advance and its latency counted from the
-//! scheduled time, so a slow server cannot hide its queueing: no
-//! coordinated omission). Latencies go into an HDR histogram.
+//! Opens N connections (each its own HTTP/2 connection; in session mode
+//! each a client with its one session stream) and drives requests, either
+//! closed loop (each worker sends its next request when the previous one is
+//! answered) or open loop at a fixed total rate (each request is scheduled
+//! in advance and its latency counted from the scheduled time, so a slow
+//! server cannot hide its queueing: no coordinated omission). Latencies go
+//! into an HDR histogram.
+//!
+//! What a decision costs besides time: with `--server-pid` the server's CPU
+//! (utime + stime of `/proc/PID/stat` over the measured interval, divided
+//! by the decisions measured), with `--redis` Redis' commands and CPU
+//! (`INFO commandstats` and `INFO cpu` deltas), and always this process's
+//! own CPU, since on one box the load tool competes with the server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +35,16 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 use tokio::sync::Mutex;
 use tonic::transport::{Channel, Endpoint};
+
+/// How `charon bench` sends Charon rate requests.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One unary `Limiter.Request` call per decision.
+    Unary,
+    /// Rate requests pipelined on one session stream per connection,
+    /// through the Rust client (`charon_client`, its default transport).
+    Session,
+}
 
 /// Flags of `charon bench`.
 #[derive(Args, Debug, Clone)]
@@ -45,6 +64,18 @@ pub struct BenchArgs {
     /// Requests in flight per connection (closed loop).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Unary calls, or pipelined session streams (one per connection).
+    #[arg(long, value_enum, default_value_t = Mode::Unary)]
+    mode: Mode,
+    /// The server's process id: report its CPU per decision (Linux
+    /// `/proc/PID/stat`, utime + stime over the measured interval).
+    #[arg(long, value_name = "PID")]
+    server_pid: Option<u32>,
+    /// The server's Redis: report Redis commands and CPU per decision
+    /// (`INFO commandstats`, `INFO cpu` over the measured interval; the
+    /// bench's own `INFO` calls are not counted).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// Open loop: requests per second in all (closed loop if omitted).
     #[arg(long)]
     rate: Option<u64>,
@@ -81,8 +112,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    if args.envoy.is_some() && args.mode == Mode::Session {
+        anyhow::bail!("--envoy calls ShouldRateLimit, a unary call: it takes no --mode session");
+    }
     let mut clients = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
+        if args.mode == Mode::Session {
+            clients.push(Client::Session(session_client(&args).await?));
+            continue;
+        }
         let channel: Channel = Endpoint::from_shared(args.server.clone())?
             .tcp_nodelay(true)
             .connect()
@@ -97,6 +135,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             ),
         });
     }
+    let probe = Probe::new(args.server_pid, args.redis.as_deref()).await?;
     let measure_from = Instant::now() + args.warmup;
     let shared = Arc::new(Shared {
         histogram: Mutex::new(Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?),
@@ -111,6 +150,16 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
         domains: args.domains.max(1),
         next_domain: next_domain.clone(),
         shared: shared.clone(),
+    };
+    let probing = {
+        let (mut probe, from, end) = (probe, shared.measure_from, shared.end);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(from.into()).await;
+            let before = probe.sample().await;
+            tokio::time::sleep_until(end.into()).await;
+            let after = probe.sample().await;
+            (before, after)
+        })
     };
     let mut tasks = Vec::new();
     match args.rate {
@@ -132,6 +181,8 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     for t in tasks {
         let _ = t.await;
     }
+    let (before, after) = probing.await?;
+    let (before, after) = (before?, after?);
     let tally = &shared.tally;
     let h = shared.histogram.lock().await;
     let measured = h.len();
@@ -141,19 +192,33 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
         None => format!("closed loop, {} in flight per connection", args.concurrency),
         Some(r) => format!("open loop at {r}/s"),
     };
-    if let Some(domain) = &args.envoy {
-        mode = format!("Envoy ShouldRateLimit on {domain:?}, {mode}");
-    }
+    let transport = match (&args.envoy, args.mode) {
+        (Some(domain), _) => {
+            mode = format!("Envoy ShouldRateLimit on {domain:?}, {mode}");
+            "envoy"
+        }
+        (None, Mode::Session) => {
+            mode = format!("session streams, {mode}");
+            "session"
+        }
+        (None, Mode::Unary) => "unary",
+    };
+    let costs = Costs::between(&before, &after, measured);
     if args.json {
         println!(
             "{}",
             json!({
-                "mode": mode, "connections": args.connections, "domains": args.domains,
+                "mode": mode, "transport": transport,
+                "connections": args.connections, "domains": args.domains,
                 "requests": measured, "throughput_per_second": measured as f64 / secs,
                 "granted": tally.granted.load(Ordering::Relaxed), "rejected": tally.rejected.load(Ordering::Relaxed),
                 "errors": tally.errors.load(Ordering::Relaxed),
                 "p50_us": q(0.5).as_micros() as u64, "p99_us": q(0.99).as_micros() as u64,
                 "p999_us": q(0.999).as_micros() as u64, "max_us": h.max(),
+                "server_cpu_us_per_decision": costs.server_cpu_us,
+                "bench_cpu_us_per_decision": costs.bench_cpu_us,
+                "redis_commands_per_decision": costs.redis_commands,
+                "redis_cpu_us_per_decision": costs.redis_cpu_us,
             })
         );
     } else {
@@ -175,8 +240,179 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             q(0.999),
             Duration::from_micros(h.max())
         );
+        let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        println!(
+            "  per decision   server CPU {} us   bench CPU {} us   Redis commands {}   Redis CPU {} us",
+            show(costs.server_cpu_us),
+            show(costs.bench_cpu_us),
+            show(
+                costs
+                    .redis_commands
+                    .map(|v| v * 10.0)
+                    .map(f64::round)
+                    .map(|v| v / 10.0)
+            ),
+            show(costs.redis_cpu_us)
+        );
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A client of its own (its own connection and session stream) for one
+/// `--connections` slot in session mode. Degraded mode is off, so a server
+/// error counts as an error and never as a grant; the bound on operations
+/// in flight is the concurrency asked for (open loop: high enough never to
+/// hold the schedule back).
+async fn session_client(args: &BenchArgs) -> anyhow::Result<charon_client::Client> {
+    let mut options = charon_client::ClientOptions::new(args.server.clone());
+    options.fail_open = false;
+    options.request_timeout = Duration::from_secs(30);
+    options.max_in_flight = match args.rate {
+        None => args.concurrency.max(1),
+        Some(_) => 1 << 16,
+    };
+    Ok(charon_client::Client::connect(options)?)
+}
+
+/// Clock ticks per second of `/proc/PID/stat` times: `USER_HZ`, which the
+/// kernel fixes at 100 for user space on every architecture this runs on
+/// (x86, ARM), whatever its internal tick rate.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// Where the costs of decisions are read from.
+struct Probe {
+    server_pid: Option<u32>,
+    redis: Option<redis::aio::MultiplexedConnection>,
+}
+
+/// Counters at one instant: CPU seconds of the server and of this process,
+/// and Redis' commands and CPU seconds.
+struct Sample {
+    server_cpu: Option<f64>,
+    bench_cpu: Option<f64>,
+    redis: Option<(u64, f64)>,
+}
+
+impl Probe {
+    async fn new(server_pid: Option<u32>, redis_url: Option<&str>) -> anyhow::Result<Self> {
+        if let Some(pid) = server_pid {
+            cpu_seconds(&pid.to_string())
+                .map_err(|e| anyhow::anyhow!("--server-pid {pid}: {e}"))?;
+        }
+        let redis = match redis_url {
+            None => None,
+            Some(url) => {
+                let client =
+                    redis::Client::open(url).map_err(|e| anyhow::anyhow!("--redis {url}: {e}"))?;
+                Some(
+                    client
+                        .get_multiplexed_async_connection()
+                        .await
+                        .map_err(|e| anyhow::anyhow!("--redis {url}: {e}"))?,
+                )
+            }
+        };
+        Ok(Self { server_pid, redis })
+    }
+
+    async fn sample(&mut self) -> anyhow::Result<Sample> {
+        let server_cpu = match self.server_pid {
+            Some(pid) => Some(cpu_seconds(&pid.to_string())?),
+            None => None,
+        };
+        let redis = match &mut self.redis {
+            None => None,
+            Some(conn) => {
+                let stats: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query_async(conn)
+                    .await?;
+                let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+                Some((commands(&stats), redis_cpu_seconds(&cpu)))
+            }
+        };
+        Ok(Sample {
+            server_cpu,
+            bench_cpu: cpu_seconds("self").ok(),
+            redis,
+        })
+    }
+}
+
+/// CPU seconds (user + system) a process has used so far, from
+/// `/proc/PROC/stat`: fields 14 and 15, counted after the command name,
+/// which is in parentheses and may itself hold spaces or parentheses.
+fn cpu_seconds(proc: &str) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{proc}/stat"))?;
+    let after_name = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 1..))
+        .ok_or_else(|| anyhow::anyhow!("unexpected /proc/{proc}/stat: {stat:?}"))?;
+    // Fields from the third (state) on: utime is the 14th, stime the 15th.
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let tick = |i: usize| -> anyhow::Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("unexpected /proc/{proc}/stat: {stat:?}"))
+    };
+    let ticks = tick(14 - 3)? + tick(15 - 3)?;
+    Ok(ticks as f64 / TICKS_PER_SECOND)
+}
+
+/// Commands Redis has run, from `INFO commandstats`
+/// (`cmdstat_NAME:calls=N,…` lines), without `INFO` itself (the bench's).
+fn commands(info: &str) -> u64 {
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter(|l| !l.starts_with("info:"))
+        .filter_map(|l| {
+            l.split_once(':')?
+                .1
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// CPU seconds Redis' main process has used, from `INFO cpu`
+/// (`used_cpu_sys` + `used_cpu_user`; children, such as a background
+/// save, are left out).
+fn redis_cpu_seconds(info: &str) -> f64 {
+    info.lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .filter(|(k, _)| *k == "used_cpu_sys" || *k == "used_cpu_user")
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum()
+}
+
+/// Costs per decision over the measured interval (`None` where not
+/// measured, or nothing was decided).
+struct Costs {
+    server_cpu_us: Option<f64>,
+    bench_cpu_us: Option<f64>,
+    redis_commands: Option<f64>,
+    redis_cpu_us: Option<f64>,
+}
+
+impl Costs {
+    fn between(before: &Sample, after: &Sample, decisions: u64) -> Self {
+        let per = |delta: Option<f64>| {
+            delta
+                .filter(|_| decisions > 0)
+                .map(|d| d / decisions as f64)
+        };
+        let delta = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
+        let redis = before.redis.zip(after.redis);
+        Self {
+            server_cpu_us: per(delta(before.server_cpu, after.server_cpu)).map(|s| s * 1e6),
+            bench_cpu_us: per(delta(before.bench_cpu, after.bench_cpu)).map(|s| s * 1e6),
+            redis_commands: per(redis.map(|(a, b)| b.0.saturating_sub(a.0) as f64)),
+            redis_cpu_us: per(redis.map(|(a, b)| b.1 - a.1)).map(|s| s * 1e6),
+        }
+    }
 }
 
 /// What every load-generating task reports into.
@@ -193,11 +429,15 @@ enum Client {
     Charon(LimiterClient<Channel>),
     /// The client, the Envoy domain and the descriptor's key.
     Envoy(RateLimitServiceClient<Channel>, String, String),
+    /// The Rust client on its session stream.
+    Session(charon_client::Client),
 }
 
 /// One call, ready to send.
 enum Call {
     Charon(LimiterClient<Channel>, v1::RateRequest),
+    /// A client, the resource and the domain.
+    Session(charon_client::Client, String, String),
     Envoy(RateLimitServiceClient<Channel>, RateLimitRequest),
 }
 
@@ -228,6 +468,9 @@ impl Worker {
                     hits_addend: 0,
                 },
             ),
+            Client::Session(c) => {
+                Call::Session(c.clone(), self.resource.clone(), format!("bench-{d}"))
+            }
             Client::Charon(c) => Call::Charon(
                 c.clone(),
                 v1::RateRequest {
@@ -244,18 +487,29 @@ impl Worker {
     /// Sends one request; `since` is when it was due (open loop) or sent.
     async fn one(call: Call, since: Instant, shared: Arc<Shared>) {
         let result = match call {
-            Call::Charon(mut c, req) => c.request(req).await.map(|r| r.get_ref().granted > 0),
+            Call::Charon(mut c, req) => c
+                .request(req)
+                .await
+                .map(|r| r.get_ref().granted > 0)
+                .map_err(drop),
+            Call::Session(c, resource, domain) => c
+                .request(resource, domain)
+                .send()
+                .await
+                .map(|g| g.granted > 0)
+                .map_err(drop),
             Call::Envoy(mut c, req) => c
                 .should_rate_limit(req)
                 .await
-                .map(|r| r.get_ref().overall_code == Code::Ok as i32),
+                .map(|r| r.get_ref().overall_code == Code::Ok as i32)
+                .map_err(drop),
         };
         let done = Instant::now();
         let tally = &shared.tally;
         match result {
             Ok(true) => tally.granted.fetch_add(1, Ordering::Relaxed),
             Ok(false) => tally.rejected.fetch_add(1, Ordering::Relaxed),
-            Err(_) => tally.errors.fetch_add(1, Ordering::Relaxed),
+            Err(()) => tally.errors.fetch_add(1, Ordering::Relaxed),
         };
         if since >= shared.measure_from && done <= shared.end {
             let us = u64::try_from(done.duration_since(since).as_micros())
@@ -283,5 +537,31 @@ impl Worker {
             due += interval;
         }
         while in_flight.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_info_is_read_without_the_bench_s_own_calls() {
+        let stats = "# Commandstats\r\ncmdstat_evalsha:calls=120,usec=900,usec_per_call=7.50,rejected_calls=0,failed_calls=0\r\ncmdstat_info:calls=7,usec=70\r\ncmdstat_ping:calls=3,usec=1\r\n";
+        assert_eq!(commands(stats), 123);
+        let cpu = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.0\r\n";
+        assert!((redis_cpu_seconds(cpu) - 3.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn this_process_cpu_is_read_from_proc() {
+        let before = cpu_seconds("self").expect("/proc/self/stat");
+        // Burn a little CPU: the count does not go down.
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        assert!(cpu_seconds("self").expect("/proc/self/stat") >= before);
+        assert!(cpu_seconds("0").is_err(), "no process 0 in /proc");
     }
 }

@@ -1,14 +1,16 @@
-//! The client: unary rate requests, and copy operations on a shared
-//! session stream, with back-off, degraded mode and the kill switch.
+//! The client: rate requests and copy operations on a shared session
+//! stream (rate requests optionally as unary calls), with back-pressure,
+//! back-off, degraded mode and the kill switch.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
 
@@ -16,6 +18,7 @@ use crate::backoff::next_sleep;
 use crate::grant::{RateGrant, Source};
 use crate::hold::Hold;
 use crate::multi::MultiCall;
+use crate::options::RateTransport;
 use crate::session::SessionConn;
 use crate::{ClientOptions, Error};
 
@@ -30,10 +33,29 @@ pub struct Client {
 pub(crate) struct Inner {
     grpc: LimiterClient<Channel>,
     pub(crate) options: ClientOptions,
-    session: tokio::sync::Mutex<Option<Arc<SessionConn>>>,
+    /// The live session, if one is open: looked up by every operation, so
+    /// a plain lock held for a pointer copy (never across an await).
+    session: Mutex<Option<Arc<SessionConn>>>,
+    /// Taken to open a session, so that callers finding none open one
+    /// between them rather than one each.
+    opening: tokio::sync::Mutex<Opening>,
+    /// Attempts to open a session so far.
+    open_attempts: AtomicU64,
     generation: AtomicU64,
+    /// Places in flight ([`ClientOptions::max_in_flight`]).
+    in_flight: Semaphore,
     kill_switch: AtomicBool,
     counters: Counters,
+}
+
+/// What the last attempt to open a session came to.
+#[derive(Debug, Default)]
+struct Opening {
+    /// Its error, if it failed: callers that waited for it get this rather
+    /// than each trying again in turn (a server that does not answer would
+    /// otherwise hold every waiting caller for one timeout per caller
+    /// before it).
+    failed: Option<Error>,
 }
 
 #[derive(Debug, Default)]
@@ -44,6 +66,8 @@ struct Counters {
     degraded: AtomicU64,
     kill_switched: AtomicU64,
     server_errors: AtomicU64,
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
 }
 
 /// What a client has seen, for the application's own metrics.
@@ -61,6 +85,11 @@ pub struct Stats {
     pub kill_switch_grants: u64,
     /// Server errors and unreachable servers seen.
     pub server_errors: u64,
+    /// Operations waiting for an answer right now (at most
+    /// [`ClientOptions::max_in_flight`]).
+    pub in_flight: u64,
+    /// The most operations ever waiting for an answer at once.
+    pub peak_in_flight: u64,
 }
 
 fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
@@ -85,12 +114,16 @@ impl Client {
             .keep_alive_while_idle(true)
             .tcp_nodelay(true)
             .connect_lazy();
+        let in_flight = Semaphore::new(options.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
         Ok(Self {
             inner: Arc::new(Inner {
                 grpc: LimiterClient::new(channel),
                 options,
-                session: tokio::sync::Mutex::new(None),
+                session: Mutex::new(None),
+                opening: tokio::sync::Mutex::new(Opening::default()),
+                open_attempts: AtomicU64::new(0),
                 generation: AtomicU64::new(0),
+                in_flight,
                 kill_switch: AtomicBool::new(false),
                 counters: Counters::default(),
             }),
@@ -119,6 +152,8 @@ impl Client {
             degraded_grants: c.degraded.load(Ordering::Relaxed),
             kill_switch_grants: c.kill_switched.load(Ordering::Relaxed),
             server_errors: c.server_errors.load(Ordering::Relaxed),
+            in_flight: c.in_flight.load(Ordering::Relaxed),
+            peak_in_flight: c.peak_in_flight.load(Ordering::Relaxed),
         }
     }
 
@@ -172,21 +207,33 @@ impl Client {
             domain,
             copies,
         };
-        let timeout = self.inner.options.request_timeout;
-        let mut grpc = self.inner.grpc.clone();
-        let call = async move {
-            if refund {
-                grpc.refund(req).await
-            } else {
-                grpc.charge(req).await
+        let reply = match self.inner.options.rate_transport {
+            RateTransport::Session => {
+                let op = if refund {
+                    Op::Refund(req)
+                } else {
+                    Op::Charge(req)
+                };
+                match self.session_call(op).await {
+                    Ok((Reply::Charge(r) | Reply::Refund(r), _)) => Ok(r),
+                    Ok((other, _)) => Err(unexpected(&other)),
+                    Err(e) => Err(e),
+                }
+            }
+            RateTransport::Unary => {
+                let mut grpc = self.inner.grpc.clone();
+                self.unary(async move {
+                    if refund {
+                        grpc.refund(req).await
+                    } else {
+                        grpc.charge(req).await
+                    }
+                })
+                .await
             }
         };
-        let reply = tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| Error::Server(format!("no answer within {timeout:?}")))?
-            .map_err(|s| Error::from_status(&s));
         match reply {
-            Ok(r) => Ok(r.into_inner()),
+            Ok(r) => Ok(r),
             Err(e) => {
                 if e.is_server() {
                     self.count(|c| &c.server_errors);
@@ -231,38 +278,119 @@ impl Client {
         MultiCall::new(self.clone(), domain.into())
     }
 
-    /// Sends `op` on the session, opening one if there is none or it broke.
+    /// Sends `op` on the session, opening one if there is none or it broke,
+    /// once a place in flight is free. `request_timeout` bounds the whole:
+    /// the wait for a place, for the session, and for the reply.
     pub(crate) async fn session_call(&self, op: Op) -> Result<(Reply, u64), Error> {
-        let session = self.session().await?;
-        let reply = session.call(op, self.inner.options.request_timeout).await?;
+        let deadline = tokio::time::Instant::now() + self.inner.options.request_timeout;
+        let _place = self.place(deadline).await?;
+        let session = self.session(deadline).await?;
+        let reply = session.call(op, deadline).await?;
         if let Reply::Error(e) = &reply {
             return Err(from_reply_error(e));
         }
         Ok((reply, session.generation))
     }
 
-    async fn session(&self) -> Result<Arc<SessionConn>, Error> {
-        let mut slot = self.inner.session.lock().await;
-        if let Some(s) = slot.as_ref().filter(|s| !s.is_closed()) {
-            return Ok(s.clone());
+    /// Runs one unary call within a place in flight and `request_timeout`.
+    async fn unary<T>(
+        &self,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, Error> {
+        let timeout = self.inner.options.request_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let _place = self.place(deadline).await?;
+        tokio::time::timeout_at(deadline, call)
+            .await
+            .map_err(|_| Error::Server(format!("no answer within {timeout:?}")))?
+            .map(tonic::Response::into_inner)
+            .map_err(|s| Error::from_status(&s))
+    }
+
+    /// Waits, until `deadline`, for one of the
+    /// [`ClientOptions::max_in_flight`] places: the back-pressure that keeps
+    /// a burst of callers from piling up without bound.
+    async fn place(&self, deadline: tokio::time::Instant) -> Result<Place<'_>, Error> {
+        let permit = tokio::time::timeout_at(deadline, self.inner.in_flight.acquire())
+            .await
+            .map_err(|_| {
+                Error::Server(format!(
+                    "no place in flight within {:?} ({} operations already wait for the server)",
+                    self.inner.options.request_timeout, self.inner.options.max_in_flight
+                ))
+            })?
+            .map_err(|_| Error::Server("the client is shutting down".to_owned()))?;
+        let c = &self.inner.counters;
+        let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        c.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+        Ok(Place {
+            _permit: permit,
+            in_flight: &c.in_flight,
+        })
+    }
+
+    /// The live session, if one is open.
+    fn live_session(&self) -> Option<Arc<SessionConn>> {
+        self.inner
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|s| !s.is_closed())
+            .cloned()
+    }
+
+    /// The live session, or a new one if there is none or it broke.
+    async fn session(&self, deadline: tokio::time::Instant) -> Result<Arc<SessionConn>, Error> {
+        if let Some(s) = self.live_session() {
+            return Ok(s);
         }
+        let seen = self.inner.open_attempts.load(Ordering::SeqCst);
+        let mut opening = tokio::time::timeout_at(deadline, self.inner.opening.lock())
+            .await
+            .map_err(|_| Error::Server("no session opened in time".to_owned()))?;
+        if let Some(s) = self.live_session() {
+            return Ok(s);
+        }
+        // Someone tried while this caller waited, and failed.
+        if self.inner.open_attempts.load(Ordering::SeqCst) != seen
+            && let Some(e) = &opening.failed
+        {
+            return Err(e.clone());
+        }
+        self.inner.open_attempts.fetch_add(1, Ordering::SeqCst);
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let timeout = self.inner.options.connect_timeout + self.inner.options.request_timeout;
-        let session =
-            Arc::new(SessionConn::open(self.inner.grpc.clone(), generation, timeout).await?);
-        debug!(generation, "session opened");
-        *slot = Some(session.clone());
-        Ok(session)
+        let opened = SessionConn::open(
+            self.inner.grpc.clone(),
+            generation,
+            deadline,
+            self.inner.options.max_in_flight,
+        )
+        .await;
+        match opened {
+            Ok(session) => {
+                let session = Arc::new(session);
+                debug!(generation, "session opened");
+                opening.failed = None;
+                *self
+                    .inner
+                    .session
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(session.clone());
+                Ok(session)
+            }
+            Err(e) => {
+                opening.failed = Some(e.clone());
+                Err(e)
+            }
+        }
     }
 
     /// Queues `op` on the live session of `generation` without waiting
     /// (see [`SessionConn::send_detached`]); gives it back if that session
-    /// is not at hand right now.
+    /// is not the live one any more.
     pub(crate) fn send_detached(&self, generation: u64, op: Op) -> Result<(), Op> {
-        let Ok(slot) = self.inner.session.try_lock() else {
-            return Err(op);
-        };
-        match slot.as_ref() {
+        match self.live_session() {
             Some(s) if s.generation == generation => s.send_detached(op),
             _ => Err(op),
         }
@@ -271,11 +399,7 @@ impl Client {
     /// The generation of the live session, if any (holds of older ones are
     /// gone on the server).
     pub(crate) fn live_generation(&self) -> Option<u64> {
-        self.inner
-            .session
-            .try_lock()
-            .ok()
-            .and_then(|s| s.as_ref().filter(|s| !s.is_closed()).map(|s| s.generation))
+        self.live_session().map(|s| s.generation)
     }
 
     fn count(&self, f: impl Fn(&Counters) -> &AtomicU64) {
@@ -284,7 +408,9 @@ impl Client {
 
     /// Degraded mode: a server error becomes a local grant if allowed.
     fn degrade(&self, e: Error) -> Result<(), Error> {
-        self.count(|c| &c.server_errors);
+        if e.is_server() {
+            self.count(|c| &c.server_errors);
+        }
         if self.inner.options.fail_open && e.is_server() {
             self.count(|c| &c.degraded);
             debug!(error = %e, "degraded grant");
@@ -345,6 +471,18 @@ pub(crate) fn from_reply_error(e: &v1::Error) -> Error {
         Error::Client(e.message.clone())
     } else {
         Error::Server(e.message.clone())
+    }
+}
+
+/// One of the places in flight, given back (and uncounted) when dropped.
+struct Place<'a> {
+    _permit: SemaphorePermit<'a>,
+    in_flight: &'a AtomicU64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -453,16 +591,23 @@ impl RateCall {
             min_copies: Some(ask.min_copies),
             dry_run,
         };
-        let timeout = client.inner.options.request_timeout;
+        let transport = client.inner.options.rate_transport;
         let ending = client
             .until_granted(ask.max_wait, || {
-                let (mut grpc, req) = (client.inner.grpc.clone(), req.clone());
+                let (client, req) = (&client, req.clone());
                 async move {
-                    let reply = tokio::time::timeout(timeout, grpc.request(req))
-                        .await
-                        .map_err(|_| Error::Server(format!("no answer within {timeout:?}")))?
-                        .map_err(|s| Error::from_status(&s))?
-                        .into_inner();
+                    let reply = match transport {
+                        RateTransport::Session => {
+                            match client.session_call(Op::Request(req)).await? {
+                                (Reply::Request(r), _) => r,
+                                (other, _) => return Err(unexpected(&other)),
+                            }
+                        }
+                        RateTransport::Unary => {
+                            let mut grpc = client.inner.grpc.clone();
+                            client.unary(async move { grpc.request(req).await }).await?
+                        }
+                    };
                     Ok(if reply.granted > 0 {
                         Answer::Granted(reply)
                     } else {

@@ -22,6 +22,31 @@
 //!   grants marked [`Source::KillSwitch`]. Both are counted in
 //!   [`Client::stats`]. Charon must never be a single point of failure.
 //!
+//! # One session stream, pipelined
+//!
+//! A client keeps one `Session` stream open (SPEC §3) and sends every
+//! operation on it by default: rate requests, charges and refunds as well
+//! as copy operations. Many operations are in flight at once on the one
+//! stream, each reply matched to its call by id, so a decision costs one
+//! small message each way instead of a unary call's HTTP/2 headers and
+//! trailers. [`ClientOptions::rate_transport`] switches rate requests,
+//! charges and refunds to unary calls ([`RateTransport::Unary`]); the
+//! answers, back-off, degraded mode and kill switch are the same either
+//! way.
+//!
+//! - **Back-pressure**: at most [`ClientOptions::max_in_flight`] operations
+//!   (default 256) wait for an answer at once; further callers wait for a
+//!   place, within their `request_timeout`.
+//! - **Ordering**: the server runs a session's copy operations in the order
+//!   they arrive, and rate requests concurrently with everything else, so
+//!   two rate requests in flight at once may be decided in either order.
+//! - **A broken session**: every operation waiting on it fails as a server
+//!   error (degraded mode may then grant, as when a unary call fails), and
+//!   the next operation opens a new session. Nothing is sent again by
+//!   itself: an operation that was written may have been applied (hits
+//!   recorded) even though its reply was lost, and a blind retry would count
+//!   it twice; an application that prefers to retry can, knowing that.
+//!
 //! # A rate-limited request
 //!
 //! ```
@@ -165,4 +190,4 @@ pub use error::Error;
 pub use grant::{RateGrant, Source};
 pub use hold::Hold;
 pub use multi::{MultiCall, MultiGrant};
-pub use options::ClientOptions;
+pub use options::{ClientOptions, RateTransport};

@@ -1,5 +1,21 @@
 use std::time::Duration;
 
+/// How a [`crate::Client`] sends rate requests, charges and refunds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RateTransport {
+    /// On the client's one `Session` stream (the default): pipelined, many
+    /// in flight at once, each reply matched to its call by id. A unary
+    /// call pays for its own HTTP/2 headers and trailers; on the stream a
+    /// decision costs one small message each way, which is what lets a
+    /// server make several times more decisions per second.
+    #[default]
+    Session,
+    /// One unary gRPC call per attempt (`Limiter.Request`, `Charge`,
+    /// `Refund`): for servers or proxies that do not carry long-lived
+    /// streams well.
+    Unary,
+}
+
 /// How a [`crate::Client`] talks to Charon and behaves when it cannot.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -11,7 +27,10 @@ pub struct ClientOptions {
     /// How long to wait for a connection.
     pub connect_timeout: Duration,
     /// How long to wait for one answer before treating the server as
-    /// unreachable.
+    /// unreachable. Waiting for a place in flight (see
+    /// [`ClientOptions::max_in_flight`]) counts against it too, so a
+    /// stalled server makes callers fail after this long rather than queue
+    /// behind each other without end.
     pub request_timeout: Duration,
     /// HTTP/2 keep-alive: a server that stops answering is noticed within
     /// about this long.
@@ -21,6 +40,20 @@ pub struct ClientOptions {
     /// result as degraded instead of failing. On by default: Charon must
     /// never become a single point of failure.
     pub fail_open: bool,
+    /// Session stream (default) or unary calls for rate requests, charges
+    /// and refunds. Copy operations always use the session: their holds
+    /// belong to it (SPEC §3).
+    pub rate_transport: RateTransport,
+    /// Back-pressure: at most this many operations of this client (and its
+    /// clones) wait for an answer at once, on the session and in unary
+    /// calls together; further callers wait for a place, within their
+    /// `request_timeout`. It bounds what a burst of callers can pile up in
+    /// memory and on the wire. The server reads at most its own
+    /// `session_concurrency` (64 by default) of one stream at a time; the
+    /// rest wait in the stream's HTTP/2 window, ready to be read as soon
+    /// as one is answered, so a bound above the server's keeps it busy.
+    /// Default 256; 0 counts as 1.
+    pub max_in_flight: usize,
 }
 
 impl ClientOptions {
@@ -33,6 +66,8 @@ impl ClientOptions {
             request_timeout: Duration::from_secs(1),
             keepalive: Duration::from_secs(20),
             fail_open: true,
+            rate_transport: RateTransport::Session,
+            max_in_flight: 256,
         }
     }
 }

@@ -1,16 +1,27 @@
-//! One `Session` stream shared by every hold of a client: operations are
-//! pipelined on it, each waiting for the reply with its own id.
+//! One `Session` stream shared by every operation of a client: rate
+//! requests, charges and refunds (unless the client uses unary calls) and
+//! the copy operations of every hold. Operations are pipelined on it: each
+//! is sent with an id of its own and waits for the reply echoing that id,
+//! whatever order replies come back in.
+//!
+//! Ordering: the server runs a session's copy operations one after another
+//! in the order they arrive, and rate requests, charges and refunds
+//! concurrently with them and with each other. So an operation sees the
+//! effect of every copy operation this client sent before it on the same
+//! session (a reserve after a dropped hold's release finds the copies
+//! back), but two rate requests in flight at once may be decided in either
+//! order, as two unary calls would be.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
@@ -18,8 +29,15 @@ use crate::Error;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, Error>>>>>;
 
+/// Room in the outgoing queue beyond the client's bound on operations in
+/// flight, for releases of dropped holds, which are queued without waiting
+/// (and without taking a place in flight: a `Drop` cannot wait for one).
+const DETACHED_ROOM: usize = 64;
+
 /// An open session stream. When it breaks, the server releases every hold
-/// made on it; the client then opens a new one for new holds.
+/// made on it, and every operation still waiting for a reply gets an error
+/// (a server error unless the server ended the stream over a message of
+/// this client); the client then opens a new one for the next operation.
 #[derive(Debug)]
 pub(crate) struct SessionConn {
     tx: mpsc::Sender<v1::SessionRequest>,
@@ -31,16 +49,19 @@ pub(crate) struct SessionConn {
 }
 
 impl SessionConn {
-    /// Opens a stream and starts reading its replies.
+    /// Opens a stream and starts reading its replies. `max_in_flight` is
+    /// the client's bound on operations waiting for an answer: the outgoing
+    /// queue is sized so that sending never waits behind it.
     pub async fn open(
         mut grpc: LimiterClient<Channel>,
         generation: u64,
-        timeout: Duration,
+        deadline: Instant,
+        max_in_flight: usize,
     ) -> Result<Self, Error> {
-        let (tx, rx) = mpsc::channel(256);
-        let response = tokio::time::timeout(timeout, grpc.session(ReceiverStream::new(rx)))
+        let (tx, rx) = mpsc::channel(max_in_flight.max(1) + DETACHED_ROOM);
+        let response = tokio::time::timeout_at(deadline, grpc.session(ReceiverStream::new(rx)))
             .await
-            .map_err(|_| Error::Server(format!("no session within {timeout:?}")))?
+            .map_err(|_| Error::Server("no session opened in time".to_owned()))?
             .map_err(|s| Error::from_status(&s))?;
         let mut inbound = response.into_inner();
         let pending: Pending = Arc::default();
@@ -62,6 +83,8 @@ impl SessionConn {
                     Err(status) => break ended(&status),
                 }
             };
+            // Closed before the waiters are taken: a call that registers
+            // itself afterwards sees it and does not wait in vain.
             reader_closed.store(true, Ordering::SeqCst);
             let waiters = std::mem::take(
                 &mut *reader_pending
@@ -106,10 +129,18 @@ impl SessionConn {
             })
     }
 
-    /// Sends one operation and waits for its reply.
-    pub async fn call(&self, op: Op, timeout: Duration) -> Result<Reply, Error> {
+    /// Sends one operation and waits for its reply until `deadline`.
+    ///
+    /// Nothing is sent again on failure: once an operation is written, the
+    /// server may have applied it (a rate request's hits recorded, copies
+    /// reserved) even if its reply is lost with the stream, and sending it
+    /// again would count it twice. The caller gets a server error instead,
+    /// which degraded mode may turn into a local grant, exactly as for a
+    /// unary call whose connection broke.
+    pub async fn call(&self, op: Op, deadline: Instant) -> Result<Reply, Error> {
+        let closed = || Error::Server("the session is closed".to_owned());
         if self.is_closed() {
-            return Err(Error::Server("the session is closed".to_owned()));
+            return Err(closed());
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -123,21 +154,37 @@ impl SessionConn {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&id);
         };
-        if self
-            .tx
-            .send(v1::SessionRequest { id, op: Some(op) })
-            .await
-            .is_err()
-        {
+        // The reader may have ended the stream (and answered its waiters)
+        // between the check above and the insert.
+        if self.closed.load(Ordering::SeqCst) {
             forget();
-            return Err(Error::Server("the session is closed".to_owned()));
+            return Err(closed());
         }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Error::Server("the session is closed".to_owned())),
+        // The client's bound on operations in flight keeps this queue from
+        // filling (see `open`), so this waits only if detached releases
+        // crowd it.
+        let sent = tokio::time::timeout_at(
+            deadline,
+            self.tx.send(v1::SessionRequest { id, op: Some(op) }),
+        )
+        .await;
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                forget();
+                return Err(closed());
+            }
             Err(_) => {
                 forget();
-                Err(Error::Server(format!("no answer within {timeout:?}")))
+                return Err(Error::Server("no answer in time".to_owned()));
+            }
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(closed()),
+            Err(_) => {
+                forget();
+                Err(Error::Server("no answer in time".to_owned()))
             }
         }
     }

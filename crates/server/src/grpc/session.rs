@@ -7,6 +7,13 @@
 //! may pipeline a reserve and the release of its copies. Every reply echoes
 //! its operation's id; replies may come out of order.
 //!
+//! A rate request (charge, refund) is decided by the driver itself when
+//! that needs no waiting (the in-memory store never waits): its reply is
+//! queued at once, without a task of its own, which is most of what a
+//! pipelined decision costs besides the decision. One that would wait (a
+//! store round trip) goes on in a task of its own, so no reply ever waits
+//! for an unrelated slow operation, and the driver reads on.
+//!
 //! Back-pressure: at most `session_concurrency` operations of a stream are
 //! in flight (read and not yet answered, whichever their kind); the driver
 //! reads no further until one is answered, and a client that does not read
@@ -23,6 +30,7 @@
 //! client) rather than OK, so the client knows why.
 
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use charon_core::copy::Hold;
@@ -95,14 +103,12 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
                     .await;
             }
             Some(Op::Request(req)) => {
-                let (state, tx) = (state.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let result = match observed_request(&state, &req).await {
+                let state = state.clone();
+                answer(&tx, id, permit, async move {
+                    match observed_request(&state, &req).await {
                         Ok(r) => Reply::Request(r),
                         Err(e) => Reply::Error(status::to_error(&e)),
-                    };
-                    let _ = tx.send(Ok(reply(id, result))).await;
-                    drop(permit);
+                    }
                 });
             }
             Some(Op::Charge(req)) => spawn_charge(&state, &tx, id, req, false, permit),
@@ -161,16 +167,49 @@ fn spawn_charge(
     refund: bool,
     permit: OwnedSemaphorePermit,
 ) {
-    let (state, tx) = (state.clone(), tx.clone());
-    tokio::spawn(async move {
-        let result = match observed_charge(&state, &req, refund).await {
+    let state = state.clone();
+    answer(tx, id, permit, async move {
+        match observed_charge(&state, &req, refund).await {
             Ok(r) if refund => Reply::Refund(r),
             Ok(r) => Reply::Charge(r),
             Err(e) => Reply::Error(status::to_error(&e)),
-        };
-        let _ = tx.send(Ok(reply(id, result))).await;
-        drop(permit);
+        }
     });
+}
+
+/// Answers operation `id` with what `decide` comes to, giving its place in
+/// flight (`permit`) back once the reply is queued. `decide` is polled once
+/// here: if it is done (nothing to wait for) and the reply queue has room,
+/// the reply is queued at once; otherwise a task finishes it, so the driver
+/// never waits for it. Polling it with a no-op waker is sound: a task polls
+/// it again at once, and a future registers the waker of its latest poll.
+fn answer<F>(tx: &Out, id: u64, permit: OwnedSemaphorePermit, decide: F)
+where
+    F: Future<Output = Reply> + Send + 'static,
+{
+    let mut decide = Box::pin(decide);
+    let polled = decide
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()));
+    let tx = tx.clone();
+    match polled {
+        Poll::Ready(result) => match tx.try_send(Ok(reply(id, result))) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => drop(permit),
+            Err(mpsc::error::TrySendError::Full(r)) => {
+                tokio::spawn(async move {
+                    let _ = tx.send(r).await;
+                    drop(permit);
+                });
+            }
+        },
+        Poll::Pending => {
+            tokio::spawn(async move {
+                let result = decide.await;
+                let _ = tx.send(Ok(reply(id, result))).await;
+                drop(permit);
+            });
+        }
+    }
 }
 
 /// Runs copy operations in order on the session, then ends it.

@@ -29,7 +29,7 @@ const PASSWORD: &str = "Sup3r-S3cret-Pw";
 /// checks that list against the store's commands).
 const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get +set +del \
      +exists +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \
-     +hincrby +hmget +hvals +lindex +lpop +lrange +lset +rpush +persist +pexpire +pexpireat \
+     +hincrby +hmget +hvals +lindex +llen +lpop +lrange +lset +ltrim +rpush +persist +pexpire +pexpireat \
      +zadd +zcard +zrangebyscore +zrem +zremrangebyscore";
 
 /// Runs `charon serve` with `args` (a configuration file and free ports

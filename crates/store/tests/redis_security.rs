@@ -25,7 +25,7 @@ const TTL: Duration = Duration::from_millis(1_000);
 /// the store and its scripts send).
 const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get +set +del \
      +exists +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \
-     +hincrby +hmget +hvals +lindex +lpop +lrange +lset +rpush +persist +pexpire +pexpireat \
+     +hincrby +hmget +hvals +lindex +llen +lpop +lrange +lset +ltrim +rpush +persist +pexpire +pexpireat \
      +zadd +zcard +zrangebyscore +zrem +zremrangebyscore";
 
 fn tls(pki: &TestPki, client: bool) -> RedisTls {

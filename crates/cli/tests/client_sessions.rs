@@ -44,13 +44,15 @@ fn start_requests(
 }
 
 /// Waits until `c` has `n` operations in flight.
-async fn until_in_flight(c: &Client, n: u64) {
+async fn until_in_flight(c: &Client, n: u64, server: &CharonProcess) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.stats().in_flight != n {
         assert!(
             Instant::now() < deadline,
-            "never {n} in flight: {:?}",
-            c.stats()
+            "never {n} in flight: {:?}; the server (pid {}): {:?}",
+            c.stats(),
+            server.pid(),
+            std::fs::read_to_string(format!("/proc/{}/stat", server.pid())),
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -71,8 +73,8 @@ async fn a_session_killed_mid_flight_fails_its_callers_and_the_next_call_reopens
     server.signal("STOP");
     let mut strict_calls = start_requests(&strict, "d", 20);
     let mut open_calls = start_requests(&open, "d", 20);
-    until_in_flight(&strict, 20).await;
-    until_in_flight(&open, 20).await;
+    until_in_flight(&strict, 20, &server).await;
+    until_in_flight(&open, 20, &server).await;
     tokio::task::block_in_place(|| server.kill());
     // Every in-flight caller hears of it: a server error (not a time-out),
     // or a degraded grant when failing open. None is sent again.
@@ -119,7 +121,7 @@ async fn the_bound_on_operations_in_flight_holds_while_the_server_is_stopped() {
     assert!(c.request("api", "d").send().await.expect("ok").is_granted());
     server.signal("STOP");
     let mut calls = start_requests(&c, "d", 40);
-    until_in_flight(&c, 4).await;
+    until_in_flight(&c, 4, &server).await;
     // Give the 36 others every chance to get on the wire: none does.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stats = c.stats();

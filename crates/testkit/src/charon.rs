@@ -128,9 +128,13 @@ impl CharonProcess {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         let ready = loop {
+            // Ready only when the answer comes from this child: a parallel
+            // test's server may hold a port that was free when it was
+            // chosen, and would answer in its place while this child exits.
             if self
                 .http_get(&ready_path)
                 .is_some_and(|(code, _)| code == 200)
+                && self.owns_its_ports()
             {
                 break true;
             }
@@ -147,6 +151,12 @@ impl CharonProcess {
             self.kill();
         }
         ready
+    }
+
+    /// Whether this process's child listens on both of its ports.
+    fn owns_its_ports(&self) -> bool {
+        let pid = self.pid();
+        pid != 0 && listens_on(pid, self.grpc_port) && listens_on(pid, self.http_port)
     }
 
     /// The configuration file the server reads (rewrite it to reload).
@@ -219,6 +229,64 @@ pub fn signal(pid: u32, name: &str) {
         .status()
         .expect("kill(1)");
     assert!(status.success(), "kill -{name} {pid}");
+    if name == "STOP" {
+        until_stopped(pid);
+    }
+}
+
+/// Waits until every thread of `pid` has stopped: `kill` returns once the
+/// signal is queued, and a thread that was busy may still answer a request
+/// or two before it stops, which a test that stops a server to hold
+/// requests in flight must not see.
+fn until_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+            tasks.filter_map(Result::ok).all(|t| {
+                std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                    // The state follows the command name in parentheses.
+                    stat.rsplit_once(") ")
+                        .and_then(|(_, rest)| rest.chars().next())
+                        .is_some_and(|state| matches!(state, 'T' | 't'))
+                })
+            })
+        })
+    };
+    while !stopped() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether process `pid` holds a listening TCP socket on `port`: the
+/// socket inodes among its open files (`/proc/PID/fd`) against the
+/// listening sockets of `/proc/net/tcp{,6}`.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let inodes: std::collections::HashSet<String> = fds
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table).is_ok_and(|text| {
+            text.lines().skip(1).any(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local address (ADDR:PORT in hex), state 0A = LISTEN, inode.
+                f.len() > 9
+                    && f[3] == "0A"
+                    && f[1]
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| u16::from_str_radix(p, 16).ok())
+                        == Some(port)
+                    && inodes.contains(f[9])
+            })
+        })
+    })
 }
 
 /// A minimal HTTP/1.1 GET on 127.0.0.1:`port`.

@@ -23,12 +23,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use charon_core::ManualClock;
 use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op, Policy};
 use charon_core::request::Amount;
 use charon_core::testing::{self as rate_shapes, Draw};
-use charon_core::ManualClock;
 use charon_store::{
     Batch, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
 };

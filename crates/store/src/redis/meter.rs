@@ -35,7 +35,18 @@ pub(crate) fn args(meter: &Meter, op: Op) -> Vec<String> {
             .to_string(),
     );
     args.push(policy.ban.map_or(0, meter::Ban::duration).to_string());
-    let (code, copies, min) = match op {
+    let (code, copies, min) = op_args(op);
+    args.push(code.to_owned());
+    args.push(copies.to_string());
+    args.push(min.to_string());
+    args
+}
+
+/// An operation as the scripts read it: its code (`r` request, `d` dry
+/// run, `c` charge, `f` refund), how many and the least to grant. One
+/// encoding for the meter scripts and the tiers' `rate_step`.
+pub(crate) fn op_args(op: Op) -> (&'static str, u64, u64) {
+    match op {
         Op::Request {
             amount,
             dry_run: false,
@@ -46,11 +57,7 @@ pub(crate) fn args(meter: &Meter, op: Op) -> Vec<String> {
         } => ("d", amount.copies(), amount.min_copies()),
         Op::Charge(n) => ("c", n, 1),
         Op::Refund(n) => ("f", n, 1),
-    };
-    args.push(code.to_owned());
-    args.push(copies.to_string());
-    args.push(min.to_string());
-    args
+    }
 }
 
 fn drain_args(args: &mut Vec<String>, kind: &str, t: charon_core::drain::Ticks) {

@@ -684,22 +684,14 @@ fn tiers_args(
     op: Op,
     enforcement: Enforcement,
 ) -> Result<Vec<String>, StoreError> {
-    let (op_arg, copies, min_copies) = match op {
-        Op::Request {
-            amount,
-            dry_run: false,
-        } => ("r", amount.copies(), amount.min_copies()),
-        Op::Request {
-            amount,
-            dry_run: true,
-        } => ("d", amount.copies(), amount.min_copies()),
-        Op::Charge(n) => (
-            "c",
-            positive_count("copies", n).map_err(StoreError::Refused)?,
-            1,
-        ),
+    match op {
+        Op::Charge(n) => {
+            positive_count("copies", n).map_err(StoreError::Refused)?;
+        }
         Op::Refund(_) => return Err(StoreError::Refused(no_refund())),
-    };
+        Op::Request { .. } => {}
+    }
+    let (op_arg, copies, min_copies) = meter::op_args(op);
     let tiers = limits.tiers;
     let mut args = Vec::with_capacity(12 + 5 * tiers.len());
     args.push(DORMANT_GRACE.to_string());

@@ -62,6 +62,15 @@ impl Limiter {
         self.config.load_full()
     }
 
+    /// The configuration in force now, without taking a reference count:
+    /// what a hot path reads on every call (`config` bumps a count shared
+    /// by every core; this reads a per-thread slot). Hold it only briefly:
+    /// a reload waits for no reader, but a guard kept for long makes
+    /// `ArcSwap` fall back to counting.
+    pub fn current_config(&self) -> arc_swap::Guard<Arc<Config>> {
+        self.config.load()
+    }
+
     /// Puts `config` in force for every request that starts after this
     /// returns. State is kept: a lowered limit applies to hits already in
     /// the window.

@@ -86,6 +86,9 @@ pub struct ServerState {
     pub shutdown: Shutdown,
     ready: AtomicBool,
     config: arc_swap::ArcSwap<ConfigReport>,
+    /// The decision counters of the configuration in force, rebuilt by the
+    /// first decision after a reload ([`ServerState::decisions`]).
+    decisions: arc_swap::ArcSwap<metrics::Decisions>,
 }
 
 /// Where the configuration in force came from, for `/readyz` and
@@ -107,7 +110,9 @@ pub struct ConfigReport {
 impl ServerState {
     /// State for a server around `limiter`.
     pub fn new(limiter: Arc<Limiter>, options: ServerOptions) -> Arc<Self> {
+        let decisions = metrics::Decisions::for_config(limiter.config());
         Arc::new(Self {
+            decisions: arc_swap::ArcSwap::from_pointee(decisions),
             limiter,
             options,
             shutdown: Shutdown::new(),
@@ -144,6 +149,25 @@ impl ServerState {
             return Ok(());
         }
         Err(charon_store::StoreError::Unavailable("no configuration loaded yet".to_owned()).into())
+    }
+
+    /// The metric handles of decisions under the configuration in force:
+    /// those of the last decision unless a reload put another
+    /// configuration in force since, then new ones for it (two decisions
+    /// racing after a reload may both build them; the series they
+    /// register are the same).
+    pub fn decisions(&self) -> arc_swap::Guard<Arc<metrics::Decisions>> {
+        let config = self.limiter.current_config();
+        let decisions = self.decisions.load();
+        if decisions.is_for(&config) {
+            return decisions;
+        }
+        drop(decisions);
+        self.decisions
+            .store(Arc::new(metrics::Decisions::for_config(Arc::clone(
+                &config,
+            ))));
+        self.decisions.load()
     }
 
     /// Whether `/readyz` should say yes (the store is checked separately).

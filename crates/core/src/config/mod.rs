@@ -764,6 +764,14 @@ impl Config {
         self.index.get(name).map(|&i| &self.resources[i])
     }
 
+    /// Where a configured resource is in [`Config::resources`]: a caller
+    /// that keeps something per resource of one configuration (the
+    /// server's metric handles) keeps it in a vector indexed by this rather
+    /// than copying every name into a map of its own.
+    pub fn resource_position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
     /// The switches of `namespace` (all off if it is not configured).
     pub fn namespace(&self, namespace: &str) -> NamespaceSettings {
         self.namespaces.get(namespace).copied().unwrap_or_default()

@@ -83,7 +83,8 @@ fn record_reply(
     if let Ok(r) = result
         && (r.warning || r.banned)
     {
-        let label = metrics::resource_label(&state.limiter.config(), resource, outcome);
+        let decisions = state.decisions();
+        let label = metrics::resource_label(decisions.config(), resource, outcome);
         metrics::reply_flags(operation, &label, r.warning, r.banned);
     }
 }
@@ -102,8 +103,9 @@ fn record(
     outcome: Outcome,
     started: Instant,
 ) {
-    let label = metrics::resource_label(&state.limiter.config(), resource, outcome);
-    metrics::observe(operation, label, outcome, started.elapsed());
+    state
+        .decisions()
+        .observe(operation, resource, outcome, started.elapsed());
 }
 
 #[tonic::async_trait]

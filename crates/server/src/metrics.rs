@@ -45,6 +45,10 @@ const BUCKETS: &[f64] = &[
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// How often the server drains histogram samples into their buckets when
+/// nobody scrapes `/metrics` (the recorder holds every sample until then).
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// Installs the process-wide Prometheus recorder (once) and returns the
 /// handle that renders it.
 pub fn install() -> &'static PrometheusHandle {

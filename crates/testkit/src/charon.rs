@@ -134,7 +134,7 @@ impl CharonProcess {
             if self
                 .http_get(&ready_path)
                 .is_some_and(|(code, _)| code == 200)
-                && self.owns_its_ports()
+                && self.owns_its_http_port()
             {
                 break true;
             }
@@ -153,10 +153,11 @@ impl CharonProcess {
         ready
     }
 
-    /// Whether this process's child listens on both of its ports.
-    fn owns_its_ports(&self) -> bool {
+    /// Whether this process's child is the one listening on the HTTP port
+    /// that answered (a configuration service alone has no gRPC port).
+    fn owns_its_http_port(&self) -> bool {
         let pid = self.pid();
-        pid != 0 && listens_on(pid, self.grpc_port) && listens_on(pid, self.http_port)
+        pid != 0 && listens_on(pid, self.http_port)
     }
 
     /// The configuration file the server reads (rewrite it to reload).

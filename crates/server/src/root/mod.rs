@@ -536,6 +536,21 @@ async fn serve(
             }
         });
     }
+    // The recorder keeps every histogram sample until an upkeep drains it;
+    // /metrics runs one, but a server nobody scrapes would otherwise grow
+    // by 16 bytes per decision without bound.
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::metrics::UPKEEP_EVERY);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => crate::metrics::install().run_upkeep(),
+                    () = state.shutdown.wait() => break,
+                }
+            }
+        });
+    }
     // Set before the shutdown is triggered: the servers can finish before
     // the upkeep task is seen as finished, and a resignation must still
     // exit 3 (a test once saw 0).

@@ -29,6 +29,7 @@ use charon_core::{MAX_COUNT, ManualClock};
 use charon_limiter::{Decision, LimitError, Limiter, RequestOptions, Session};
 use charon_store::MemoryStore;
 use charon_testkit::RedisServer;
+use charon_testkit::stores::Seeded;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -58,15 +59,6 @@ const RANDOM_COPY: &[&str] = &["vm/x", "vm/y"];
 /// jumps: boundaries (t + window, entry + active, + cooldown, + 1000 for H
 /// and G) are hit exactly, and the 1 ms steps land just after them.
 const UNIT: u64 = 50;
-
-/// `charon_core::testing`'s source of numbers, from the seed's rng.
-struct Seeded<'a>(&'a mut StdRng);
-
-impl Draw for Seeded<'_> {
-    fn draw(&mut self, range: std::ops::RangeInclusive<u64>) -> u64 {
-        self.0.random_range(range)
-    }
-}
 
 /// A limit as drawn, or one time in `huge_one_in` a count at or near the
 /// bound (so that huge requests can be granted, and sums cross it).

@@ -125,7 +125,7 @@ impl Serialize for Quantity {
     /// A JSON number in units: an integer when whole (`10`), else a
     /// fraction (`45.555555`), as SPEC §12 answers capacities.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.0 % Self::SCALE == 0 {
+        if self.0.is_multiple_of(Self::SCALE) {
             serializer.serialize_u64(self.0 / Self::SCALE)
         } else {
             serializer.serialize_f64(self.to_f64())

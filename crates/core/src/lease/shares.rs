@@ -95,7 +95,7 @@ impl FromStr for Algorithm {
 /// All arithmetic is exact: millionths in `u128`, with the equal share
 /// `capacity × subclients / N` kept as the fraction it is (every amount is
 /// scaled by N, the total of subclients) and the one product that may need
-/// more than 128 bits done by [`mul_div_floor`]. A share is rounded down to
+/// more than 128 bits done by an exact `floor(a × b / c)`. A share is rounded down to
 /// the millionth.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shares(Rule);
@@ -236,12 +236,9 @@ impl Shares {
                         .map_or(w, |top_up| e.saturating_add(top_up) / n.max(1)),
                 }
             }
+            // No weight left: everyone was satisfied (the wants fit).
             Rule::Level { remaining, weight } => {
-                if weight == 0 {
-                    w
-                } else {
-                    remaining.saturating_mul(s) / weight
-                }
+                remaining.saturating_mul(s).checked_div(weight).unwrap_or(w)
             }
         };
         Quantity::saturating_from_total(share.min(w))

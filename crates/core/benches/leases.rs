@@ -1,8 +1,11 @@
 //! One `get_capacity` refresh on a resource whose capacity is shared by
 //! many clients, for each algorithm: the pure cost a lease server pays per
-//! decision before any store. Every refresh computes the shares of all
-//! clients (O(n) for proportional_share, O(n log n) for fair_share), so
-//! the figures at 100 and 10,000 clients show how it grows.
+//! decision before any store, at 100 and 10,000 clients.
+//! - `steady`: each client refreshes with the wants it had, so the kept
+//!   shares serve (a lookup in the set, O(log n));
+//! - `new-wants`: each refresh changes the client's wants, so the shares of
+//!   all clients are computed anew (O(n) for proportional_share, O(n log n)
+//!   for fair_share): the worst case.
 
 use charon_core::lease::{
     Algorithm, LeaseContext, LeaseParams, LeaseSet, Quantity, Want, get_capacity,
@@ -30,33 +33,42 @@ fn bench(c: &mut Criterion) {
             // than their equal share of 10, so the capacity is contended.
             let want = |i: u64| Want::new(units(1 + i % 20), Quantity::ZERO, 1).expect("valid");
             let names: Vec<String> = (0..clients).map(|i| format!("client-{i}")).collect();
-            let mut set = LeaseSet::new();
-            for (i, name) in (0..clients).zip(&names) {
-                let ctx = LeaseContext::root(&params, 0, 0);
-                get_capacity(&mut set, &params, ctx, name, want(i));
+            for (case, change) in [("steady", false), ("new-wants", true)] {
+                let mut set = LeaseSet::new();
+                for (i, name) in (0..clients).zip(&names) {
+                    let ctx = LeaseContext::root(&params, 0, 0);
+                    get_capacity(&mut set, &params, ctx, name, want(i));
+                }
+                // Kept across criterion's calls of the routine, so that
+                // every pass over the clients continues the last one.
+                let (mut i, mut now, mut pass) = (0u64, 1u64, 0u64);
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{}/{case}", algorithm.name()), clients),
+                    &clients,
+                    |b, &clients| {
+                        b.iter(|| {
+                            // Refresh the clients in turn, a millisecond
+                            // apart; with `change`, each pass shifts every
+                            // client's wants by one unit.
+                            i = (i + 1) % clients;
+                            if i == 0 {
+                                pass += 1;
+                            }
+                            now += 1;
+                            let name = names.get(usize::try_from(i).unwrap_or(0));
+                            let ctx = LeaseContext::root(&params, 0, now);
+                            let wants = if change { i + pass } else { i };
+                            black_box(get_capacity(
+                                &mut set,
+                                &params,
+                                ctx,
+                                name.map_or("", String::as_str),
+                                want(wants),
+                            ))
+                        });
+                    },
+                );
             }
-            group.bench_with_input(
-                BenchmarkId::new(algorithm.name(), clients),
-                &clients,
-                |b, &clients| {
-                    let (mut i, mut now) = (0u64, 1u64);
-                    b.iter(|| {
-                        // Refresh the clients in turn, a millisecond apart
-                        // (no lease lapses).
-                        i = (i + 1) % clients;
-                        now += 1;
-                        let name = names.get(usize::try_from(i).unwrap_or(0));
-                        let ctx = LeaseContext::root(&params, 0, now);
-                        black_box(get_capacity(
-                            &mut set,
-                            &params,
-                            ctx,
-                            name.map_or("", String::as_str),
-                            want(i),
-                        ))
-                    });
-                },
-            );
         }
     }
     group.finish();

@@ -266,13 +266,41 @@ pub struct LeaseReply {
 /// The leases of one resource, by client, with their totals kept exactly
 /// (the totals of `none` and `static` leases are not bounded by a
 /// capacity, hence `u128`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Two things make a refresh cheap when many clients hold leases (the
+/// usual case: each refreshes with the wants it had): the shares of the
+/// last decision are kept until a want, a subclient count, the capacity or
+/// the algorithm changes, or a lease goes; and [`expire`] looks at the
+/// leases only once the earliest expiry may have come. Neither is part of
+/// the value: two sets with the same leases are equal.
+#[derive(Debug, Clone, Default)]
 pub struct LeaseSet {
     leases: BTreeMap<String, Lease>,
     sum_has: u128,
     sum_wants: u128,
     subclients: u128,
+    /// No lease expires before this (a lower bound; 0 = look).
+    next_expiry: Millis,
+    /// The shares of the leases as they are, if known.
+    shares: Option<CachedShares>,
 }
+
+/// Shares computed for a lease set, and what they were computed with.
+#[derive(Debug, Clone)]
+struct CachedShares {
+    algorithm: Algorithm,
+    capacity: Quantity,
+    shares: Shares,
+}
+
+impl PartialEq for LeaseSet {
+    fn eq(&self, other: &Self) -> bool {
+        // The totals follow from the leases.
+        self.leases == other.leases
+    }
+}
+
+impl Eq for LeaseSet {}
 
 impl LeaseSet {
     /// No leases.
@@ -333,9 +361,17 @@ impl LeaseSet {
         })
     }
 
-    /// Puts `lease` in for `client`, keeping the totals.
+    /// Puts `lease` in for `client`, keeping the totals. Kept shares stay
+    /// only if the client's wants and subclients are as they were.
     fn insert(&mut self, client: &str, lease: Lease) {
-        self.remove(client);
+        let kept = self.shares.take();
+        let same = self
+            .remove(client)
+            .is_some_and(|old| (old.wants, old.subclients) == (lease.wants, lease.subclients));
+        if same {
+            self.shares = kept;
+        }
+        self.next_expiry = self.next_expiry.min(lease.expires_at_ms);
         self.sum_has += u128::from(lease.has.micros());
         self.sum_wants += u128::from(lease.wants.micros());
         self.subclients += u128::from(lease.subclients);
@@ -345,6 +381,7 @@ impl LeaseSet {
     /// Takes `client`'s lease out, keeping the totals.
     fn remove(&mut self, client: &str) -> Option<Lease> {
         let lease = self.leases.remove(client)?;
+        self.shares = None;
         // Every lease in the set was added to the totals, so these never
         // go below zero; saturating all the same.
         self.sum_has = self.sum_has.saturating_sub(u128::from(lease.has.micros()));
@@ -384,6 +421,9 @@ impl LeaseContext {
 /// Drops every lease that has lapsed at `now` (`now ≥ expires_at_ms`):
 /// their capacity returns to the pool. Returns the clients that lost them.
 pub fn expire(set: &mut LeaseSet, now: Millis) -> Vec<String> {
+    if now < set.next_expiry {
+        return Vec::new();
+    }
     let lapsed: Vec<String> = set
         .leases
         .iter()
@@ -393,6 +433,12 @@ pub fn expire(set: &mut LeaseSet, now: Millis) -> Vec<String> {
     for client in &lapsed {
         set.remove(client);
     }
+    set.next_expiry = set
+        .leases
+        .values()
+        .map(|l| l.expires_at_ms)
+        .min()
+        .unwrap_or(Millis::MAX);
     lapsed
 }
 
@@ -435,20 +481,11 @@ pub fn get_capacity(
             capacity.saturating_sub(set.sum_has.saturating_sub(own))
         }
     };
-    let target = if ctx.learning && algorithm != Algorithm::None {
-        want.has.min(want.wants)
-    } else {
-        let others = set
-            .iter()
-            .filter(|(c, _)| *c != client)
-            .map(|(_, l)| (l.wants, l.subclients));
-        Shares::new(
-            algorithm,
-            ctx.capacity,
-            others.chain([(want.wants, want.subclients)]),
-        )
-        .of(want.wants, want.subclients)
-    };
+    let learning = ctx.learning && algorithm != Algorithm::None;
+    let shares = (!learning).then(|| shares_with(set, algorithm, ctx.capacity, client, want));
+    let target = shares.as_ref().map_or(want.has.min(want.wants), |s| {
+        s.of(want.wants, want.subclients)
+    });
     let has = Quantity::saturating_from_total(u128::from(target.micros()).min(bound));
     let expires_at_ms = ctx.now.saturating_add(params.lease_length());
     set.insert(
@@ -460,12 +497,50 @@ pub fn get_capacity(
             expires_at_ms,
         },
     );
+    // The set now holds exactly the wants these shares were computed for.
+    if let Some(shares) = shares {
+        set.shares = Some(CachedShares {
+            algorithm,
+            capacity: ctx.capacity,
+            shares,
+        });
+    }
     LeaseReply {
         capacity: has,
         expires_at_ms,
         refresh_interval_ms: params.refresh_interval(),
         safe_capacity: params.safe_capacity(ctx.capacity, set.subclients()),
     }
+}
+
+/// The shares of the set with `client`'s wants and subclients replaced by
+/// `want`'s: the kept ones when that changes nothing, else computed anew.
+fn shares_with(
+    set: &LeaseSet,
+    algorithm: Algorithm,
+    capacity: Quantity,
+    client: &str,
+    want: Want,
+) -> Shares {
+    let unchanged = set
+        .get(client)
+        .is_some_and(|l| (l.wants, l.subclients) == (want.wants, want.subclients));
+    if let Some(kept) = &set.shares
+        && unchanged
+        && kept.algorithm == algorithm
+        && kept.capacity == capacity
+    {
+        return kept.shares.clone();
+    }
+    let others = set
+        .iter()
+        .filter(|(c, _)| *c != client)
+        .map(|(_, l)| (l.wants, l.subclients));
+    Shares::new(
+        algorithm,
+        capacity,
+        others.chain([(want.wants, want.subclients)]),
+    )
 }
 
 #[cfg(test)]

@@ -89,8 +89,8 @@ impl FromStr for Algorithm {
 /// The share each client of one resource is entitled to, for one set of
 /// wants. Computing it costs O(n) for `proportional_share` and O(n log n)
 /// for `fair_share` (a sort, where Doorman's rounds are quadratic);
-/// [`Shares::of`] is then O(1), so a server may keep it until a want
-/// changes.
+/// [`Shares::of`] is then O(1), so a [`super::LeaseSet`] keeps the last
+/// one until a want changes.
 ///
 /// All arithmetic is exact: millionths in `u128`, with the equal share
 /// `capacity × subclients / N` kept as the fraction it is (every amount is

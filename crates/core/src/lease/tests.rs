@@ -524,3 +524,37 @@ fn the_reply_has_the_field_names_of_the_spec() {
         r#"{"capacity":45.555555,"expires_at_ms":60002,"refresh_interval_ms":5000,"safe_capacity":30}"#
     );
 }
+
+#[test]
+fn kept_shares_follow_the_capacity_and_wants_changed_in_learning_mode() {
+    // A leaf whose parent grants less: the same wants, a smaller capacity.
+    let p = params(100.0, Algorithm::FairShare);
+    let mut set = LeaseSet::new();
+    let ctx = |now, capacity: f64, learning| LeaseContext {
+        now,
+        capacity: q(capacity),
+        learning,
+    };
+    get_capacity(&mut set, &p, ctx(0, 60.0, false), "a", want(100.0, 0.0));
+    get_capacity(&mut set, &p, ctx(0, 60.0, false), "b", want(100.0, 0.0));
+    assert_eq!(
+        get_capacity(&mut set, &p, ctx(1, 60.0, false), "a", want(100.0, 0.0)).capacity,
+        q(30.0)
+    );
+    assert_eq!(
+        get_capacity(&mut set, &p, ctx(2, 30.0, false), "a", want(100.0, 15.0)).capacity,
+        q(15.0)
+    );
+
+    // Wants that changed while learning count once learning is over.
+    let p = params(100.0, Algorithm::FairShare);
+    let mut set = LeaseSet::new();
+    get_capacity(&mut set, &p, ctx(0, 100.0, false), "a", want(100.0, 0.0));
+    get_capacity(&mut set, &p, ctx(0, 100.0, false), "b", want(100.0, 0.0));
+    get_capacity(&mut set, &p, ctx(1, 100.0, true), "b", want(10.0, 0.0));
+    // B wants 10 now: A's fair share is 90, not the 50 of before.
+    assert_eq!(
+        get_capacity(&mut set, &p, ctx(2, 100.0, false), "a", want(100.0, 0.0)).capacity,
+        q(90.0)
+    );
+}

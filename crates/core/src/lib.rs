@@ -12,7 +12,9 @@
 //! Redis script).
 //!
 //! The `envoy:` section of the configuration and descriptor matching for
-//! Envoy's rate-limit protocol (SPEC §11) are in [`envoy`].
+//! Envoy's rate-limit protocol (SPEC §11) are in [`envoy`], and the
+//! capacity leases of SPEC §12 (Doorman's algorithms over a set of leases)
+//! in [`lease`].
 //!
 //! Core also owns how input and output look: [`fields`] is the one checker
 //! of JSON/YAML fields every input path uses, and the replies and issues
@@ -31,6 +33,7 @@ pub mod drain;
 pub mod envoy;
 pub mod error;
 pub mod fields;
+pub mod lease;
 pub mod meter;
 pub mod queue;
 pub mod rate;

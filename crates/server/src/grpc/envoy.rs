@@ -106,7 +106,6 @@ enum Decider<'c> {
 /// One decided descriptor as its status and the headers see it, whatever
 /// its kind.
 struct Outcome {
-    granted: u64,
     limit: u64,
     remaining: u64,
     /// `None`: the state is never forgotten (burst tiers only).
@@ -126,7 +125,6 @@ impl Outcome {
     fn of(reply: &OpReply, limit: &Limit<'_>, unit: Option<Unit>) -> Self {
         match (reply, limit) {
             (OpReply::Meter(r), _) => Outcome {
-                granted: r.granted,
                 limit: r.limit,
                 remaining: r.remaining,
                 reset_after_ms: Some(r.reset_after_ms),
@@ -144,7 +142,6 @@ impl Outcome {
                     Limit::Meter(_) => None,
                 };
                 Outcome {
-                    granted: r.granted,
                     limit: r.context.limit,
                     remaining: r.context.remaining,
                     reset_after_ms: r.context.reset_after_ms,
@@ -378,7 +375,7 @@ fn respond(
             continue;
         };
         let r = Outcome::of(reply, &o.limit, *unit);
-        let rejected = !ignored && matches!(o.op, Op::Request { .. }) && r.granted == 0;
+        let rejected = !ignored && reply.rejects(o.op);
         let enforced_over = rejected && !shadow;
         over |= enforced_over;
         metrics::envoy_descriptor(domain, node, rejected, r.warning, rejected && *shadow);

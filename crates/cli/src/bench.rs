@@ -73,9 +73,11 @@ pub struct BenchArgs {
     server_pid: Option<u32>,
     /// The server's Redis: report Redis commands and CPU per decision
     /// (`INFO commandstats`, `INFO cpu` over the measured interval; the
-    /// bench's own `INFO` calls are not counted).
-    #[arg(long, value_name = "URL")]
-    redis: Option<String>,
+    /// bench's own `INFO` calls are not counted). Repeat it (or separate
+    /// URLs with commas) for every node of a Redis Cluster: the figures
+    /// are the sums over all the nodes given.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    redis: Vec<String>,
     /// Open loop: requests per second in all (closed loop if omitted).
     #[arg(long)]
     rate: Option<u64>,
@@ -135,7 +137,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             ),
         });
     }
-    let probe = Probe::new(args.server_pid, args.redis.as_deref()).await?;
+    let probe = Probe::new(args.server_pid, &args.redis).await?;
     let measure_from = Instant::now() + args.warmup;
     let shared = Arc::new(Shared {
         histogram: Mutex::new(Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?),
@@ -282,7 +284,8 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// Where the costs of decisions are read from.
 struct Probe {
     server_pid: Option<u32>,
-    redis: Option<redis::aio::MultiplexedConnection>,
+    /// One connection per Redis node measured; empty when not measured.
+    redis: Vec<redis::aio::MultiplexedConnection>,
 }
 
 /// Counters at one instant: CPU seconds of the server and of this process,
@@ -294,24 +297,22 @@ struct Sample {
 }
 
 impl Probe {
-    async fn new(server_pid: Option<u32>, redis_url: Option<&str>) -> anyhow::Result<Self> {
+    async fn new(server_pid: Option<u32>, redis_urls: &[String]) -> anyhow::Result<Self> {
         if let Some(pid) = server_pid {
             cpu_seconds(&pid.to_string())
                 .map_err(|e| anyhow::anyhow!("--server-pid {pid}: {e}"))?;
         }
-        let redis = match redis_url {
-            None => None,
-            Some(url) => {
-                let client =
-                    redis::Client::open(url).map_err(|e| anyhow::anyhow!("--redis {url}: {e}"))?;
-                Some(
-                    client
-                        .get_multiplexed_async_connection()
-                        .await
-                        .map_err(|e| anyhow::anyhow!("--redis {url}: {e}"))?,
-                )
-            }
-        };
+        let mut redis = Vec::with_capacity(redis_urls.len());
+        for url in redis_urls {
+            let client = redis::Client::open(url.as_str())
+                .map_err(|e| anyhow::anyhow!("--redis {url}: {e}"))?;
+            redis.push(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--redis {url}: {e}"))?,
+            );
+        }
         Ok(Self { server_pid, redis })
     }
 
@@ -320,17 +321,16 @@ impl Probe {
             Some(pid) => Some(cpu_seconds(&pid.to_string())?),
             None => None,
         };
-        let redis = match &mut self.redis {
-            None => None,
-            Some(conn) => {
-                let stats: String = redis::cmd("INFO")
-                    .arg("commandstats")
-                    .query_async(conn)
-                    .await?;
-                let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-                Some((commands(&stats), redis_cpu_seconds(&cpu)))
-            }
-        };
+        let mut redis = None;
+        for conn in &mut self.redis {
+            let stats: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(conn)
+                .await?;
+            let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+            let (calls, seconds) = redis.unwrap_or((0, 0.0));
+            redis = Some((calls + commands(&stats), seconds + redis_cpu_seconds(&cpu)));
+        }
         Ok(Sample {
             server_cpu,
             bench_cpu: cpu_seconds("self").ok(),

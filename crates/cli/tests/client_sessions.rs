@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::bin;
+use support::{assert_percentiles_ordered, bench_json, bin};
 
 use std::time::{Duration, Instant};
 
@@ -142,19 +142,26 @@ resources:
   - { name: bench/api, kind: rate, tiers: [ { limit: 300, window: 1h } ] }
 "#;
     let server = CharonProcess::start(bin(), BENCH, &[]);
-    let out = std::process::Command::new(bin())
-        .args(["bench", "--server", &server.endpoint(), "--mode", "session"])
-        .args(["--domains", "1", "--connections", "2", "--concurrency", "8"])
-        .args(["--duration", "1s", "--warmup", "200ms", "--json"])
-        .args(["--server-pid", &server.pid().to_string()])
-        .output()
-        .expect("run bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let pid = server.pid().to_string();
+    let v = bench_json(
+        &server.endpoint(),
+        &[
+            "--mode",
+            "session",
+            "--domains",
+            "1",
+            "--connections",
+            "2",
+            "--concurrency",
+            "8",
+            "--duration",
+            "1s",
+            "--warmup",
+            "200ms",
+            "--server-pid",
+            &pid,
+        ],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["transport"], "session", "{v}");
     assert!(v["requests"].as_u64().is_some_and(|n| n > 300), "{v}");
     // One domain, 300 hits an hour: the warm-up took some, and no more
@@ -163,11 +170,7 @@ resources:
     assert!(granted <= 300, "{v}");
     assert!(v["rejected"].as_u64().is_some_and(|n| n > 0), "{v}");
     assert_eq!(v["errors"], 0, "{v}");
-    assert!(
-        v["p50_us"].as_u64() <= v["p99_us"].as_u64()
-            && v["p99_us"].as_u64() <= v["p999_us"].as_u64(),
-        "{v}"
-    );
+    assert_percentiles_ordered(&v);
     // The server used some CPU on them; no Redis was asked about.
     assert!(
         v["server_cpu_us_per_decision"]
@@ -195,19 +198,23 @@ resources:
     let url = redis.url();
     let server = CharonProcess::start(bin(), BENCH, &["--store", url.as_str()]);
     for mode in ["unary", "session"] {
-        let out = std::process::Command::new(bin())
-            .args(["bench", "--server", &server.endpoint(), "--mode", mode])
-            .args(["--domains", "10", "--concurrency", "4"])
-            .args(["--duration", "1s", "--warmup", "200ms", "--json"])
-            .args(["--redis", url.as_str()])
-            .output()
-            .expect("run bench");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let v = bench_json(
+            &server.endpoint(),
+            &[
+                "--mode",
+                mode,
+                "--domains",
+                "10",
+                "--concurrency",
+                "4",
+                "--duration",
+                "1s",
+                "--warmup",
+                "200ms",
+                "--redis",
+                url.as_str(),
+            ],
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(v["transport"], mode, "{v}");
         assert_eq!(v["errors"], 0, "{v}");
         assert!(v["granted"].as_u64().is_some_and(|n| n > 100), "{v}");

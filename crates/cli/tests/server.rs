@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::{bin, holder, strict_client, within};
+use support::{assert_percentiles_ordered, bench_json, bin, holder, strict_client, within};
 
 use std::time::{Duration, Instant};
 
@@ -656,35 +656,23 @@ async fn metrics_count_decisions_latency_sessions_and_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_reports_throughput_and_percentiles() {
     let server = start(&[]);
-    let out = std::process::Command::new(bin())
-        .args([
-            "bench",
-            "--server",
-            &server.endpoint(),
+    let v = bench_json(
+        &server.endpoint(),
+        &[
             "--resource",
             "api",
             "--domains",
             "100",
             "--connections",
             "2",
-        ])
-        .args([
             "--concurrency",
             "4",
             "--duration",
             "1s",
             "--warmup",
             "200ms",
-            "--json",
-        ])
-        .output()
-        .expect("run bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(v["requests"].as_u64().is_some_and(|n| n > 100), "{v}");
     assert!(
         v["granted"].as_u64().is_some_and(|n| n > 0)
@@ -692,16 +680,10 @@ async fn bench_reports_throughput_and_percentiles() {
         "{v}"
     );
     assert_eq!(v["errors"], 0, "{v}");
-    assert!(
-        v["p50_us"].as_u64() <= v["p99_us"].as_u64()
-            && v["p99_us"].as_u64() <= v["p999_us"].as_u64(),
-        "{v}"
-    );
-    let open = std::process::Command::new(bin())
-        .args([
-            "bench",
-            "--server",
-            &server.endpoint(),
+    assert_percentiles_ordered(&v);
+    let v = bench_json(
+        &server.endpoint(),
+        &[
             "--resource",
             "api",
             "--rate",
@@ -710,11 +692,8 @@ async fn bench_reports_throughput_and_percentiles() {
             "1s",
             "--warmup",
             "0s",
-            "--json",
-        ])
-        .output()
-        .expect("run bench");
-    let v: serde_json::Value = serde_json::from_slice(&open.stdout).expect("JSON");
+        ],
+    );
     let n = v["requests"].as_u64().unwrap_or(0);
     assert!((400..=520).contains(&n), "open loop at 500/s for 1 s: {v}");
 }
@@ -748,22 +727,23 @@ envoy:
           resource: bench/api
 "#;
     let server = CharonProcess::start(bin(), ENVOY, &[]);
-    let out = std::process::Command::new(bin())
-        .args(["bench", "--server", &server.endpoint(), "--envoy", "bench"])
-        .args([
+    let v = bench_json(
+        &server.endpoint(),
+        &[
+            "--envoy",
+            "bench",
             "--domains",
             "10",
             "--connections",
             "1",
             "--concurrency",
             "4",
-        ])
-        .args(["--duration", "1s", "--warmup", "0s", "--json"])
-        .output()
-        .expect("run bench");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    );
     let count = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
     let (granted, rejected) = (count("granted"), count("rejected"));
     assert!(count("requests") > 0, "{v}");

@@ -194,3 +194,30 @@ pub fn config_service(token: &str) -> charon_testkit::CharonProcess {
         "/healthz",
     )
 }
+
+/// Runs `charon bench --server ENDPOINT ARGS --json`, checks that it exited
+/// 0, and returns its JSON report.
+pub fn bench_json(endpoint: &str, args: &[&str]) -> Value {
+    let out = charon()
+        .args(["bench", "--server", endpoint])
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run bench");
+    assert!(
+        out.status.success(),
+        "charon bench exited {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("charon bench prints JSON")
+}
+
+/// A bench report's latency percentiles are in order.
+pub fn assert_percentiles_ordered(v: &Value) {
+    assert!(
+        v["p50_us"].as_u64() <= v["p99_us"].as_u64()
+            && v["p99_us"].as_u64() <= v["p999_us"].as_u64(),
+        "{v}"
+    );
+}

@@ -16,7 +16,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -25,7 +24,7 @@ use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use charon_testkit::{CharonProcess, RedisServer};
-use support::bin;
+use support::{bin, redis_cli};
 use tonic::transport::Channel;
 
 /// Both limits are per day, so nothing refills while a test runs.
@@ -141,15 +140,6 @@ fn still_up(server: &mut CharonProcess, what: &str) {
         "{what}:\n{}",
         server.log()
     );
-}
-
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// (a) Redis stalls for less than the store timeout while calls are in
@@ -298,7 +288,7 @@ async fn a_flushed_redis_counts_again_from_zero_without_errors() {
     let (redis, mut server) = start("1s");
     let mut c = client(&server).await;
     spend(&mut c, guard).await;
-    assert_eq!(redis_cli(&redis, &["FLUSHALL"]), "OK");
+    assert_eq!(redis_cli(&redis, &["FLUSHALL"]).trim(), "OK");
     let mut answers = Vec::new();
     for _ in 0..5 {
         answers.push(outcome(&call(&mut c, None, guard).await));

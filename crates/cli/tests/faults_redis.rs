@@ -12,14 +12,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use charon_client::{Client, ClientOptions, Error, Hold};
 use charon_testkit::{CharonProcess, RedisServer};
-use support::{bin, holder, within};
+use support::{bin, holder, redis_cli, within};
 
 const LIMITS: &str = support::FLEET_LIMITS;
 
@@ -73,15 +72,6 @@ async fn fleet() -> Fleet {
         clients,
         held: Arc::new(Mutex::new(vec![a, b])),
     }
-}
-
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Redis' copy counts of `vm`: `g` and `d:<domain>`.

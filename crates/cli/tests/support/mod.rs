@@ -221,3 +221,13 @@ pub fn assert_percentiles_ordered(v: &Value) {
         "{v}"
     );
 }
+
+/// `redis-cli -p PORT ARGS` against a test's private Redis: its output.
+pub fn redis_cli(redis: &charon_testkit::RedisServer, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -49,9 +49,11 @@ echo "== mypy --strict, ruff (charon_client)" >&2
     && "$venv/bin/ruff" format --check src tests examples gen_stubs.py)
 
 if [ -z "${CHARON_BIN:-}" ]; then
-    (cd "$root" && cargo build --quiet -p charon)
+    (cd "$root" && cargo build --locked --quiet -p charon)
     CHARON_BIN=$target/debug/charon
 fi
+# The tests run from the package's folder: the path must not be relative.
+CHARON_BIN=$(realpath "$CHARON_BIN")
 export CHARON_BIN
 
 cd "$here"

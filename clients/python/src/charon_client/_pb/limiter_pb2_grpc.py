@@ -5,7 +5,7 @@ import warnings
 
 from . import limiter_pb2 as charon_dot_v1_dot_limiter__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.80.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class LimiterStub:
+class LimiterStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -56,7 +56,7 @@ class LimiterStub:
                 _registered_method=True)
 
 
-class LimiterServicer:
+class LimiterServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Request(self, request, context):
@@ -123,7 +123,7 @@ def add_LimiterServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Limiter:
+class Limiter(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -196,6 +196,17 @@ def charon_redis():
     r.close()
 
 
+@pytest.fixture(params=["memory", "redis"])
+def any_store(request: pytest.FixtureRequest):
+    """A `charon serve` with LIMITS, once on each store."""
+    r = Redis() if request.param == "redis" else None
+    c = Charon(LIMITS, r.store_args() if r else [])
+    yield c
+    c.close()
+    if r:
+        r.close()
+
+
 def child(*args: str) -> subprocess.Popen[str]:
     """A Python child process running tests/child.py with `args`."""
     return subprocess.Popen(

@@ -198,8 +198,8 @@ def test_multi_resource_helper(charon: Charon) -> None:
         assert gpus.copies == 3
 
 
-def test_32_threads_share_one_client(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_32_threads_share_one_client(any_store: Charon) -> None:
+    client = Client(any_store.target)
     granted = [0] * 32
 
     def work(i: int) -> None:
@@ -216,3 +216,26 @@ def test_32_threads_share_one_client(charon: Charon) -> None:
     assert sum(granted) == 5000  # the limit, exactly
     assert stats.rejections == 5000
     assert stats.degraded_grants == 0
+
+
+def test_a_late_grant_is_released(charon: Charon) -> None:
+    client = Client(charon.target, request_timeout=0.3)
+    other = Client(charon.target)
+    assert client.request_rate("api/search", "t").success  # the session is open
+    charon.signal(signal.SIGSTOP)
+    try:
+        hold = client.hold_copy("gpu", "t", copies=3)
+        assert hold.degraded  # no answer within 0.3 s
+    finally:
+        charon.signal(signal.SIGCONT)
+    # The server grants the reserve it read before it stopped; the client,
+    # which gave up on it, gives the 3 copies back as the reply comes in.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with other.hold_copy("gpu", "t", copies=3) as all_three:
+            if all_three.copies == 3:
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the late grant was never released")
+    assert client.live_generation() is not None  # the same session, still open

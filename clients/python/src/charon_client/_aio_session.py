@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Optional
 
 import grpc
 
-from ._common import from_rpc_error
+from ._common import from_rpc_error, release_of_late_grant
 from ._pb import limiter_pb2 as pb
 from .errors import CharonError, ServerError
 
@@ -20,12 +20,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("charon_client")
 
+# Abandoned operations remembered at most: a server that never answers
+# again must not make the client grow without bound.
+_MAX_ABANDONED = 4096
+
 
 class AioSession:
     def __init__(self, stub: LimiterAsyncStub, generation: int) -> None:
         self.generation = generation
         self._queue: asyncio.Queue[Optional[pb.SessionRequest]] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[pb.SessionReply]] = {}
+        # Operations whose caller gave up waiting: a late grant is released.
+        self._abandoned: dict[int, pb.SessionRequest] = {}
         self._closed = False
         self._next_id = 0
         self._call = stub.Session(self._requests())
@@ -47,12 +53,15 @@ class AioSession:
         try:
             async for reply in self._call:
                 future = self._pending.pop(reply.id, None)
+                abandoned = self._abandoned.pop(reply.id, None)
                 if future is not None and not future.done():
                     future.set_result(reply)
+                elif abandoned is not None:
+                    self._release_late(abandoned, reply)
         except grpc.RpcError as e:
+            # Of class client only when the server refused a message of
+            # this client (never to be turned into a degraded grant).
             error = from_rpc_error(e)
-            if not isinstance(error, ServerError):
-                error = ServerError(f"the session ended: {error}")
         except asyncio.CancelledError:
             error = ServerError("the client was closed")
         except Exception as e:  # noqa: BLE001 - any failure ends the session, never silently
@@ -60,10 +69,28 @@ class AioSession:
         log.debug("session %d ended: %s", self.generation, error)
         self._fail_all(error)
 
+    def _abandon(self, request: pb.SessionRequest) -> None:
+        """Remembers a reserve or seize given up on (a stalled server may
+        answer any of them later), at most ``_MAX_ABANDONED`` of them."""
+        if request.WhichOneof("op") not in ("reserve", "seize"):
+            return
+        if len(self._abandoned) >= _MAX_ABANDONED:
+            self._abandoned.pop(next(iter(self._abandoned)))
+        self._abandoned[request.id] = request
+
+    def _release_late(self, request: pb.SessionRequest, reply: pb.SessionReply) -> None:
+        release = release_of_late_grant(request, reply)
+        if release is None or self._closed:
+            return
+        log.debug("releasing a late grant of %d %s", release.copies, release.resource)
+        self._next_id += 1
+        self._queue.put_nowait(pb.SessionRequest(id=self._next_id, release=release))
+
     def _fail_all(self, error: CharonError) -> None:
         self._closed = True
         pending = list(self._pending.values())
         self._pending.clear()
+        self._abandoned.clear()
         self._queue.put_nowait(None)
         for future in pending:
             if not future.done():
@@ -81,7 +108,8 @@ class AioSession:
         try:
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
-            self._pending.pop(request.id, None)
+            if self._pending.pop(request.id, None) is not None:
+                self._abandon(request)
             raise ServerError(f"no answer within {timeout} s") from None
 
     async def close(self) -> None:

@@ -133,3 +133,24 @@ class Counters:
     def snapshot(self) -> Stats:
         with self._lock:
             return Stats(**self._values)
+
+
+def release_of_late_grant(
+    request: pb.SessionRequest, reply: pb.SessionReply
+) -> Optional[pb.ReleaseRequest]:
+    """The release that gives back what a reply no one waits for any more
+    granted: a reserve or a seize whose caller gave up (no answer within
+    ``request_timeout``, so it may have granted ``min_copies`` in degraded
+    mode). Without it those copies would stay held until the session ends."""
+    which = reply.WhichOneof("result")
+    if which == "reserve" and request.WhichOneof("op") == "reserve" and reply.reserve.granted > 0:
+        return release_request(
+            request.reserve.resource,
+            request.reserve.domain,
+            reply.reserve.granted,
+            [g.name for g in reply.reserve.groups],
+        )
+    if which == "seize" and reply.seize.copies > 0:
+        s = reply.seize
+        return release_request(s.resource, s.domain, s.copies, s.groups)
+    return None

@@ -17,12 +17,16 @@ from typing import Iterator, Optional
 
 import grpc
 
-from ._common import from_rpc_error
+from ._common import from_rpc_error, release_of_late_grant
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
 from .errors import CharonError, ServerError
 
 log = logging.getLogger("charon_client")
+
+# Abandoned operations remembered at most: a server that never answers
+# again must not make the client grow without bound.
+_MAX_ABANDONED = 4096
 
 _Future = concurrent.futures.Future
 
@@ -32,6 +36,8 @@ class Session:
         self.generation = generation
         self._queue: queue.SimpleQueue[Optional[pb.SessionRequest]] = queue.SimpleQueue()
         self._pending: dict[int, _Future[pb.SessionReply]] = {}
+        # Operations whose caller gave up waiting: a late grant is released.
+        self._abandoned: dict[int, pb.SessionRequest] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._next_id = 0
@@ -58,22 +64,46 @@ class Session:
             for reply in self._call:
                 with self._lock:
                     future = self._pending.pop(reply.id, None)
+                    abandoned = self._abandoned.pop(reply.id, None)
                 if future is not None and not future.done():
                     future.set_result(reply)
+                elif abandoned is not None:
+                    self._release_late(abandoned, reply)
         except grpc.RpcError as e:
+            # Of class client only when the server refused a message of
+            # this client (never to be turned into a degraded grant).
             error = from_rpc_error(e)
-            if not isinstance(error, ServerError):
-                error = ServerError(f"the session ended: {error}")
         except Exception as e:  # noqa: BLE001 - any failure ends the session, never silently
             error = ServerError(f"the session ended: {e!r}")
         log.debug("session %d ended: %s", self.generation, error)
         self._fail_all(error)
+
+    def _abandon(self, request: pb.SessionRequest) -> None:
+        """Remembers a reserve or seize given up on (a stalled server may
+        answer any of them later), at most ``_MAX_ABANDONED`` of them."""
+        if request.WhichOneof("op") not in ("reserve", "seize"):
+            return
+        if len(self._abandoned) >= _MAX_ABANDONED:
+            self._abandoned.pop(next(iter(self._abandoned)))
+        self._abandoned[request.id] = request
+
+    def _release_late(self, request: pb.SessionRequest, reply: pb.SessionReply) -> None:
+        release = release_of_late_grant(request, reply)
+        if release is None:
+            return
+        log.debug("releasing a late grant of %d %s", release.copies, release.resource)
+        with self._lock:
+            if self._closed:
+                return  # the server released it with the session
+            self._next_id += 1
+            self._queue.put(pb.SessionRequest(id=self._next_id, release=release))
 
     def _fail_all(self, error: CharonError) -> None:
         with self._lock:
             self._closed = True
             pending = list(self._pending.values())
             self._pending.clear()
+            self._abandoned.clear()
         self._queue.put(None)
         for future in pending:
             if not future.done():
@@ -93,7 +123,8 @@ class Session:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             with self._lock:
-                self._pending.pop(request.id, None)
+                if self._pending.pop(request.id, None) is not None:
+                    self._abandon(request)
             raise ServerError(f"no answer within {timeout} s") from None
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from conftest import Charon, free_port
 from charon_client import ClientError, ServerError, Source, aio
 
 
-def run(charon_target: str, body: Callable[[aio.Client], Awaitable[None]], **kw: float) -> None:
+def run(charon_target: str, body: Callable[[aio.Client], Awaitable[None]], **kw: object) -> None:
     async def main() -> None:
         async with aio.Client(charon_target, **kw) as client:
             await body(client)
@@ -127,3 +127,14 @@ def test_many_tasks_share_one_client(charon: Charon) -> None:
         assert client.stats().requests == 1400
 
     run(charon.target, body)
+
+
+def test_unary_transport(charon: Charon) -> None:
+    async def body(client: aio.Client) -> None:
+        assert (await client.request_rate("api/search", "t", copies=6)).granted == 5
+        assert (await client.charge("llm/tokens", "t", 150)).granted == 150
+        with pytest.raises(ClientError, match="unknown resource"):
+            await client.request_rate("no/such", "t")
+        assert client.live_generation() is None
+
+    run(charon.target, body, rate_transport="unary")

@@ -239,3 +239,22 @@ def test_a_late_grant_is_released(charon: Charon) -> None:
     else:
         pytest.fail("the late grant was never released")
     assert client.live_generation() is not None  # the same session, still open
+
+
+def test_unary_transport_gives_the_same_answers(charon: Charon) -> None:
+    client = Client(charon.target, rate_transport="unary")
+    assert client.request_rate("api/search", "t", copies=3).granted == 3
+    assert client.request_rate("api/search", "t", copies=3).granted == 2
+    assert not client.request_rate("api/search", "t").success
+    assert client.charge("llm/tokens", "t", 150).granted == 150
+    assert client.refund("llm/tokens", "t", 60).remaining == 10
+    with pytest.raises(ClientError, match="unknown resource"):
+        client.request_rate("no/such", "t")
+    with pytest.raises(ClientError):
+        client.refund("api/keys", "t", 1)
+    with pytest.raises(ClientError):
+        Client(charon.target, rate_transport="carrier-pigeon")
+    assert client.live_generation() is None  # no session was needed
+    unreachable = Client(f"127.0.0.1:{free_port()}", rate_transport="unary")
+    res = unreachable.request_rate("api/search", "t", copies=3, min_copies=2)
+    assert (res.granted, res.source) == (2, Source.DEGRADED)

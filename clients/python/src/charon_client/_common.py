@@ -25,6 +25,7 @@ class Options:
     fail_open: bool = True
     max_in_flight: int = 256
     keepalive: float = 20.0
+    rate_transport: str = "session"
 
     def channel_options(self) -> list[tuple[str, int]]:
         """HTTP/2 keep-alive, so that a server that stops answering is
@@ -36,6 +37,12 @@ class Options:
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
         ]
+
+
+def check_transport(rate_transport: str) -> str:
+    if rate_transport not in ("session", "unary"):
+        raise ClientError(f'rate_transport must be "session" or "unary" (got {rate_transport!r})')
+    return rate_transport
 
 
 def check_amount(copies: int, min_copies: int) -> None:

@@ -50,11 +50,18 @@ class Client:
         fail_open: bool = True,
         max_in_flight: int = 256,
         keepalive: float = 20.0,
+        rate_transport: str = "session",
     ) -> None:
         if not target or "://" in target:
             raise ClientError(f"target must be host:port (got {target!r})")
         self.options = c.Options(
-            target, backoff_base, request_timeout, fail_open, max(max_in_flight, 1), keepalive
+            target,
+            backoff_base,
+            request_timeout,
+            fail_open,
+            max(max_in_flight, 1),
+            keepalive,
+            c.check_transport(rate_transport),
         )
         self._channel = grpc.aio.insecure_channel(target, options=self.options.channel_options())
         self._stub = pb_grpc.LimiterStub(self._channel)
@@ -114,7 +121,7 @@ class Client:
         req = c.rate_request(resource, domain, copies, min_copies, dry_run)
 
         async def attempt() -> Tuple[bool, pb.RateReply]:
-            reply = (await self._call(pb.SessionRequest(request=req), "request"))[0]
+            reply = await self._rate_call(pb.SessionRequest(request=req), "request")
             assert isinstance(reply, pb.RateReply)
             return reply.granted > 0, reply
 
@@ -134,7 +141,7 @@ class Client:
     ) -> pb.RateReply:
         req = c.charge_request(resource, domain, copies)
         try:
-            reply = (await self._call(_charge_op(op, req), op))[0]
+            reply = await self._rate_call(_charge_op(op, req), op)
         except ServerError:
             self._counters.add("server_errors")
             raise
@@ -270,6 +277,28 @@ class Client:
             session = self._live_session()
             reply = await session.call(request, timeout)
             return c.expect(reply, field), session.generation
+        finally:
+            self._places.release()
+
+    async def _rate_call(self, request: pb.SessionRequest, field: str) -> pb.RateReply:
+        """As the sync client's: on the session, or a unary call."""
+        if self.options.rate_transport == "session":
+            reply = (await self._call(request, field))[0]
+            assert isinstance(reply, pb.RateReply)
+            return reply
+        timeout = self.options.request_timeout
+        try:
+            await asyncio.wait_for(self._places.acquire(), timeout)
+        except asyncio.TimeoutError:
+            raise ServerError(f"no place in flight within {timeout} s") from None
+        try:
+            if field == "request":
+                return await self._stub.Request(request.request, timeout=timeout)
+            if field == "charge":
+                return await self._stub.Charge(request.charge, timeout=timeout)
+            return await self._stub.Refund(request.refund, timeout=timeout)
+        except grpc.RpcError as e:
+            raise c.from_rpc_error(e) from None
         finally:
             self._places.release()
 

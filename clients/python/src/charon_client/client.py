@@ -40,6 +40,9 @@ class Client:
     ``request_timeout`` bounds each answer (then the server counts as
     unreachable). ``fail_open`` turns degraded mode on (paper §4.3).
     ``max_in_flight`` bounds the operations waiting for an answer at once.
+    ``rate_transport="unary"`` sends rate requests, charges and refunds as
+    unary calls (for proxies that carry long-lived streams badly; copy
+    operations always use the session, whose holds they are).
     """
 
     def __init__(
@@ -51,11 +54,18 @@ class Client:
         fail_open: bool = True,
         max_in_flight: int = 256,
         keepalive: float = 20.0,
+        rate_transport: str = "session",
     ) -> None:
         if not target or "://" in target:
             raise ClientError(f"target must be host:port (got {target!r})")
         self.options = c.Options(
-            target, backoff_base, request_timeout, fail_open, max(max_in_flight, 1), keepalive
+            target,
+            backoff_base,
+            request_timeout,
+            fail_open,
+            max(max_in_flight, 1),
+            keepalive,
+            c.check_transport(rate_transport),
         )
         self._channel = grpc.insecure_channel(target, options=self.options.channel_options())
         self._stub = pb_grpc.LimiterStub(self._channel)
@@ -128,7 +138,7 @@ class Client:
         req = c.rate_request(resource, domain, copies, min_copies, dry_run)
 
         def attempt() -> Tuple[bool, pb.RateReply]:
-            reply = self._call(pb.SessionRequest(request=req), "request")
+            reply = self._rate_call(pb.SessionRequest(request=req), "request")
             assert isinstance(reply, pb.RateReply)
             return reply.granted > 0, reply
 
@@ -149,7 +159,7 @@ class Client:
     def _charge_or_refund(self, op: str, resource: str, domain: str, copies: int) -> pb.RateReply:
         req = c.charge_request(resource, domain, copies)
         try:
-            reply = self._call(_charge_op(op, req), op)
+            reply = self._rate_call(_charge_op(op, req), op)
         except ServerError:
             self._counters.add("server_errors")
             raise
@@ -303,6 +313,27 @@ class Client:
 
     def _call(self, request: pb.SessionRequest, field: str) -> object:
         return self._call_gen(request, field)[0]
+
+    def _rate_call(self, request: pb.SessionRequest, field: str) -> pb.RateReply:
+        """A rate request, charge or refund: on the session, or as a unary
+        call with ``rate_transport="unary"`` (same answers either way)."""
+        if self.options.rate_transport == "session":
+            reply = self._call(request, field)
+            assert isinstance(reply, pb.RateReply)
+            return reply
+        timeout = self.options.request_timeout
+        if not self._places.acquire(timeout=timeout):
+            raise ServerError(f"no place in flight within {timeout} s")
+        try:
+            if field == "request":
+                return self._stub.Request(request.request, timeout=timeout)
+            if field == "charge":
+                return self._stub.Charge(request.charge, timeout=timeout)
+            return self._stub.Refund(request.refund, timeout=timeout)
+        except grpc.RpcError as e:
+            raise c.from_rpc_error(e) from None
+        finally:
+            self._places.release()
 
     def _until_granted(
         self,

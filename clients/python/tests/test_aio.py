@@ -138,3 +138,16 @@ def test_unary_transport(charon: Charon) -> None:
         assert client.live_generation() is None
 
     run(charon.target, body, rate_transport="unary")
+
+
+def test_a_hold_dropped_without_async_with_is_released(charon: Charon) -> None:
+    async def body(client: aio.Client) -> None:
+        assert (await client.hold_copy("sandbox/vm", "t", copies=15)).granted == 15
+        for _ in range(400):
+            async with await client.hold_copy("sandbox/vm", "t", copies=15) as again:
+                if again.copies == 15:
+                    return
+            await asyncio.sleep(0.05)
+        pytest.fail("the dropped hold was never released")
+
+    run(charon.target, body)

@@ -258,3 +258,11 @@ def test_unary_transport_gives_the_same_answers(charon: Charon) -> None:
     unreachable = Client(f"127.0.0.1:{free_port()}", rate_transport="unary")
     res = unreachable.request_rate("api/search", "t", copies=3, min_copies=2)
     assert (res.granted, res.source) == (2, Source.DEGRADED)
+
+
+def test_a_hold_dropped_without_with_is_released(charon: Charon) -> None:
+    client = Client(charon.target)
+    assert client.hold_copy("sandbox/vm", "t", copies=15).granted == 15  # dropped at once
+    # Queued on the session before the next operation: back in time for it.
+    with client.hold_copy("sandbox/vm", "t", copies=15) as again:
+        assert again.copies == 15

@@ -6,6 +6,7 @@ and a broken stream fails them all as server errors."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import TYPE_CHECKING, AsyncIterator, Optional
 
@@ -33,9 +34,10 @@ class AioSession:
         # Operations whose caller gave up waiting: a late grant is released.
         self._abandoned: dict[int, pb.SessionRequest] = {}
         self._closed = False
-        self._next_id = 0
+        self._ids = itertools.count(1)
+        self._loop = asyncio.get_running_loop()
         self._call = stub.Session(self._requests())
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._reader = self._loop.create_task(self._read())
 
     @property
     def closed(self) -> bool:
@@ -83,8 +85,7 @@ class AioSession:
         if release is None or self._closed:
             return
         log.debug("releasing a late grant of %d %s", release.copies, release.resource)
-        self._next_id += 1
-        self._queue.put_nowait(pb.SessionRequest(id=self._next_id, release=release))
+        self._queue.put_nowait(pb.SessionRequest(id=next(self._ids), release=release))
 
     def _fail_all(self, error: CharonError) -> None:
         self._closed = True
@@ -100,8 +101,7 @@ class AioSession:
         """Sends ``request`` (its id is set here) and waits for its reply."""
         if self._closed:
             raise ServerError("the session ended")
-        self._next_id += 1
-        request.id = self._next_id
+        request.id = next(self._ids)
         future: asyncio.Future[pb.SessionReply] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
         self._queue.put_nowait(request)
@@ -111,6 +111,17 @@ class AioSession:
             if self._pending.pop(request.id, None) is not None:
                 self._abandon(request)
             raise ServerError(f"no answer within {timeout} s") from None
+
+    def send_detached(self, release: pb.ReleaseRequest) -> None:
+        """Queues a release without waiting for its reply, from any thread
+        (``__del__`` of a hold may run anywhere): handed to the loop."""
+        if self._closed:
+            return
+        request = pb.SessionRequest(id=next(self._ids), release=release)
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, request)
+        except RuntimeError:
+            pass  # the loop is closed: the session ended with it
 
     async def close(self) -> None:
         """Ends the stream; the server releases every hold made on it."""

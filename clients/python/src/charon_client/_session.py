@@ -10,6 +10,7 @@ this one's holds when it ended, SPEC §3)."""
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import queue
 import threading
@@ -40,7 +41,9 @@ class Session:
         self._abandoned: dict[int, pb.SessionRequest] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._next_id = 0
+        # next() on a count is atomic: ids are taken without the lock (see
+        # send_detached).
+        self._ids = itertools.count(1)
         self._call = stub.Session(self._requests())
         self._reader = threading.Thread(
             target=self._read, name=f"charon-session-{generation}", daemon=True
@@ -95,8 +98,7 @@ class Session:
         with self._lock:
             if self._closed:
                 return  # the server released it with the session
-            self._next_id += 1
-            self._queue.put(pb.SessionRequest(id=self._next_id, release=release))
+            self._queue.put(pb.SessionRequest(id=next(self._ids), release=release))
 
     def _fail_all(self, error: CharonError) -> None:
         with self._lock:
@@ -115,8 +117,7 @@ class Session:
         with self._lock:
             if self._closed:
                 raise ServerError("the session ended")
-            self._next_id += 1
-            request.id = self._next_id
+            request.id = next(self._ids)
             self._pending[request.id] = future
             self._queue.put(request)
         try:
@@ -126,6 +127,13 @@ class Session:
                 if self._pending.pop(request.id, None) is not None:
                     self._abandon(request)
             raise ServerError(f"no answer within {timeout} s") from None
+
+    def send_detached(self, release: pb.ReleaseRequest) -> None:
+        """Queues a release without waiting for its reply and without taking
+        a lock: safe from ``__del__`` (``SimpleQueue.put`` is reentrant).
+        Its reply, with an id no one waits for, is dropped."""
+        if not self._closed:
+            self._queue.put(pb.SessionRequest(id=next(self._ids), release=release))
 
     def close(self) -> None:
         """Ends the stream; the server releases every hold made on it."""

@@ -449,6 +449,25 @@ class Hold:
     def _on_live_session(self) -> bool:
         return self._generation is not None and self._client.live_generation() == self._generation
 
+    def __del__(self) -> None:
+        # A hold dropped without ``with`` nor release (as a Rust ``Hold``
+        # dropped): its copies are released in the background rather than
+        # held until the session ends. No lock is taken (this may run in
+        # the middle of any code); an attribute read is atomic.
+        try:
+            session = self._client._session
+            if (
+                self.copies > 0
+                and self._generation is not None
+                and session is not None
+                and not session.closed
+                and session.generation == self._generation
+            ):
+                release = c.release_request(self.resource, self.domain, self.copies, self.groups)
+                session.send_detached(release)
+        except Exception:  # noqa: BLE001, S110 - never raise from __del__
+            pass
+
     def release(self, n: int) -> None:
         """Gives back ``n`` of the copies still held."""
         with self._lock:

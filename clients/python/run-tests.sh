@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The Python client's checks: builds and installs the package (a real,
+# non-editable `pip install`) with the pinned test requirements into a
+# virtualenv under the cargo target directory, then runs `mypy --strict`,
+# `ruff check` and `ruff format --check` on it, then pytest against real
+# `charon serve` processes (and private redis-servers) started by fixtures.
+#
+#   clients/python/run-tests.sh                 # builds target/debug/charon first
+#   CHARON_BIN=/path/to/charon clients/python/run-tests.sh [pytest args]
+#
+# Environment: CARGO_TARGET_DIR (default: <workspace>/target).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+venv=$target/python-client-venv
+
+# No pytest, ruff or mypy cache nor __pycache__ in the tree.
+export PYTHONDONTWRITEBYTECODE=1
+export RUFF_CACHE_DIR=$target/python-client-ruff-cache
+
+mkdir -p "$target"
+# One installation at a time; a venv whose requirements changed is rebuilt,
+# and the package is reinstalled on every run (it is what is tested).
+exec 9>"$target/python-client-venv.lock"
+flock 9
+if ! cmp -s "$here/requirements-test.txt" "$venv/requirements-test.txt" 2>/dev/null; then
+    echo "installing the Python client's test requirements into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements-test.txt"
+    cp "$here/requirements-test.txt" "$venv/requirements-test.txt"
+fi
+# Installed from a copy, so that the build leaves nothing (build/,
+# *.egg-info) in the tree.
+src=$(mktemp -d "$target/python-client-src.XXXXXX")
+trap 'rm -rf "$src"' EXIT
+tar -C "$here" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ -cf - \
+    pyproject.toml README.md src | tar -C "$src" -xf -
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
+    --force-reinstall --no-deps "$src"
+flock -u 9
+
+echo "== mypy --strict, ruff (charon_client)" >&2
+"$venv/bin/python" -m mypy --config-file "$here/pyproject.toml" \
+    --cache-dir "$target/python-client-mypy-cache" -p charon_client
+(cd "$here" && "$venv/bin/ruff" check src tests examples gen_stubs.py \
+    && "$venv/bin/ruff" format --check src tests examples gen_stubs.py)
+
+if [ -z "${CHARON_BIN:-}" ]; then
+    (cd "$root" && cargo build --locked --quiet -p charon)
+    CHARON_BIN=$target/debug/charon
+fi
+# The tests run from the package's folder: the path must not be relative.
+CHARON_BIN=$(realpath "$CHARON_BIN")
+export CHARON_BIN
+
+cd "$here"
+"$venv/bin/python" -m pytest -p no:cacheprovider -q -o console_output_style=classic \
+    --rootdir "$here" "$@" "$here/tests"

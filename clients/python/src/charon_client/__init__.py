@@ -1,0 +1,35 @@
+"""charon_client: the Python client of Charon, the limiting service.
+
+The paper's reference client (§3.2, §3.3, §4.3) for today's Python, sync
+(``Client``) and asyncio (``charon_client.aio.Client``)::
+
+    from charon_client import Client
+
+    client = Client("127.0.0.1:7070")
+    res = client.request_rate("api/search", "tenant-42", max_wait=5)
+    if res.success:
+        ...
+    with client.hold_copy("sandbox/vm", "tenant-7", copies=15) as vms:
+        if vms.success:
+            tid = vms.transfer(10, ttl=30)  # another process seizes it
+
+A rejection is a result (``success`` is False), never an exception; the
+two exception classes are ``ClientError`` (the request is wrong) and
+``ServerError`` (the server failed and degraded mode could not help).
+"""
+
+from .client import Client, Hold, MultiGrant
+from .errors import CharonError, ClientError, ServerError
+from .results import RateGrant, Source, Stats
+
+__all__ = [
+    "CharonError",
+    "Client",
+    "ClientError",
+    "Hold",
+    "MultiGrant",
+    "RateGrant",
+    "ServerError",
+    "Source",
+    "Stats",
+]

@@ -1,0 +1,163 @@
+"""What the sync and asyncio clients share: argument checks, the wire
+messages, reply unpacking and the counters."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import grpc
+
+from ._pb import limiter_pb2 as pb
+from .errors import CharonError, ClientError, ServerError, from_reply_error, from_status
+from .results import Stats
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a client talks to Charon and behaves when it cannot (see the
+    ``Client`` constructors for each field's meaning)."""
+
+    target: str
+    backoff_base: float = 1.0
+    request_timeout: float = 1.0
+    fail_open: bool = True
+    max_in_flight: int = 256
+    keepalive: float = 20.0
+    rate_transport: str = "session"
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        """HTTP/2 keep-alive, so that a server that stops answering is
+        noticed (and its session dropped) within about ``keepalive``."""
+        half_ms = max(int(self.keepalive * 500), 1000)
+        return [
+            ("grpc.keepalive_time_ms", half_ms),
+            ("grpc.keepalive_timeout_ms", half_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+
+
+def check_transport(rate_transport: str) -> str:
+    if rate_transport not in ("session", "unary"):
+        raise ClientError(f'rate_transport must be "session" or "unary" (got {rate_transport!r})')
+    return rate_transport
+
+
+def check_amount(copies: int, min_copies: int) -> None:
+    """The same rule as the server's (an explicit 0 is a client error),
+    checked before anything is sent so that degraded mode never grants a
+    request the server would refuse."""
+    if copies < 1 or min_copies < 1 or min_copies > copies:
+        raise ClientError(
+            f"need 1 <= min_copies <= copies (got copies {copies}, min_copies {min_copies})"
+        )
+
+
+def check_max_wait(max_wait: float) -> None:
+    if not max_wait >= 0:
+        raise ClientError(f"max_wait must be a number of seconds >= 0 (got {max_wait})")
+
+
+def rate_request(
+    resource: str, domain: str, copies: int, min_copies: int, dry_run: bool
+) -> pb.RateRequest:
+    return pb.RateRequest(
+        resource=resource, domain=domain, copies=copies, min_copies=min_copies, dry_run=dry_run
+    )
+
+
+def reserve_request(resource: str, domain: str, copies: int, min_copies: int) -> pb.ReserveRequest:
+    return pb.ReserveRequest(resource=resource, domain=domain, copies=copies, min_copies=min_copies)
+
+
+def release_request(
+    resource: str, domain: str, copies: int, groups: Sequence[str]
+) -> pb.ReleaseRequest:
+    return pb.ReleaseRequest(resource=resource, domain=domain, copies=copies, groups=list(groups))
+
+
+def transfer_request(
+    resource: str, domain: str, copies: int, groups: Sequence[str], ttl: float
+) -> pb.TransferRequest:
+    if not ttl > 0:
+        raise ClientError(f"ttl must be a number of seconds > 0 (got {ttl})")
+    return pb.TransferRequest(
+        resource=resource,
+        domain=domain,
+        copies=copies,
+        groups=list(groups),
+        ttl_ms=max(int(ttl * 1000), 1),
+    )
+
+
+def charge_request(resource: str, domain: str, copies: int) -> pb.ChargeRequest:
+    if copies < 1:
+        raise ClientError(f"copies must be at least 1 (got {copies})")
+    return pb.ChargeRequest(resource=resource, domain=domain, copies=copies)
+
+
+def expect(reply: pb.SessionReply, field: str) -> object:
+    """The result of ``reply`` if it is ``field``; its error as an
+    exception; anything else is a server error (a confused server)."""
+    which = reply.WhichOneof("result")
+    if which == "error":
+        raise from_reply_error(reply.error)
+    if which != field:
+        raise ServerError(f"unexpected reply {which!r} to a {field!r} operation")
+    result: object = getattr(reply, field)
+    return result
+
+
+def from_rpc_error(e: grpc.RpcError) -> CharonError:
+    """A failed call or a broken stream as one of the two classes."""
+    code: Optional[grpc.StatusCode] = None
+    details: Optional[str] = None
+    klass: Optional[str] = None
+    trailers: object = ()
+    if isinstance(e, grpc.aio.AioRpcError):
+        code, details, trailers = e.code(), e.details(), e.trailing_metadata()
+    elif isinstance(e, grpc.Call):
+        code, details, trailers = e.code(), e.details(), e.trailing_metadata()
+    for key, value in trailers or ():  # type: ignore[attr-defined]
+        if key == "charon-error-class":
+            klass = value if isinstance(value, str) else bytes(value).decode()
+    return from_status(code, details or str(e), klass)
+
+
+class Counters:
+    """Thread-safe counters behind ``Client.stats()``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = {}
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._values[name] = self._values.get(name, 0) + 1
+
+    def snapshot(self) -> Stats:
+        with self._lock:
+            return Stats(**self._values)
+
+
+def release_of_late_grant(
+    request: pb.SessionRequest, reply: pb.SessionReply
+) -> Optional[pb.ReleaseRequest]:
+    """The release that gives back what a reply no one waits for any more
+    granted: a reserve or a seize whose caller gave up (no answer within
+    ``request_timeout``, so it may have granted ``min_copies`` in degraded
+    mode). Without it those copies would stay held until the session ends."""
+    which = reply.WhichOneof("result")
+    if which == "reserve" and request.WhichOneof("op") == "reserve" and reply.reserve.granted > 0:
+        return release_request(
+            request.reserve.resource,
+            request.reserve.domain,
+            reply.reserve.granted,
+            [g.name for g in reply.reserve.groups],
+        )
+    if which == "seize" and reply.seize.copies > 0:
+        s = reply.seize
+        return release_request(s.resource, s.domain, s.copies, s.groups)
+    return None

@@ -1,0 +1,490 @@
+"""The asyncio client on ``grpc.aio``: the same operations and semantics
+as ``charon_client.Client``, awaited, with holds as ``async with`` blocks.
+
+Make the client inside the event loop that uses it (its channel belongs
+to that loop); any number of tasks may share it::
+
+    async with Client("127.0.0.1:7070") as client:
+        res = await client.request_rate("api/search", "tenant-42", max_wait=5)
+        async with await client.hold_copy("sandbox/vm", "t", copies=2) as vms:
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from types import TracebackType
+from typing import Awaitable, Callable, Optional, Sequence, Tuple, TypeVar
+
+import grpc
+
+from . import _common as c
+from ._aio_session import AioSession
+from ._backoff import next_sleep
+from ._pb import limiter_pb2 as pb
+from ._pb import limiter_pb2_grpc as pb_grpc
+from .client import _charge_op, _rate_grant, _retry_after
+from .errors import ClientError, ServerError
+from .results import RateGrant, Source, Stats
+
+__all__ = ["Client", "Hold", "MultiGrant"]
+
+log = logging.getLogger("charon_client")
+
+_T = TypeVar("_T")
+
+
+class Client:
+    """A connection to Charon for asyncio, shared by any number of tasks;
+    see ``charon_client.Client`` for the options and the semantics."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        backoff_base: float = 1.0,
+        request_timeout: float = 1.0,
+        fail_open: bool = True,
+        max_in_flight: int = 256,
+        keepalive: float = 20.0,
+        rate_transport: str = "session",
+    ) -> None:
+        if not target or "://" in target:
+            raise ClientError(f"target must be host:port (got {target!r})")
+        self.options = c.Options(
+            target,
+            backoff_base,
+            request_timeout,
+            fail_open,
+            max(max_in_flight, 1),
+            keepalive,
+            c.check_transport(rate_transport),
+        )
+        self._channel = grpc.aio.insecure_channel(target, options=self.options.channel_options())
+        self._stub = pb_grpc.LimiterStub(self._channel)
+        self._session: Optional[AioSession] = None
+        self._generation = 0
+        self._places = asyncio.Semaphore(self.options.max_in_flight)
+        self._kill_switch = False
+        self._counters = c.Counters()
+        self._closed = False
+
+    async def close(self) -> None:
+        """Ends the session (the server releases its holds) and the channel."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        await self._channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    @property
+    def kill_switch(self) -> bool:
+        """While on, every rejection becomes a grant of ``min_copies``."""
+        return self._kill_switch
+
+    @kill_switch.setter
+    def kill_switch(self, on: bool) -> None:
+        self._kill_switch = bool(on)
+
+    def stats(self) -> Stats:
+        """What this client has seen so far."""
+        return self._counters.snapshot()
+
+    async def request_rate(
+        self,
+        resource: str,
+        domain: str,
+        copies: int = 1,
+        min_copies: int = 1,
+        max_wait: float = 0.0,
+        dry_run: bool = False,
+    ) -> RateGrant:
+        """As ``charon_client.Client.request_rate``."""
+        c.check_amount(copies, min_copies)
+        c.check_max_wait(max_wait)
+        self._counters.add("requests")
+        started = time.monotonic()
+        req = c.rate_request(resource, domain, copies, min_copies, dry_run)
+
+        async def attempt() -> Tuple[bool, pb.RateReply]:
+            reply = await self._rate_call(pb.SessionRequest(request=req), "request")
+            assert isinstance(reply, pb.RateReply)
+            return reply.granted > 0, reply
+
+        ending, reply = await self._until_granted(max_wait, attempt, _retry_after)
+        return _rate_grant(ending, reply, min_copies, time.monotonic() - started)
+
+    async def charge(self, resource: str, domain: str, copies: int) -> pb.RateReply:
+        """As ``charon_client.Client.charge`` (never degraded)."""
+        return await self._charge_or_refund("charge", resource, domain, copies)
+
+    async def refund(self, resource: str, domain: str, copies: int) -> pb.RateReply:
+        """As ``charon_client.Client.refund`` (never degraded)."""
+        return await self._charge_or_refund("refund", resource, domain, copies)
+
+    async def _charge_or_refund(
+        self, op: str, resource: str, domain: str, copies: int
+    ) -> pb.RateReply:
+        req = c.charge_request(resource, domain, copies)
+        try:
+            reply = await self._rate_call(_charge_op(op, req), op)
+        except ServerError:
+            self._counters.add("server_errors")
+            raise
+        assert isinstance(reply, pb.RateReply)
+        return reply
+
+    async def hold_copy(
+        self,
+        resource: str,
+        domain: str,
+        copies: int = 1,
+        min_copies: int = 1,
+        max_wait: float = 0.0,
+    ) -> Hold:
+        """As ``charon_client.Client.hold_copy``; the ``Hold`` is an
+        ``async with`` block that releases what it still holds on exit."""
+        c.check_amount(copies, min_copies)
+        c.check_max_wait(max_wait)
+        self._counters.add("reserves")
+        started = time.monotonic()
+        req = c.reserve_request(resource, domain, copies, min_copies)
+
+        async def attempt() -> Tuple[bool, Tuple[pb.ReserveReply, int]]:
+            reply, generation = await self._call(pb.SessionRequest(reserve=req), "reserve")
+            assert isinstance(reply, pb.ReserveReply)
+            return reply.granted > 0, (reply, generation)
+
+        ending, answer = await self._until_granted(max_wait, attempt, lambda _a: None)
+        waited = time.monotonic() - started
+        if ending == "granted" and answer is not None:
+            reply, generation = answer
+            groups = [g.name for g in reply.groups]
+            return Hold(
+                self,
+                resource,
+                domain,
+                groups,
+                reply.granted,
+                Source.SERVER,
+                generation,
+                reply,
+                waited,
+            )
+        reply_or_none = answer[0] if answer is not None else None
+        if ending == "rejected":
+            return Hold(self, resource, domain, [], 0, Source.SERVER, None, reply_or_none, waited)
+        source = Source.DEGRADED if ending == "degraded" else Source.KILL_SWITCH
+        return Hold(self, resource, domain, [], min_copies, source, None, reply_or_none, waited)
+
+    async def seize_copy(self, transfer_id: str) -> Hold:
+        """As ``charon_client.Client.seize_copy``."""
+        reply, generation = await self._call(
+            pb.SessionRequest(seize=pb.SeizeRequest(transfer_id=transfer_id)), "seize"
+        )
+        assert isinstance(reply, pb.SeizeReply)
+        return Hold(
+            self,
+            reply.resource,
+            reply.domain,
+            list(reply.groups),
+            reply.copies,
+            Source.SERVER,
+            generation,
+            None,
+            0.0,
+        )
+
+    async def multi(
+        self,
+        domain: str,
+        copy_resources: Sequence[str],
+        rate_resource: Optional[str] = None,
+        min_copies: int = 1,
+        max_copies: int = 1,
+        max_wait: float = 0.0,
+    ) -> MultiGrant:
+        """As ``charon_client.Client.multi`` (paper §3.3, Figure 7)."""
+        c.check_amount(max_copies, min_copies)
+        c.check_max_wait(max_wait)
+        started = time.monotonic()
+        n = max_copies
+        holds: list[Hold] = []
+
+        def left() -> float:
+            return max(max_wait - (time.monotonic() - started), 0.0)
+
+        try:
+            for resource in copy_resources:
+                hold = await self.hold_copy(resource, domain, n, min_copies, left())
+                if not hold.success:
+                    await _release_all(holds)
+                    return MultiGrant(0, [], None)
+                holds.append(hold)
+                await _shrink(holds, hold.copies)
+                n = hold.copies
+            rate: Optional[RateGrant] = None
+            if rate_resource is not None:
+                rate = await self.request_rate(rate_resource, domain, n, min_copies, left())
+                if not rate.success:
+                    await _release_all(holds)
+                    return MultiGrant(0, [], None)
+                await _shrink(holds, rate.granted)
+                n = rate.granted
+            return MultiGrant(n, holds, rate)
+        except BaseException:
+            await _release_all(holds)
+            raise
+
+    def live_generation(self) -> Optional[int]:
+        """The generation of the live session, if any."""
+        if self._session is None or self._session.closed:
+            return None
+        return self._session.generation
+
+    def _live_session(self) -> AioSession:
+        if self._closed:
+            raise ClientError("the client is closed")
+        if self._session is None or self._session.closed:
+            self._generation += 1
+            self._session = AioSession(self._stub, self._generation)
+        return self._session
+
+    async def _call(self, request: pb.SessionRequest, field: str) -> Tuple[object, int]:
+        timeout = self.options.request_timeout
+        try:
+            await asyncio.wait_for(self._places.acquire(), timeout)
+        except asyncio.TimeoutError:
+            raise ServerError(
+                f"no place in flight within {timeout} s "
+                f"({self.options.max_in_flight} operations already wait for the server)"
+            ) from None
+        try:
+            session = self._live_session()
+            reply = await session.call(request, timeout)
+            return c.expect(reply, field), session.generation
+        finally:
+            self._places.release()
+
+    async def _rate_call(self, request: pb.SessionRequest, field: str) -> pb.RateReply:
+        """As the sync client's: on the session, or a unary call."""
+        if self.options.rate_transport == "session":
+            reply = (await self._call(request, field))[0]
+            assert isinstance(reply, pb.RateReply)
+            return reply
+        timeout = self.options.request_timeout
+        try:
+            await asyncio.wait_for(self._places.acquire(), timeout)
+        except asyncio.TimeoutError:
+            raise ServerError(f"no place in flight within {timeout} s") from None
+        try:
+            if field == "request":
+                return await self._stub.Request(request.request, timeout=timeout)
+            if field == "charge":
+                return await self._stub.Charge(request.charge, timeout=timeout)
+            return await self._stub.Refund(request.refund, timeout=timeout)
+        except grpc.RpcError as e:
+            raise c.from_rpc_error(e) from None
+        finally:
+            self._places.release()
+
+    async def _until_granted(
+        self,
+        max_wait: float,
+        attempt: Callable[[], Awaitable[Tuple[bool, _T]]],
+        retry_after: Callable[[_T], Optional[float]],
+    ) -> Tuple[str, Optional[_T]]:
+        """As the sync client's: retries with back-off, kill switch,
+        degraded mode."""
+        started = time.monotonic()
+        rejections = 0
+        while True:
+            try:
+                granted, answer = await attempt()
+            except ServerError as e:
+                self._counters.add("server_errors")
+                if not self.options.fail_open:
+                    raise
+                self._counters.add("degraded_grants")
+                log.debug("degraded grant: %s", e)
+                return "degraded", None
+            if granted:
+                return "granted", answer
+            if self._kill_switch:
+                self._counters.add("kill_switch_grants")
+                return "kill_switch", answer
+            rejections += 1
+            sleep = next_sleep(
+                self.options.backoff_base,
+                rejections,
+                max_wait,
+                time.monotonic() - started,
+                random.random(),
+                retry_after(answer),
+            )
+            if sleep is None:
+                self._counters.add("rejections")
+                return "rejected", answer
+            await asyncio.sleep(sleep)
+
+
+class Hold:
+    """As ``charon_client.Hold``, for asyncio: ``async with`` releases what
+    is still held on leaving the block, also on an exception."""
+
+    def __init__(
+        self,
+        client: Client,
+        resource: str,
+        domain: str,
+        groups: Sequence[str],
+        copies: int,
+        source: Source,
+        generation: Optional[int],
+        reply: Optional[pb.ReserveReply],
+        waited: float,
+    ) -> None:
+        self._client = client
+        self.resource = resource
+        self.domain = domain
+        self.groups: list[str] = list(groups)
+        self.granted = copies
+        self.copies = copies
+        self.source = source
+        self.reply = reply
+        self.waited = waited
+        self._generation = generation
+        self._lock = asyncio.Lock()
+
+    @property
+    def success(self) -> bool:
+        """Whether the reserve was granted."""
+        return self.granted > 0
+
+    @property
+    def degraded(self) -> bool:
+        """Granted by the client alone: nothing is held on the server."""
+        return self.source is Source.DEGRADED
+
+    def _on_live_session(self) -> bool:
+        return self._generation is not None and self._client.live_generation() == self._generation
+
+    def __del__(self) -> None:
+        # A hold dropped without ``with`` nor release (as a Rust ``Hold``
+        # dropped): its copies are released in the background rather than
+        # held until the session ends. No lock is taken (this may run in
+        # the middle of any code); an attribute read is atomic.
+        try:
+            session = self._client._session
+            if (
+                self.copies > 0
+                and self._generation is not None
+                and session is not None
+                and not session.closed
+                and session.generation == self._generation
+            ):
+                release = c.release_request(self.resource, self.domain, self.copies, self.groups)
+                session.send_detached(release)
+        except Exception:  # noqa: BLE001, S110 - never raise from __del__
+            pass
+
+    async def release(self, n: int) -> None:
+        """Gives back ``n`` of the copies still held."""
+        async with self._lock:
+            if n < 0 or n > self.copies:
+                raise ClientError(f"cannot release {n} copies; this hold has {self.copies}")
+            if n == 0:
+                return
+            if self._generation is not None and self._on_live_session():
+                req = c.release_request(self.resource, self.domain, n, self.groups)
+                await self._client._call(pb.SessionRequest(release=req), "release")
+            self.copies -= n
+
+    async def release_all(self) -> None:
+        """Gives back every copy still held."""
+        await self.release(self.copies)
+
+    async def transfer(self, n: int, ttl: float) -> str:
+        """As ``charon_client.Hold.transfer``."""
+        async with self._lock:
+            if n < 1 or n > self.copies:
+                raise ClientError(f"cannot transfer {n} copies; this hold has {self.copies}")
+            if not self._on_live_session():
+                raise ServerError(
+                    "these copies are not held on a live session (degraded, or the session ended)"
+                )
+            req = c.transfer_request(self.resource, self.domain, n, self.groups, ttl)
+            reply = (await self._client._call(pb.SessionRequest(transfer=req), "transfer"))[0]
+            assert isinstance(reply, pb.TransferReply)
+            self.copies -= n
+            return reply.transfer_id
+
+    async def __aenter__(self) -> Hold:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release_all()
+        except Exception as e:  # noqa: BLE001 - never mask the block's own exception
+            log.warning(
+                "release of %d copies of %s on leaving the block failed (%s); "
+                "they go back when the session ends",
+                self.copies,
+                self.resource,
+                e,
+            )
+
+
+class MultiGrant:
+    """As ``charon_client.MultiGrant``, an ``async with`` block."""
+
+    def __init__(self, copies: int, holds: list[Hold], rate: Optional[RateGrant]) -> None:
+        self.copies = copies
+        self.holds = holds
+        self.rate = rate
+
+    @property
+    def success(self) -> bool:
+        return self.copies > 0
+
+    async def __aenter__(self) -> MultiGrant:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await _release_all(self.holds)
+
+
+async def _shrink(holds: Sequence[Hold], n: int) -> None:
+    for hold in holds:
+        extra = hold.copies - n
+        if extra > 0:
+            await hold.release(extra)
+
+
+async def _release_all(holds: Sequence[Hold]) -> None:
+    for hold in holds:
+        await hold.__aexit__(None, None, None)

@@ -1,0 +1,87 @@
+"""What calls return: grants (a rejection is one, with ``granted == 0``)
+and the client's counters."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional
+
+from ._pb import limiter_pb2 as pb
+
+__all__ = ["RateGrant", "Source", "Stats"]
+
+
+class Source(enum.Enum):
+    """Who decided a grant: the server, or the client alone (paper §4.3)."""
+
+    SERVER = "server"
+    """The server decided."""
+    DEGRADED = "degraded"
+    """The server could not be reached or answered a server error; the client
+    granted ``min_copies`` on its own so that Charon is never a single point
+    of failure."""
+    KILL_SWITCH = "kill_switch"
+    """The server rejected and the kill switch turned the rejection into a
+    grant of ``min_copies``."""
+
+
+@dataclass(frozen=True)
+class RateGrant:
+    """The answer to ``request_rate``: ``granted`` hits (0: rejected)."""
+
+    granted: int
+    source: Source
+    reply: Optional[pb.RateReply]
+    """The server's last reply (its full context, SPEC §10), if there was one."""
+    waited: float
+    """Seconds spent waiting for the grant, back-off included."""
+
+    @property
+    def success(self) -> bool:
+        """Whether anything was granted (the paper's ``res.success``)."""
+        return self.granted > 0
+
+    @property
+    def copies(self) -> int:
+        """The paper's name for ``granted`` (Figure 7)."""
+        return self.granted
+
+    @property
+    def retry_after(self) -> Optional[float]:
+        """Seconds until a request for ``min_copies`` would be granted if
+        nothing else arrived: 0 if now, None if never or not said."""
+        if self.reply is None or not self.reply.HasField("retry_after_ms"):
+            return None
+        return self.reply.retry_after_ms / 1000.0
+
+    @property
+    def delay(self) -> float:
+        """A queue's throttle (SPEC §9): seconds to wait before proceeding
+        with what was granted; 0 for other kinds."""
+        if self.reply is None or not self.reply.HasField("delay_ms"):
+            return 0.0
+        return self.reply.delay_ms / 1000.0
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the client granted without the server."""
+        return self.source is Source.DEGRADED
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What a client has seen, for the application's own metrics."""
+
+    requests: int = 0
+    """Rate requests made (each call, not each retry)."""
+    reserves: int = 0
+    """Reserves made (each call, not each retry)."""
+    rejections: int = 0
+    """Calls that ended rejected."""
+    degraded_grants: int = 0
+    """Grants made by the client alone because the server could not answer."""
+    kill_switch_grants: int = 0
+    """Rejections the kill switch turned into grants."""
+    server_errors: int = 0
+    """Server errors and unreachable servers seen."""

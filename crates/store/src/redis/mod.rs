@@ -16,6 +16,7 @@
 //! every member rebuilds its contributions from its sessions' hold sets
 //! before anyone reserves again. See `docs/redis.md`.
 
+mod cluster;
 mod conn;
 
 pub use self::conn::redacted;
@@ -501,6 +502,17 @@ impl RedisStore {
                 "Redis lost its data: {} of {resource:?} was not counted; copy counts are being rebuilt",
                 script.name
             )));
+        }
+        // In a cluster, nothing is acknowledged before a replica has it: a
+        // failover must not lose a copy grant (docs/redis.md, "Failover").
+        // Unconfirmed, it is in doubt and undone like a lost reply.
+        if let Err(e) = self.conn.replicate(counts).await {
+            self.lock_in_doubt().push(InDoubt {
+                resource: resource.to_owned(),
+                record,
+                generation,
+            });
+            return Err(e);
         }
         if adds_key {
             self.key_set_added(&tag, epoch);

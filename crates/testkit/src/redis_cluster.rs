@@ -26,6 +26,8 @@ struct Node {
 pub struct RedisCluster {
     nodes: Vec<Node>,
     users: Vec<String>,
+    /// Masters killed whose slots another node must take over.
+    killed: Vec<u16>,
 }
 
 /// A node's line of `CLUSTER NODES`.
@@ -59,6 +61,7 @@ impl RedisCluster {
                 })
                 .collect(),
             users,
+            killed: Vec::new(),
         };
         for i in 0..NODES {
             cluster.spawn(i);
@@ -194,12 +197,24 @@ impl RedisCluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+        self.killed.push(port);
         port
     }
 
-    /// Waits until every slot is served again (a replica of a killed
-    /// master promoted) and every live node says `cluster_state:ok`.
-    pub fn wait_for_failover(&self) {
+    /// Waits until every slot is served again by a live master (a replica
+    /// of each killed master promoted: until the cluster marks it failed,
+    /// after the node timeout, it still owns its slots) and every live node
+    /// says `cluster_state:ok`.
+    pub fn wait_for_failover(&mut self) {
+        let killed = std::mem::take(&mut self.killed);
+        let taken_over = crate::wait_until(Duration::from_secs(30), || {
+            self.live_ports().iter().all(|p| {
+                owners(&cli(*p, &["CLUSTER", "NODES"]).unwrap_or_default())
+                    .iter()
+                    .all(|(_, _, owner)| !killed.contains(owner))
+            })
+        });
+        assert!(taken_over, "no replica took over the slots of {killed:?}");
         self.wait_ok(Duration::from_secs(30));
     }
 

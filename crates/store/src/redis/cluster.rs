@@ -130,6 +130,77 @@ impl ClusterLink {
         self.on_route(cmd, Route::new(slot, SlotAddr::Master)).await
     }
 
+    /// Runs `evalsha` and `WAIT 1 <wait_ms>` in one pipeline on the node
+    /// that serves `key`'s slot, so that `WAIT` covers the script's writes
+    /// on that very node and connection; gives both replies. The `redis`
+    /// crate does not follow redirections inside a pipeline: after `MOVED`
+    /// a plain command on `key` makes it refresh its slot map, and `ASK`
+    /// (a slot being moved) sends `ASKING` first to the node named. A few
+    /// tries, then the redirection is the error.
+    pub(crate) async fn eval_waited(
+        &self,
+        evalsha: &Cmd,
+        wait_ms: u64,
+        key: Option<&str>,
+    ) -> RedisResult<(Value, Value)> {
+        let key = key.unwrap_or_default();
+        // Where a redirection sent the next try, and whether it was ASK.
+        let mut redirected: Option<(String, u16, bool)> = None;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            let (route, offset) = match redirected.take() {
+                Some((host, port, asking)) => {
+                    if asking {
+                        pipe.cmd("ASKING");
+                    }
+                    (
+                        SingleNodeRoutingInfo::ByAddress { host, port },
+                        usize::from(asking),
+                    )
+                }
+                None => (
+                    SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)),
+                    0,
+                ),
+            };
+            pipe.add_command(evalsha.clone());
+            pipe.cmd("WAIT").arg(1).arg(wait_ms);
+            let mut replies = self
+                .connection()
+                .route_pipeline(pipe, offset, 2, route)
+                .await?;
+            let wait = replies.pop().unwrap_or(Value::Nil);
+            let reply = replies.pop().unwrap_or(Value::Nil);
+            let Value::ServerError(e) = reply else {
+                return Ok((reply, wait));
+            };
+            let target = e
+                .details()
+                .and_then(|d| d.rsplit(' ').next())
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse().ok()?)));
+            match (e.kind(), target) {
+                (Some(redis::ServerErrorKind::Ask), Some((h, p))) if tries < 4 => {
+                    redirected = Some((h, p, true));
+                }
+                (Some(redis::ServerErrorKind::Moved), Some((h, p))) if tries < 4 => {
+                    // A plain command on the key makes the client follow
+                    // the redirection and refresh its slot map, for the
+                    // next operations; this one goes where MOVED says.
+                    let _ = redis::cmd("EXISTS")
+                        .arg(key)
+                        .query_async::<Value>(&mut self.connection())
+                        .await;
+                    redirected = Some((h, p, false));
+                }
+                _ => return Err(e.into()),
+            }
+        }
+    }
+
     /// Loads a script (`load`, a `SCRIPT LOAD`) on the master of `key`'s
     /// slot: the node that just answered NOSCRIPT for it.
     pub(crate) async fn load_on(&self, load: &Cmd, key: Option<&str>) -> RedisResult<()> {

@@ -73,6 +73,31 @@ impl Conn {
             let (link, no_client_cert) = ClusterLink::open(&nodes?, tls, timeout, &shown).await?;
             let link = Link::Cluster(link);
             probe(&link, timeout, &shown, no_client_cert).await?;
+            // Copy writes wait for a replica (`WAIT`): a user who may not
+            // is refused now, clearly, not at each copy operation.
+            if let Link::Cluster(c) = &link {
+                let check = async {
+                    let masters = c.master_slots().await?;
+                    for slot in masters {
+                        if let Value::ServerError(e) =
+                            c.on_slot(redis::cmd("WAIT").arg(0).arg(0), slot).await?
+                        {
+                            return Ok(Some(e));
+                        }
+                    }
+                    Ok(None)
+                };
+                match tokio::time::timeout(timeout, check).await {
+                    Err(_) => {
+                        return Err(StoreError::Unavailable(format!(
+                            "Redis at {shown} did not answer WAIT 0 0"
+                        )));
+                    }
+                    Ok(Err(e)) => return Err(connect_error(&e, &shown, no_client_cert)),
+                    Ok(Ok(Some(e))) => return Err(server_error(&e, "WAIT")),
+                    Ok(Ok(None)) => {}
+                }
+            }
             return Ok(Self {
                 link,
                 timeout,
@@ -169,7 +194,7 @@ impl Conn {
         evalsha.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
         if let Link::Cluster(c) = &self.link {
             return self
-                .limited(cluster_eval(c, script, keys, &evalsha, before))
+                .limited(cluster_eval(c, script, keys, &evalsha, before, None))
                 .await;
         }
         let work = async {
@@ -250,36 +275,33 @@ impl Conn {
         }
     }
 
-    /// In a cluster, waits until a replica of `key`'s master has every
-    /// write sent so far (`WAIT 1`), so that a failover cannot lose a copy
-    /// grant already acknowledged; unavailability if none confirms in
-    /// time. Nothing to do on one Redis (see docs/redis.md, "Failover").
-    pub(crate) async fn replicate(&self, key: &str) -> Result<(), StoreError> {
+    /// [`Conn::eval_after`] whose writes a failover cannot lose: in a
+    /// cluster, the script is followed on its node by `WAIT 1`, and a
+    /// reply no replica confirmed in time is unavailability (the script
+    /// may have run: the caller treats it as in doubt). On one Redis,
+    /// [`Conn::eval_after`] (see docs/redis.md, "Failover").
+    pub(crate) async fn eval_replicated(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+        before: &[Cmd],
+    ) -> Result<(Vec<Value>, Value), StoreError> {
         let Link::Cluster(c) = &self.link else {
-            return Ok(());
+            return self.eval_after(script, keys, args, before).await;
         };
-        let wait_ms = (self.timeout / 2).as_millis().max(1);
-        let work = async {
-            let mut wait = redis::cmd("WAIT");
-            wait.arg(1).arg(wait_ms as u64);
-            let slot = redis::cluster_routing::Slot::for_key(key);
-            let route = redis::cluster_routing::Route::with_slot(
-                slot,
-                redis::cluster_routing::SlotAddr::Master,
-            );
-            let v = c
-                .on_route(&wait, route)
-                .await
-                .map_err(|e| unavailable(&e))?;
-            match v {
-                Value::Int(n) if n >= 1 => Ok(()),
-                other => Err(StoreError::Unavailable(format!(
-                    "no replica of the Redis Cluster master of {key:?} confirmed the write \
-                     within {wait_ms} ms (WAIT answered {other:?}); a failover could lose it"
-                ))),
-            }
-        };
-        self.limited(work).await
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
+        let wait_ms = (self.timeout / 2).as_millis().max(1) as u64;
+        self.limited(cluster_eval(
+            c,
+            script,
+            keys,
+            &evalsha,
+            before,
+            Some(wait_ms),
+        ))
+        .await
     }
 
     /// Loads every script (so the first operations need no second trip).
@@ -350,12 +372,17 @@ fn command_error(e: &redis::RedisError) -> StoreError {
 /// they are answered, so the order is kept (see docs/redis.md, "Redis
 /// Cluster"). Each goes as a plain command, which the `redis` crate
 /// follows through MOVED and ASK (it does not inside a pipeline).
+///
+/// With `wait_ms`, the script goes in one pipeline with `WAIT 1 <wait_ms>`
+/// to the node that runs it, and its reply counts only once a replica
+/// has its writes (see docs/redis.md, "Failover").
 async fn cluster_eval(
     c: &ClusterLink,
     script: &Script,
     keys: &[&str],
     evalsha: &Cmd,
     before: &[Cmd],
+    wait_ms: Option<u64>,
 ) -> Result<(Vec<Value>, Value), StoreError> {
     let mut pre = Vec::with_capacity(before.len());
     for cmd in before {
@@ -374,7 +401,22 @@ async fn cluster_eval(
     }
     let mut loaded = false;
     loop {
-        match evalsha.query_async::<Value>(&mut c.connection()).await {
+        let reply = match wait_ms {
+            None => evalsha.query_async::<Value>(&mut c.connection()).await,
+            Some(ms) => match c.eval_waited(evalsha, ms, keys.first().copied()).await {
+                Ok((v, Value::Int(n))) if n >= 1 => Ok(v),
+                Ok((_, other)) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "no replica of the Redis Cluster master of {:?} confirmed {} within \
+                         {ms} ms (WAIT answered {other:?}); a failover could lose it",
+                        keys.first().copied().unwrap_or_default(),
+                        script.name
+                    )));
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match reply {
             Ok(v) => return Ok((pre, v)),
             Err(e)
                 if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) && !loaded =>
@@ -563,6 +605,11 @@ pub(crate) fn denial(e: &redis::RedisError) -> Option<&'static str> {
         _ => {}
     }
     let text = e.to_string();
+    // A cluster's first connections fail as one I/O error that names the
+    // refusal of every node ("Password authentication failed").
+    if text.contains("AuthenticationFailed") || text.contains("WRONGPASS") {
+        return Some("refused the user name or password of the store URL");
+    }
     if acl_refusal(&text) {
         Some(
             "does not let the store URL's user run what Charon needs (NOPERM: see the ACL rules \

@@ -36,7 +36,7 @@ const PASSWORD: &str = "Clu5ter-S3cret";
 const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get +set +del \
      +exists +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \
      +hincrby +hmget +hvals +lindex +llen +lpop +lrange +lset +ltrim +rpush +persist +pexpire +pexpireat \
-     +zadd +zcard +zrangebyscore +zrem +zremrangebyscore +cluster|slots +wait";
+     +zadd +zcard +zrangebyscore +zrem +zremrangebyscore +cluster|slots +wait +asking";
 
 async fn granted(clients: &[Client], resource: &str, calls: usize) -> usize {
     let mut n = 0;

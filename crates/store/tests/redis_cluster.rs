@@ -24,7 +24,7 @@ use charon_testkit::stores::{eventually, options, spawn_maintain};
 const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get +set +del \
      +exists +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \
      +hincrby +hmget +hvals +lindex +llen +lpop +lrange +lset +ltrim +rpush +persist +pexpire +pexpireat \
-     +zadd +zcard +zrangebyscore +zrem +zremrangebyscore +cluster|slots +wait";
+     +zadd +zcard +zrangebyscore +zrem +zremrangebyscore +cluster|slots +wait +asking";
 
 const TTL: Duration = Duration::from_secs(3);
 

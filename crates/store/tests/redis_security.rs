@@ -30,8 +30,9 @@ const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get 
 
 /// What a Redis Cluster user needs on top of [`ACL_RULES`], exactly as
 /// `docs/redis.md` gives it: the slot map (`CLUSTER SLOTS`, read by the
-/// client at connect and on MOVED) and `WAIT` after copy writes.
-const CLUSTER_ACL_RULES: &str = "+cluster|slots +wait";
+/// client at connect and on MOVED), `WAIT` after copy writes and
+/// `ASKING` before a copy script redirected by ASK.
+const CLUSTER_ACL_RULES: &str = "+cluster|slots +wait +asking";
 
 fn tls(pki: &TestPki, client: bool) -> RedisTls {
     RedisTls {

@@ -76,7 +76,9 @@ pub struct ServeArgs {
     pub http_listen: Option<String>,
     /// Where state lives: `memory` (this process only),
     /// `redis://[user:password@]host:port[/db]` or `rediss://…` (Redis
-    /// over TLS) [default: memory].
+    /// over TLS), or a Redis Cluster through seed nodes,
+    /// `redis+cluster://[user:password@]host:port,host:port`
+    /// (`rediss+cluster://…` for TLS) [default: memory].
     #[arg(long, value_name = "URL", env = "CHARON_STORE", hide_env_values = true)]
     pub store: Option<String>,
     /// Redis over TLS (`rediss://`): trust the CA certificates in this PEM

@@ -917,3 +917,15 @@ macro_rules! suite {
 }
 
 suite!(memory, redis);
+
+// The same tests on a private Redis Cluster (three masters, three
+// replicas): every script's keys in one slot, copy writes confirmed by a
+// replica (`WAIT`). A subset, as each starts six redis-servers; the
+// meters batch across resources is cross-slot (see docs/redis.md).
+conformance!(redis_cluster:
+    rate_window_boundaries,
+    rate_hard_and_global_limits,
+    copies_respect_domain_group_and_global_limits,
+    release_beyond_held_is_refused_and_changes_nothing,
+    transfers_stage_expire_and_seize,
+);

@@ -12,6 +12,7 @@ mod charon;
 mod in_process;
 mod postgres;
 mod redis;
+mod redis_cluster;
 mod small_fs;
 #[cfg(feature = "store")]
 pub mod stores;
@@ -26,6 +27,7 @@ pub use charon::{CharonProcess, http_get, signal};
 pub use in_process::InProcessServer;
 pub use postgres::Postgres;
 pub use redis::{RedisServer, RedisSetup, RedisTlsSetup};
+pub use redis_cluster::RedisCluster;
 pub use small_fs::SmallFs;
 #[cfg(feature = "tls")]
 pub use tls::TestPki;

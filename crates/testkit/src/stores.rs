@@ -20,7 +20,7 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::task::JoinHandle;
 
-use crate::RedisServer;
+use crate::{RedisCluster, RedisServer};
 
 /// A store under test, its clock, and whatever keeps it running.
 #[derive(Debug)]
@@ -31,6 +31,8 @@ pub struct Fixture {
     pub store: Arc<dyn Store>,
     /// The private Redis behind it, if any (killed on drop).
     pub redis: Option<RedisServer>,
+    /// The private Redis Cluster of [`redis_cluster`].
+    pub cluster: Option<RedisCluster>,
     maintain: Option<JoinHandle<StoreError>>,
 }
 
@@ -49,6 +51,7 @@ pub async fn memory() -> Fixture {
         store: Arc::new(MemoryStore::with_sequential_ids(clock.clone())),
         clock,
         redis: None,
+        cluster: None,
         maintain: None,
     }
 }
@@ -66,6 +69,26 @@ pub async fn redis() -> Fixture {
         clock,
         store,
         redis: Some(server),
+        cluster: None,
+        maintain: Some(maintain),
+    }
+}
+
+/// The Redis store on a private Redis Cluster (three masters, three
+/// replicas), on a manual clock.
+pub async fn redis_cluster() -> Fixture {
+    let cluster = RedisCluster::start();
+    let clock = Arc::new(ManualClock::new(0));
+    let opts = options(Some(clock.clone()), "test", Duration::from_secs(10));
+    let store = RedisStore::connect(&cluster.url(), opts)
+        .await
+        .expect("connect to the private Redis Cluster");
+    let maintain = spawn_maintain(&store);
+    Fixture {
+        clock,
+        store,
+        redis: None,
+        cluster: Some(cluster),
         maintain: Some(maintain),
     }
 }

@@ -25,9 +25,14 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
     let shown = redacted(url);
     if !(url.starts_with("redis://")
         || url.starts_with("rediss://")
-        || url.starts_with("redis+unix://"))
+        || url.starts_with("redis+unix://")
+        || url.starts_with("redis+cluster://")
+        || url.starts_with("rediss+cluster://"))
     {
-        bail!("unsupported store {shown:?} (expected memory or redis://host:port)");
+        bail!(
+            "unsupported store {shown:?} (expected memory, redis://host:port or \
+             redis+cluster://host:port,host:port)"
+        );
     }
     let options = RedisOptions {
         server_id: server_id(),

@@ -7,6 +7,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ServerError, ServerErrorKind, Value};
 
+use super::cluster::{self, ClusterLink};
+
 use super::RedisTls;
 use super::scripts::Script;
 use crate::StoreError;
@@ -15,7 +17,7 @@ use crate::StoreError;
 /// concurrent operations are pipelined on it.
 #[derive(Clone)]
 pub(crate) struct Conn {
-    manager: ConnectionManager,
+    link: Link,
     timeout: Duration,
     /// The URL without its password (see [`redacted`]).
     shown: String,
@@ -30,9 +32,34 @@ impl std::fmt::Debug for Conn {
     }
 }
 
+/// One Redis, or a Redis Cluster: both multiplex every operation on
+/// their connections and reconnect by themselves.
+#[derive(Clone)]
+enum Link {
+    Single(ConnectionManager),
+    Cluster(ClusterLink),
+}
+
+impl Link {
+    async fn pipeline(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
+        match self {
+            Link::Single(m) => pipe.query_async(&mut m.clone()).await,
+            Link::Cluster(c) => pipe.query_async(&mut c.connection()).await,
+        }
+    }
+
+    async fn cmd<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self {
+            Link::Single(m) => cmd.query_async(&mut m.clone()).await,
+            Link::Cluster(c) => cmd.query_async(&mut c.connection()).await,
+        }
+    }
+}
+
 impl Conn {
-    /// Connects to `url` (with `tls` for a `rediss://` URL). Operations
-    /// time out after `timeout`.
+    /// Connects to `url` (with `tls` for a `rediss://` URL, or a
+    /// `redis+cluster://` / `rediss+cluster://` list of seed nodes).
+    /// Operations time out after `timeout`.
     ///
     /// No error names the URL as given: it may carry a password. They
     /// name [`redacted`]`(url)` instead.
@@ -42,6 +69,41 @@ impl Conn {
         timeout: Duration,
     ) -> Result<Self, StoreError> {
         let shown = redacted(url);
+        if let Some(nodes) = cluster::seed_nodes(url) {
+            let (link, no_client_cert) = ClusterLink::open(&nodes?, tls, timeout, &shown).await?;
+            let link = Link::Cluster(link);
+            probe(&link, timeout, &shown, no_client_cert).await?;
+            // Copy writes wait for a replica (`WAIT`): a user who may not
+            // is refused now, clearly, not at each copy operation.
+            if let Link::Cluster(c) = &link {
+                let check = async {
+                    let masters = c.master_slots().await?;
+                    for slot in masters {
+                        if let Value::ServerError(e) =
+                            c.on_slot(redis::cmd("WAIT").arg(0).arg(0), slot).await?
+                        {
+                            return Ok(Some(e));
+                        }
+                    }
+                    Ok(None)
+                };
+                match tokio::time::timeout(timeout, check).await {
+                    Err(_) => {
+                        return Err(StoreError::Unavailable(format!(
+                            "Redis at {shown} did not answer WAIT 0 0"
+                        )));
+                    }
+                    Ok(Err(e)) => return Err(connect_error(&e, &shown, no_client_cert)),
+                    Ok(Ok(Some(e))) => return Err(server_error(&e, "WAIT")),
+                    Ok(Ok(None)) => {}
+                }
+            }
+            return Ok(Self {
+                link,
+                timeout,
+                shown,
+            });
+        }
         let invalid = |e: &dyn std::fmt::Display| {
             StoreError::Unavailable(format!("invalid Redis URL {shown}: {e}"))
         };
@@ -95,29 +157,10 @@ impl Conn {
         .await
         .map_err(|_| StoreError::Unavailable(format!("connecting to Redis at {shown} timed out")))?
         .map_err(|e| connect_error(&e, &shown, no_client_cert))?;
-        // A Redis that requires a password closes the connection of an
-        // unauthenticated client that sends a long argument (a script: more
-        // than 16 KiB), which would look like a network fault. A PING
-        // first gets the plain NOAUTH. PING itself need not be allowed by
-        // the user's ACL rules: NOPERM is fine here.
-        let mut probe = manager.clone();
-        let ping = tokio::time::timeout(
-            timeout,
-            redis::cmd("PING").query_async::<String>(&mut probe),
-        )
-        .await
-        .map_err(|_| {
-            StoreError::Unavailable(format!(
-                "Redis at {shown} did not answer PING within {timeout:?}"
-            ))
-        })?;
-        match ping {
-            Err(e) if e.code() == Some("NOPERM") => {}
-            Err(e) => return Err(connect_error(&e, &shown, no_client_cert)),
-            Ok(_) => {}
-        }
+        let link = Link::Single(manager);
+        probe(&link, timeout, &shown, no_client_cert).await?;
         Ok(Self {
-            manager,
+            link,
             timeout,
             shown,
         })
@@ -149,8 +192,12 @@ impl Conn {
     ) -> Result<(Vec<Value>, Value), StoreError> {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
+        if let Link::Cluster(c) = &self.link {
+            return self
+                .limited(cluster_eval(c, script, keys, &evalsha, before, None))
+                .await;
+        }
         let work = async {
-            let mut conn = self.manager.clone();
             let mut loaded = false;
             loop {
                 let mut pipe = redis::pipe();
@@ -159,30 +206,23 @@ impl Conn {
                     pipe.add_command(cmd.clone());
                 }
                 pipe.add_command(evalsha.clone());
-                let mut replies: Vec<Value> = pipe
-                    .query_async(&mut conn)
+                let mut replies: Vec<Value> = self
+                    .link
+                    .pipeline(&pipe)
                     .await
                     .map_err(|e| unavailable(&e))?;
                 let reply = replies
                     .pop()
                     .ok_or_else(|| StoreError::BadData("empty pipeline reply".into()))?;
-                for r in &replies {
-                    if let Value::ServerError(e) = r {
-                        // The script may have run without what had to come
-                        // first (a key-set entry): report it as in doubt.
-                        return Err(StoreError::Unavailable(format!(
-                            "Redis refused a command sent before {}: {e}",
-                            script.name
-                        )));
-                    }
-                }
+                refused_before(&replies, script)?;
                 match reply {
                     Value::ServerError(e)
                         if e.kind() == Some(ServerErrorKind::NoScript) && !loaded =>
                     {
                         let mut load = redis::cmd("SCRIPT");
                         load.arg("LOAD").arg(&*script.code);
-                        load.query_async::<String>(&mut conn)
+                        self.link
+                            .cmd::<String>(&load)
                             .await
                             .map_err(|e| unavailable(&e))?;
                         loaded = true;
@@ -197,23 +237,71 @@ impl Conn {
 
     /// Runs one plain command.
     pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StoreError> {
-        let work = async {
-            let mut conn = self.manager.clone();
-            cmd.query_async::<T>(&mut conn).await.map_err(|e| {
-                // `unavailable` makes a refusal of the user a denial.
-                if denial(&e).is_some()
-                    || e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.code().is_some_and(cannot_serve_now)
-                {
-                    unavailable(&e)
-                } else {
-                    StoreError::BadData(format!("Redis answered: {e}"))
-                }
-            })
-        };
+        let work = async { self.link.cmd::<T>(cmd).await.map_err(|e| command_error(&e)) };
         self.limited(work).await
+    }
+
+    /// The nodes a walk over every key (`SCAN`) must visit, each named by
+    /// a slot it serves: `None` for the one Redis, else one slot of each
+    /// master of the cluster.
+    pub(crate) async fn scan_nodes(&self) -> Result<Vec<Option<u16>>, StoreError> {
+        match &self.link {
+            Link::Single(_) => Ok(vec![None]),
+            Link::Cluster(c) => {
+                let masters =
+                    self.limited(async { c.master_slots().await.map_err(|e| unavailable(&e)) });
+                Ok(masters.await?.into_iter().map(Some).collect())
+            }
+        }
+    }
+
+    /// Runs `cmd` on the node serving `slot` (see [`Conn::scan_nodes`]),
+    /// or as [`Conn::query`] for `None`.
+    pub(crate) async fn query_at<T: redis::FromRedisValue>(
+        &self,
+        slot: Option<u16>,
+        cmd: &Cmd,
+    ) -> Result<T, StoreError> {
+        match (&self.link, slot) {
+            (Link::Cluster(c), Some(slot)) => {
+                let work = async {
+                    let v = c.on_slot(cmd, slot).await.map_err(|e| unavailable(&e))?;
+                    redis::from_redis_value(v)
+                        .map_err(|e| StoreError::BadData(format!("Redis answered: {e}")))
+                };
+                self.limited(work).await
+            }
+            _ => self.query(cmd).await,
+        }
+    }
+
+    /// [`Conn::eval_after`] whose writes a failover cannot lose: in a
+    /// cluster, the script is followed on its node by `WAIT 1`, and a
+    /// reply no replica confirmed in time is unavailability (the script
+    /// may have run: the caller treats it as in doubt). On one Redis,
+    /// [`Conn::eval_after`] (see docs/redis.md, "Failover").
+    pub(crate) async fn eval_replicated(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+        before: &[Cmd],
+    ) -> Result<(Vec<Value>, Value), StoreError> {
+        let Link::Cluster(c) = &self.link else {
+            return self.eval_after(script, keys, args, before).await;
+        };
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
+        let wait_ms = (self.timeout / 2).as_millis().max(1) as u64;
+        self.limited(cluster_eval(
+            c,
+            script,
+            keys,
+            &evalsha,
+            before,
+            Some(wait_ms),
+        ))
+        .await
     }
 
     /// Loads every script (so the first operations need no second trip).
@@ -223,10 +311,13 @@ impl Conn {
             pipe.cmd("SCRIPT").arg("LOAD").arg(&*s.code);
         }
         let work = async {
-            let mut conn = self.manager.clone();
-            pipe.query_async::<Vec<String>>(&mut conn)
-                .await
-                .map_err(|e| unavailable(&e))
+            match &self.link {
+                // `SCRIPT LOAD` goes to every master by itself; a pipeline
+                // would reach one node.
+                Link::Cluster(c) => c.load_all(scripts).await,
+                Link::Single(m) => pipe.query_async::<Vec<String>>(&mut m.clone()).await,
+            }
+            .map_err(|e| unavailable(&e))
         };
         let shas = self.limited(work).await?;
         for (s, sha) in scripts.iter().zip(&shas) {
@@ -255,9 +346,161 @@ impl Conn {
     }
 }
 
+/// A failed command: a refusal of the user is a denial, what waiting may
+/// fix is unavailability, the rest means a bug or foreign data.
+fn command_error(e: &redis::RedisError) -> StoreError {
+    if denial(e).is_some()
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.code().is_some_and(cannot_serve_now)
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::ClusterConnectionNotFound
+                | redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+        )
+    {
+        unavailable(e)
+    } else {
+        StoreError::BadData(format!("Redis answered: {e}"))
+    }
+}
+
+/// [`Conn::eval_after`] in a cluster. A pipeline must stay in one slot
+/// and the `before` commands are in the membership's slot, not the
+/// script's: they are sent first, one by one, and the script only once
+/// they are answered, so the order is kept (see docs/redis.md, "Redis
+/// Cluster"). Each goes as a plain command, which the `redis` crate
+/// follows through MOVED and ASK (it does not inside a pipeline).
+///
+/// With `wait_ms`, the script goes in one pipeline with `WAIT 1 <wait_ms>`
+/// to the node that runs it, and its reply counts only once a replica
+/// has its writes (see docs/redis.md, "Failover").
+async fn cluster_eval(
+    c: &ClusterLink,
+    script: &Script,
+    keys: &[&str],
+    evalsha: &Cmd,
+    before: &[Cmd],
+    wait_ms: Option<u64>,
+) -> Result<(Vec<Value>, Value), StoreError> {
+    let mut pre = Vec::with_capacity(before.len());
+    for cmd in before {
+        match cmd.query_async::<Value>(&mut c.connection()).await {
+            Ok(v) => pre.push(v),
+            Err(e) if e.kind() == redis::ErrorKind::Io || e.is_timeout() => {
+                return Err(unavailable(&e));
+            }
+            Err(e) => {
+                return Err(StoreError::Unavailable(format!(
+                    "Redis refused a command sent before {}: {e}",
+                    script.name
+                )));
+            }
+        }
+    }
+    let mut loaded = false;
+    loop {
+        let reply = match wait_ms {
+            None => evalsha.query_async::<Value>(&mut c.connection()).await,
+            Some(ms) => match c.eval_waited(evalsha, ms, keys.first().copied()).await {
+                Ok((v, Value::Int(n))) if n >= 1 => Ok(v),
+                Ok((_, other)) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "no replica of the Redis Cluster master of {:?} confirmed {} within \
+                         {ms} ms (WAIT answered {other:?}); a failover could lose it",
+                        keys.first().copied().unwrap_or_default(),
+                        script.name
+                    )));
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match reply {
+            Ok(v) => return Ok((pre, v)),
+            Err(e)
+                if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) && !loaded =>
+            {
+                // The node that answered NOSCRIPT is the master of the
+                // script's slot: a replica promoted since `load`, or a
+                // node restarted.
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(&*script.code);
+                c.load_on(&load, keys.first().copied())
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                loaded = true;
+            }
+            Err(e) if e.code() == Some("NOPERM") || acl_refusal(&e.to_string()) => {
+                return Err(StoreError::Denied(format!(
+                    "Redis refused {} to the store URL's user (NOPERM: see the ACL rules in \
+                     docs/redis.md): {e}",
+                    script.name
+                )));
+            }
+            Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::CrossSlot) => {
+                return Err(StoreError::BadData(format!(
+                    "{} would touch keys of several Redis Cluster slots (several resources in \
+                     one batch); on a cluster, set same_slot: true on the Envoy domain \
+                     (docs/envoy.md): {e}",
+                    script.name
+                )));
+            }
+            Err(e) => {
+                return Err(match command_error(&e) {
+                    StoreError::BadData(_) => {
+                        StoreError::BadData(format!("Redis refused {}: {e}", script.name))
+                    }
+                    other => other,
+                });
+            }
+        }
+    }
+}
+
+/// Refuses the reply of a script whose `before` commands failed: the
+/// script may have run without what had to come first (a key-set entry),
+/// so it is reported as in doubt.
+fn refused_before(replies: &[Value], script: &Script) -> Result<(), StoreError> {
+    for r in replies {
+        if let Value::ServerError(e) = r {
+            return Err(StoreError::Unavailable(format!(
+                "Redis refused a command sent before {}: {e}",
+                script.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Sends PING first: a Redis that requires a password closes the
+/// connection of an unauthenticated client that sends a long argument (a
+/// script: more than 16 KiB), which would look like a network fault. A
+/// PING first gets the plain NOAUTH. PING itself need not be allowed by
+/// the user's ACL rules: NOPERM is fine here.
+async fn probe(
+    link: &Link,
+    timeout: Duration,
+    shown: &str,
+    no_client_cert: bool,
+) -> Result<(), StoreError> {
+    let ping = tokio::time::timeout(timeout, link.cmd::<Value>(&redis::cmd("PING")))
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!(
+                "Redis at {shown} did not answer PING within {timeout:?}"
+            ))
+        })?;
+    match ping {
+        Err(e) if e.code() == Some("NOPERM") => Ok(()),
+        Err(e) => Err(connect_error(&e, shown, no_client_cert)),
+        Ok(_) => Ok(()),
+    }
+}
+
 /// A failed round trip: [`StoreError::Denied`] if Redis refuses this
 /// server for good (see [`denial`]), else unavailability.
-fn unavailable(e: &redis::RedisError) -> StoreError {
+pub(crate) fn unavailable(e: &redis::RedisError) -> StoreError {
     match denial(e) {
         Some(why) => StoreError::Denied(format!("Redis {why}: {e}")),
         None => StoreError::Unavailable(format!("Redis: {e}")),
@@ -306,7 +549,7 @@ fn cannot_serve_now(code: &str) -> bool {
 /// rustls cannot choose by itself when a build enables both of its
 /// providers (ring here, aws-lc-rs through some other crate), and would
 /// panic at the first handshake.
-fn install_crypto() {
+pub(crate) fn install_crypto() {
     // An error only says that a provider is installed already: fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
@@ -320,7 +563,11 @@ fn install_crypto() {
 /// TLS alert and closes; if the close overtakes the alert (a reset), only
 /// a dropped connection is seen, which waiting could fix as well: that
 /// stays unavailability, with the likely cause named.
-fn connect_error(e: &redis::RedisError, shown: &str, no_client_cert: bool) -> StoreError {
+pub(crate) fn connect_error(
+    e: &redis::RedisError,
+    shown: &str,
+    no_client_cert: bool,
+) -> StoreError {
     if let Some(why) = denial(e) {
         return StoreError::Denied(format!("Redis at {shown} {why}: {e}"));
     }
@@ -358,6 +605,11 @@ pub(crate) fn denial(e: &redis::RedisError) -> Option<&'static str> {
         _ => {}
     }
     let text = e.to_string();
+    // A cluster's first connections fail as one I/O error that names the
+    // refusal of every node ("Password authentication failed").
+    if text.contains("AuthenticationFailed") || text.contains("WRONGPASS") {
+        return Some("refused the user name or password of the store URL");
+    }
     if acl_refusal(&text) {
         Some(
             "does not let the store URL's user run what Charon needs (NOPERM: see the ACL rules \
@@ -447,5 +699,14 @@ mod tests {
         );
         assert_eq!(redacted("redis://u:p/w?x@h/0"), "redis://u:***@h/0");
         assert_eq!(redacted("no url at all"), "no url at all");
+        // A cluster's seed list: one user information for every node.
+        assert_eq!(
+            redacted("redis+cluster://charon:pw@10.0.0.1:7000,10.0.0.2:7001"),
+            "redis+cluster://charon:***@10.0.0.1:7000,10.0.0.2:7001"
+        );
+        assert_eq!(
+            redacted("rediss+cluster://:p@w@h1:1,h2:2/?protocol=resp3"),
+            "rediss+cluster://:***@h1:1,h2:2/?protocol=resp3"
+        );
     }
 }

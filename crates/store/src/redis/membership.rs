@@ -333,12 +333,30 @@ impl RedisStore {
     /// Every key matching `pattern`; `starting` keeps the member live
     /// between pages.
     async fn scan(&self, pattern: &str, starting: bool) -> Result<Vec<String>, StoreError> {
-        let mut cursor = 0u64;
         let mut found = Vec::new();
+        // In a cluster each master holds its own keys: every one is walked.
+        for node in self.conn.scan_nodes().await? {
+            self.scan_node(node, pattern, starting, &mut found).await?;
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
+    /// [`Self::scan`] on one node (see `Conn::scan_nodes`).
+    async fn scan_node(
+        &self,
+        node: Option<u16>,
+        pattern: &str,
+        starting: bool,
+        found: &mut Vec<String>,
+    ) -> Result<(), StoreError> {
+        let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = self
                 .conn
-                .query(
+                .query_at(
+                    node,
                     redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
@@ -353,9 +371,7 @@ impl RedisStore {
                 self.keep_starting().await?;
             }
             if next == 0 {
-                found.sort();
-                found.dedup();
-                return Ok(found);
+                return Ok(());
             }
             cursor = next;
         }

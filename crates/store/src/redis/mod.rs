@@ -16,6 +16,7 @@
 //! every member rebuilds its contributions from its sessions' hold sets
 //! before anyone reserves again. See `docs/redis.md`.
 
+mod cluster;
 mod conn;
 
 pub use self::conn::redacted;
@@ -481,7 +482,14 @@ impl RedisStore {
         all_args.extend(args);
         let [counts, contribution, staging, expiry] = k.all();
         let keys = [counts, contribution, staging, expiry, record.as_str()];
-        let (pre, v) = match self.conn.eval_after(script, &keys, &all_args, &first).await {
+        // In a cluster, nothing is acknowledged before a replica has it: a
+        // failover must not lose a copy grant (docs/redis.md, "Failover").
+        // Unconfirmed, it is in doubt and undone like a lost reply.
+        let (pre, v) = match self
+            .conn
+            .eval_replicated(script, &keys, &all_args, &first)
+            .await
+        {
             Ok(v) => v,
             Err(e) => {
                 self.on_error(&e);
@@ -571,7 +579,13 @@ impl RedisStore {
             let [counts, contribution, staging, expiry] = k.all();
             let keys = [counts, contribution, staging, expiry, op.record.as_str()];
             let args = [self.clock_arg(), self.record_ttl.as_millis().to_string()];
-            match self.conn.eval(&self.scripts.undo, &keys, &args, &[]).await {
+            // Replicated like the operation itself: an undo lost in a
+            // failover would leave the copies counted (it is retried).
+            let undo = self
+                .conn
+                .eval_replicated(&self.scripts.undo, &keys, &args, &[])
+                .await;
+            match undo.map(|(_, v)| v) {
                 Ok(v) => {
                     let mut r = Reply::new(self.scripts.undo.name, v)?;
                     match r.text()?.as_str() {

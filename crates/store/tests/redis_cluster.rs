@@ -15,8 +15,11 @@ use tokio::task::JoinHandle;
 
 use charon_core::config::{CopyLimits, Enforcement, RateLimits, Tier};
 use charon_core::copy::Hold;
+use charon_core::meter::{Op, Policy};
 use charon_core::request::Amount;
-use charon_store::{ClientCertificate, RedisOptions, RedisStore, RedisTls, Store, StoreError};
+use charon_store::{
+    ClientCertificate, Limit, MeterOp, RedisOptions, RedisStore, RedisTls, Store, StoreError,
+};
 use charon_testkit::stores::{eventually, options, spawn_maintain};
 use charon_testkit::{RedisCluster, RedisTlsSetup, TestPki};
 
@@ -499,4 +502,43 @@ async fn over_mutual_tls_as_an_acl_user_the_store_decides_on_every_master() {
         matches!(&e, StoreError::Denied(t) if t.contains("rediss+cluster")),
         "{e:?}"
     );
+}
+
+/// An Envoy-style batch (`Store::meters`) over resources in different
+/// slots is one script across slots, which a cluster cannot run: a clear
+/// error naming `same_slot`, never a partial batch; with `same_slot`
+/// (one hash tag for the Envoy domain) it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_across_slots_is_refused_clearly_and_same_slot_runs() {
+    let cluster = RedisCluster::start();
+    let names = resources_on_every_master(&cluster, 1);
+    let (store, maintain) = serve(&cluster.url(), "s", Duration::from_secs(2)).await;
+    let tiers = one_tier(1);
+    let batch = |slot: Option<&'static str>| -> Vec<MeterOp<'_>> {
+        names
+            .iter()
+            .map(|name| MeterOp {
+                resource: name,
+                domain: "d",
+                limit: Limit::Tiers {
+                    limits: rate(&tiers),
+                    policy: Policy::default(),
+                    enforcement: Enforcement::Enforce,
+                },
+                op: Op::request(one()),
+                shadow: false,
+                slot,
+            })
+            .collect()
+    };
+    let e = store.meters(&batch(None)).await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::BadData(t) if t.contains("same_slot")),
+        "{e:?}"
+    );
+    let b = store.meters(&batch(Some("edge"))).await.unwrap();
+    assert!(b.committed, "one slot: the batch runs");
+    let b = store.meters(&batch(Some("edge"))).await.unwrap();
+    assert!(!b.committed, "and counts: the tier of 1 is full");
+    maintain.abort();
 }

@@ -100,7 +100,7 @@ async fn serve_on_a_cluster_holds_limits_across_servers_and_a_failover() {
     tokio::task::block_in_place(|| cluster.restart(killed));
 
     // Recovery by itself: reserves succeed again until the limit, exactly.
-    let full = within(Duration::from_secs(30), async || {
+    let full = within(Duration::from_secs(60), async || {
         match clients[holds.len() % 2].reserve("vm", "d").send().await {
             Ok(h) if h.copies() > 0 => holds.push(h),
             _ => {}

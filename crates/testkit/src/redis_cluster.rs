@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::RedisTlsSetup;
+
 /// How many nodes: three masters, each with one replica.
 const NODES: usize = 6;
 
@@ -28,6 +30,10 @@ pub struct RedisCluster {
     users: Vec<String>,
     /// Masters killed whose slots another node must take over.
     killed: Vec<u16>,
+    /// TLS only (`tls-cluster yes`), if set.
+    tls: Option<RedisTlsSetup>,
+    /// `redis-cli`'s TLS options for [`RedisCluster::tls`].
+    tls_args: Vec<String>,
 }
 
 /// A node's line of `CLUSTER NODES`.
@@ -50,6 +56,26 @@ impl RedisCluster {
     /// `RedisSetup::users`) on every node; the default user stays open
     /// so that the nodes and `redis-cli --cluster` need no password.
     pub fn start_with_users(users: Vec<String>) -> Self {
+        Self::start_with(users, None)
+    }
+
+    /// Starts a cluster with ACL users and, with `tls`, TLS only: clients,
+    /// the cluster bus and replication (`tls-cluster yes`,
+    /// `tls-replication yes`), the nodes showing each other the server
+    /// certificate.
+    pub fn start_with(users: Vec<String>, tls: Option<RedisTlsSetup>) -> Self {
+        let tls_args = tls.as_ref().map_or_else(Vec::new, |t| {
+            let (cert, key, ca) = &t.probe;
+            vec![
+                "--tls".to_owned(),
+                "--cert".to_owned(),
+                cert.display().to_string(),
+                "--key".to_owned(),
+                key.display().to_string(),
+                "--cacert".to_owned(),
+                ca.display().to_string(),
+            ]
+        });
         let ports = free_cluster_ports(NODES);
         let mut cluster = Self {
             nodes: ports
@@ -62,24 +88,41 @@ impl RedisCluster {
                 .collect(),
             users,
             killed: Vec::new(),
+            tls,
+            tls_args,
         };
         for i in 0..NODES {
             cluster.spawn(i);
         }
         let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
+        create
+            .args(&cluster.tls_args)
+            .arg("--cluster")
+            .arg("create");
         for n in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", n.port));
         }
-        let out = create
+        let mut child = create
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
             .expect("redis-cli must be on PATH");
+        // It waits for the nodes to join: if they cannot (a bus that
+        // refuses them), the test fails instead of hanging.
+        let mut status = None;
+        let created = crate::wait_until(Duration::from_secs(30), || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if !created {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
+            status.is_some_and(|s| s.success()),
+            "redis-cli --cluster create failed or did not finish in 30 s ({status:?})"
         );
         cluster.wait_ok(Duration::from_secs(20));
         cluster.wait_in_sync(NODES / 2);
@@ -95,7 +138,7 @@ impl RedisCluster {
                 .live_ports()
                 .iter()
                 .filter(|p| {
-                    cli(**p, &["INFO", "replication"]).is_some_and(|r| {
+                    self.cli(**p, &["INFO", "replication"]).is_some_and(|r| {
                         r.contains("role:slave") && r.contains("master_link_status:up")
                     })
                 })
@@ -111,8 +154,30 @@ impl RedisCluster {
     fn spawn(&mut self, i: usize) {
         let node = &self.nodes[i];
         let mut command = Command::new("redis-server");
+        match &self.tls {
+            None => {
+                command.args(["--port", &node.port.to_string()]);
+            }
+            Some(tls) => {
+                command
+                    .args(["--port", "0", "--tls-port", &node.port.to_string()])
+                    .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                    .arg("--tls-cert-file")
+                    .arg(&tls.cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.ca)
+                    // Nodes are each other's clients (bus, replication):
+                    // they show the client certificate.
+                    .arg("--tls-client-cert-file")
+                    .arg(&tls.probe.0)
+                    .arg("--tls-client-key-file")
+                    .arg(&tls.probe.1)
+                    .args(["--tls-auth-clients", tls.auth_clients]);
+            }
+        }
         command
-            .args(["--port", &node.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", "nodes.conf"])
@@ -132,7 +197,8 @@ impl RedisCluster {
         let port = node.port;
         self.nodes[i].child = Some(child);
         let up = crate::wait_until(Duration::from_secs(10), || {
-            cli(port, &["PING"]).is_some_and(|r| r.contains("PONG"))
+            self.cli(port, &["PING"])
+                .is_some_and(|r| r.contains("PONG"))
         });
         assert!(up, "cluster node on port {port} did not answer PING");
     }
@@ -144,7 +210,12 @@ impl RedisCluster {
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = if self.tls.is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", seeds.join(","))
     }
 
     /// [`RedisCluster::url`] as `user` with `password`.
@@ -168,7 +239,7 @@ impl RedisCluster {
     /// The slot of `key` (its hash tag's, if it has one).
     pub fn slot_of(&self, key: &str) -> u16 {
         let port = self.live_ports()[0];
-        cli(port, &["CLUSTER", "KEYSLOT", key])
+        self.cli(port, &["CLUSTER", "KEYSLOT", key])
             .and_then(|r| r.trim().parse().ok())
             .expect("CLUSTER KEYSLOT")
     }
@@ -209,7 +280,7 @@ impl RedisCluster {
         let killed = std::mem::take(&mut self.killed);
         let taken_over = crate::wait_until(Duration::from_secs(30), || {
             self.live_ports().iter().all(|p| {
-                owners(&cli(*p, &["CLUSTER", "NODES"]).unwrap_or_default())
+                owners(&self.cli(*p, &["CLUSTER", "NODES"]).unwrap_or_default())
                     .iter()
                     .all(|(_, _, owner)| !killed.contains(owner))
             })
@@ -251,10 +322,12 @@ impl RedisCluster {
         };
         let (from_id, to_id) = (id(from), id(to));
         let s = slot.to_string();
-        must(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]);
-        must(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]);
+        self.must(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]);
+        self.must(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]);
         loop {
-            let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]).unwrap_or_default();
+            let keys = self
+                .cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, "100"])
+                .unwrap_or_default();
             let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
             if keys.is_empty() {
                 break;
@@ -262,14 +335,14 @@ impl RedisCluster {
             let port = to.to_string();
             let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
             args.extend(keys);
-            must(from, &args);
+            self.must(from, &args);
         }
         for port in [to, from] {
-            must(port, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+            self.must(port, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
         }
         for m in self.masters() {
             if m != to && m != from {
-                must(m, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+                self.must(m, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
             }
         }
         self.wait_ok(Duration::from_secs(20));
@@ -278,7 +351,11 @@ impl RedisCluster {
     /// Runs a command on the node on `port` (as the default user) and
     /// gives its raw reply.
     pub fn cli(&self, port: u16, args: &[&str]) -> Option<String> {
-        cli(port, args)
+        cli_as(&self.tls_args, port, args)
+    }
+
+    fn must(&self, port: u16, args: &[&str]) {
+        must(&self.tls_args, port, args);
     }
 
     fn live_ports(&self) -> Vec<u16> {
@@ -292,7 +369,9 @@ impl RedisCluster {
     /// `CLUSTER NODES` as a live node sees it.
     fn view(&self) -> Vec<NodeLine> {
         let port = self.live_ports()[0];
-        let text = cli(port, &["CLUSTER", "NODES"]).expect("CLUSTER NODES");
+        let text = self
+            .cli(port, &["CLUSTER", "NODES"])
+            .expect("CLUSTER NODES");
         text.lines().filter_map(parse_node_line).collect()
     }
 
@@ -300,14 +379,15 @@ impl RedisCluster {
         let deadline = Instant::now() + timeout;
         loop {
             let all_ok = self.live_ports().iter().all(|p| {
-                cli(*p, &["CLUSTER", "INFO"]).is_some_and(|r| r.contains("cluster_state:ok"))
+                self.cli(*p, &["CLUSTER", "INFO"])
+                    .is_some_and(|r| r.contains("cluster_state:ok"))
             });
             // Every live node agrees on who serves each slot range.
             let agreed = all_ok && {
                 let views: Vec<Vec<(u16, u16, u16)>> = self
                     .live_ports()
                     .iter()
-                    .map(|p| owners(&cli(*p, &["CLUSTER", "NODES"]).unwrap_or_default()))
+                    .map(|p| owners(&self.cli(*p, &["CLUSTER", "NODES"]).unwrap_or_default()))
                     .collect();
                 views.windows(2).all(|w| w[0] == w[1]) && views.first().is_some_and(|v| covered(v))
             };
@@ -395,8 +475,9 @@ fn parse_node_line(line: &str) -> Option<NodeLine> {
     })
 }
 
-fn cli(port: u16, args: &[&str]) -> Option<String> {
+fn cli_as(tls: &[String], port: u16, args: &[&str]) -> Option<String> {
     let out = Command::new("redis-cli")
+        .args(tls)
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .stdin(Stdio::null())
@@ -408,8 +489,8 @@ fn cli(port: u16, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn must(port: u16, args: &[&str]) {
-    let reply = cli(port, args).unwrap_or_default();
+fn must(tls: &[String], port: u16, args: &[&str]) {
+    let reply = cli_as(tls, port, args).unwrap_or_default();
     assert!(
         !reply.starts_with("ERR") && !reply.contains("(error)") && reply.trim() != "",
         "{args:?} on {port}: {reply:?}"

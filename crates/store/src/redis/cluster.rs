@@ -204,7 +204,7 @@ impl ClusterLink {
     /// Loads a script (`load`, a `SCRIPT LOAD`) on the master of `key`'s
     /// slot: the node that just answered NOSCRIPT for it.
     pub(crate) async fn load_on(&self, load: &Cmd, key: Option<&str>) -> RedisResult<()> {
-        let slot = key.map_or(Slot::new(0).unwrap_or(Slot::for_key("")), Slot::for_key);
+        let slot = Slot::for_key(key.unwrap_or_default());
         self.on_route(load, Route::with_slot(slot, SlotAddr::Master))
             .await
             .map(drop)

@@ -521,10 +521,21 @@ impl RedisStore {
             "fenced" => Err(self.resign(
                 "other servers considered this server dead and removed its contributions".into(),
             )),
-            "cancelled" => Err(StoreError::Unavailable(format!(
-                "{} of {resource:?} was cancelled as in doubt",
-                script.name
-            ))),
+            "cancelled" => {
+                // The record exists: an undo cancelled the operation, or a
+                // client library that sent it again after a lost reply (the
+                // cluster client retries) finds its own first run. Settling
+                // it reverses that run, or does nothing for a cancellation.
+                self.lock_in_doubt().push(InDoubt {
+                    resource: resource.to_owned(),
+                    record,
+                    generation,
+                });
+                Err(StoreError::Unavailable(format!(
+                    "{} of {resource:?} was cancelled as in doubt",
+                    script.name
+                )))
+            }
             "short" | "bad" => {
                 let field = r.text()?;
                 let have = r.count()?;

@@ -24,16 +24,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use charon_core::ManualClock;
-use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::meter::testing as shapes;
-use charon_core::meter::{Meter, Op, Policy};
+use charon_core::meter::{Meter, Op};
 use charon_core::request::Amount;
-use charon_core::testing::{self as rate_shapes, Draw};
 use charon_store::{
     Batch, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
 };
 use charon_testkit::RedisServer;
-use charon_testkit::stores::{Seeded, meter};
+use charon_testkit::stores::{Kind, Seeded, kind, single};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -45,64 +43,6 @@ const RESOURCES: &[&str] = &[
     "api/any",
 ];
 const DOMAINS: &[&str] = &["alice", "bob", "2001:db8::/48"];
-
-/// What decides a resource: a meter, or burst tiers with H, G, a policy
-/// and (one time in ten) `ignore_configured`.
-#[derive(Debug)]
-enum Kind {
-    Meter(Meter),
-    Tiers(Vec<Tier>, Option<u64>, Option<u64>, Policy, Enforcement),
-}
-
-impl Kind {
-    fn limit(&self) -> Limit<'_> {
-        match self {
-            Kind::Meter(m) => Limit::Meter(m),
-            Kind::Tiers(tiers, hard, global, policy, enforcement) => Limit::Tiers {
-                limits: RateLimits {
-                    hard_limit: *hard,
-                    global_limit: *global,
-                    tiers,
-                },
-                policy: *policy,
-                enforcement: *enforcement,
-            },
-        }
-    }
-}
-
-/// A random kind: 0–2 a meter (bucket, window, queue), 3 burst tiers.
-fn kind(rng: &mut StdRng, kind: u64, unit: u64) -> Kind {
-    if kind < 3 {
-        return Kind::Meter(meter(rng, kind, unit));
-    }
-    let d = &mut Seeded(rng);
-    let (tiers, hard, global) = rate_shapes::rate_limits(d, unit);
-    let policy = shapes::policy(d, unit);
-    let enforcement = if d.one_in(10) {
-        Enforcement::Ignore
-    } else {
-        Enforcement::Enforce
-    };
-    Kind::Tiers(tiers, hard, global, policy, enforcement)
-}
-
-/// One operation on its own, outside a batch: `meter` or `tiers`.
-async fn single(store: &dyn Store, o: &MeterOp<'_>) -> String {
-    match o.limit {
-        Limit::Meter(m) => format!("{:?}", store.meter(o.resource, o.domain, m, o.op).await),
-        Limit::Tiers {
-            limits,
-            policy,
-            enforcement,
-        } => format!(
-            "{:?}",
-            store
-                .tiers(o.resource, o.domain, limits, policy, o.op, enforcement)
-                .await
-        ),
-    }
-}
 
 fn outcome(r: &Result<Batch, StoreError>) -> String {
     match r {

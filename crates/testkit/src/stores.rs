@@ -11,11 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_core::meter::Meter;
+use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::meter::testing as shapes;
-use charon_core::testing::Draw;
+use charon_core::meter::{Meter, Policy};
+use charon_core::testing::{self as rate_shapes, Draw};
 use charon_core::{ManualClock, bucket, queue, window};
-use charon_store::{CopyLog, MemoryStore, RedisOptions, RedisStore, Store, StoreError};
+use charon_store::{
+    CopyLog, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
+};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::task::JoinHandle;
@@ -248,5 +251,69 @@ pub fn meter(rng: &mut StdRng, kind: u64, unit: u64) -> Meter {
             let (rate, period, size, policy) = shapes::queue(d, unit);
             Meter::Queue(queue::Params::new(rate, period, size, policy).unwrap())
         }
+    }
+}
+
+/// What decides a resource in the batch differential tests: a meter, or
+/// burst tiers with H, G, a policy and (one time in ten)
+/// `ignore_configured`.
+#[derive(Debug)]
+pub enum Kind {
+    /// A bucket, window or queue.
+    Meter(Meter),
+    /// Burst tiers.
+    Tiers(Vec<Tier>, Option<u64>, Option<u64>, Policy, Enforcement),
+}
+
+impl Kind {
+    /// The limit of a [`MeterOp`] on this kind.
+    pub fn limit(&self) -> Limit<'_> {
+        match self {
+            Kind::Meter(m) => Limit::Meter(m),
+            Kind::Tiers(tiers, hard, global, policy, enforcement) => Limit::Tiers {
+                limits: RateLimits {
+                    hard_limit: *hard,
+                    global_limit: *global,
+                    tiers,
+                },
+                policy: *policy,
+                enforcement: *enforcement,
+            },
+        }
+    }
+}
+
+/// A random kind: 0–2 a meter (bucket, window, queue), 3 burst tiers, in
+/// core's shapes (see [`meter`]).
+pub fn kind(rng: &mut StdRng, kind: u64, unit: u64) -> Kind {
+    if kind < 3 {
+        return Kind::Meter(meter(rng, kind, unit));
+    }
+    let d = &mut Seeded(rng);
+    let (tiers, hard, global) = rate_shapes::rate_limits(d, unit);
+    let policy = shapes::policy(d, unit);
+    let enforcement = if d.one_in(10) {
+        Enforcement::Ignore
+    } else {
+        Enforcement::Enforce
+    };
+    Kind::Tiers(tiers, hard, global, policy, enforcement)
+}
+
+/// One operation on its own, outside an all-or-nothing batch: `meter` or
+/// `tiers`; its outcome as text, to compare between stores.
+pub async fn single(store: &dyn Store, o: &MeterOp<'_>) -> String {
+    match o.limit {
+        Limit::Meter(m) => format!("{:?}", store.meter(o.resource, o.domain, m, o.op).await),
+        Limit::Tiers {
+            limits,
+            policy,
+            enforcement,
+        } => format!(
+            "{:?}",
+            store
+                .tiers(o.resource, o.domain, limits, policy, o.op, enforcement)
+                .await
+        ),
     }
 }

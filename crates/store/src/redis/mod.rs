@@ -16,6 +16,7 @@
 //! every member rebuilds its contributions from its sessions' hold sets
 //! before anyone reserves again. See `docs/redis.md`.
 
+mod batch;
 mod cluster;
 mod conn;
 
@@ -43,6 +44,7 @@ use charon_core::rate::{DORMANT_GRACE, RateReply, TierContext};
 use charon_core::request::{Amount, positive_count};
 use charon_core::{MAX_COUNT, Millis, UNBOUNDED};
 
+use self::batch::{Batcher, Operation, Step};
 use self::conn::Conn;
 use self::decision_clock::DecisionClock;
 use self::keys::{Keys, RateKeys};
@@ -82,6 +84,11 @@ pub struct RedisOptions {
     /// first. `None`: half the liveness ttl (servers renew every third).
     /// Zero only for tests on a Redis nobody else uses.
     pub rebuild_grace: Option<Duration>,
+    /// The most tiers and meter operations of one hash slot sent to Redis
+    /// as one script call when they arrive while a call for that slot is
+    /// in flight (see docs/redis.md, "Batched decisions"); 1 sends every
+    /// operation alone, as before batching.
+    pub max_batch: usize,
     /// TLS for a `rediss://` URL: the CA to trust and the client
     /// certificate. Empty: the system's roots and no client certificate.
     pub tls: RedisTls,
@@ -146,6 +153,7 @@ impl Default for RedisOptions {
             #[cfg(feature = "test-clock")]
             meters_mutation: None,
             rebuild_grace: None,
+            max_batch: batch::MAX_BATCH,
             tls: RedisTls::default(),
         }
     }
@@ -166,7 +174,9 @@ pub struct CopyLog {
 pub struct RedisStore {
     conn: Conn,
     keys: Keys,
-    scripts: Scripts,
+    scripts: Arc<Scripts>,
+    /// Tiers and meter operations, batched per slot (see batch.rs).
+    batcher: Batcher,
     server_id: String,
     /// This start of the server: `server_id` and a random suffix.
     member: String,
@@ -255,18 +265,28 @@ impl RedisStore {
         #[cfg(not(feature = "test-clock"))]
         let scripts = Scripts::new(None);
         conn.load(&scripts.all()).await?;
+        let scripts = Arc::new(scripts);
+        #[cfg(feature = "test-clock")]
+        let clock = DecisionClock::manual(options.clock);
+        #[cfg(not(feature = "test-clock"))]
+        let clock = DecisionClock::default();
+        let batcher = Batcher::start(
+            conn.clone(),
+            scripts.clone(),
+            clock.clone(),
+            options.op_timeout,
+            options.max_batch,
+        );
         let store = RedisStore {
             conn,
             keys: Keys::new(&options.key_prefix),
             scripts,
+            batcher,
             member: format!("{}.{:08x}", options.server_id, rand::random::<u32>()),
             server_id: options.server_id,
             ttl: options.liveness_ttl,
             rebuild_grace: options.rebuild_grace.unwrap_or(options.liveness_ttl / 2),
-            #[cfg(feature = "test-clock")]
-            clock: DecisionClock::manual(options.clock),
-            #[cfg(not(feature = "test-clock"))]
-            clock: DecisionClock::default(),
+            clock,
             holds: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
@@ -289,6 +309,13 @@ impl RedisStore {
     /// This server's id.
     pub fn server_id(&self) -> &str {
         &self.server_id
+    }
+
+    /// How batching went so far: (script calls that carried more than one
+    /// operation, the operations those carried). Tests use it to show that
+    /// batches formed; see docs/redis.md, "Batched decisions".
+    pub fn batch_counts(&self) -> (u64, u64) {
+        self.batcher.counts()
     }
 
     /// This start of the server as the membership knows it (the server id
@@ -845,13 +872,14 @@ impl Store for RedisStore {
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError> {
         let k = self.keys.rate(resource, domain);
-        let mut args = vec![self.clock_arg(), self.clock.expiry_slack().to_string()];
-        args.extend(tiers_args(&k, limits, policy, op, enforcement)?);
-        let keys = tiers_keys(&k, limits);
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let op = Operation {
+            step: Step::Tiers,
+            args: tiers_args(&k, limits, policy, op, enforcement)?,
+            keys: tiers_keys(&k, limits),
+        };
         let v = self
-            .conn
-            .eval(&self.scripts.rate, &key_refs, &args, &[])
+            .batcher
+            .run(op)
             .await
             .inspect_err(|e| self.on_error(e))?;
         let mut r = Reply::new(self.scripts.rate.name, v)?;
@@ -875,14 +903,14 @@ impl Store for RedisStore {
         meter
             .decide(&mut meter.empty(), 0, op)
             .map_err(StoreError::Refused)?;
-        let key = self.keys.meter(resource, domain);
-        let mut args = Vec::with_capacity(12);
-        args.push(self.clock_arg());
-        args.push(self.clock.expiry_slack().to_string());
-        args.extend(meter::args(meter, op));
+        let operation = Operation {
+            step: Step::Meter,
+            keys: vec![self.keys.meter(resource, domain)],
+            args: meter::args(meter, op),
+        };
         let v = self
-            .conn
-            .eval(&self.scripts.meter, &[&key], &args, &[])
+            .batcher
+            .run(operation)
             .await
             .inspect_err(|e| self.on_error(e))?;
         meter::reply(self.scripts.meter.name, meter, op, v)

@@ -76,6 +76,22 @@ macro_rules! meters_script {
     };
 }
 
+/// The batcher's script (batch.rs): independent tiers and meter
+/// operations in arrival order, each decided by the functions the rate and
+/// meter scripts run, with direct writes (no overlay).
+macro_rules! batch_script {
+    () => {
+        concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/meter_drain.lua"),
+            include_str!("lua/meter_window.lua"),
+            include_str!("lua/meter_op.lua"),
+            tiers_rule!(),
+            include_str!("lua/batch.lua")
+        )
+    };
+}
+
 macro_rules! copy_script {
     ($file:literal) => {
         concat!(
@@ -102,6 +118,7 @@ pub(crate) struct Scripts {
     pub(crate) rate: Script,
     pub(crate) meter: Script,
     pub(crate) meters: Script,
+    pub(crate) batch: Script,
     pub(crate) reserve: Script,
     pub(crate) release: Script,
     pub(crate) transfer: Script,
@@ -123,14 +140,16 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// The scripts; `mutation` (tests only) replaces the first occurrence
-    /// of its first text in the meters script by its second, to show that
-    /// the batch differential test catches a script that breaks a rule (of
-    /// a meter, or of the tiers: the rate script keeps its own copy of the
-    /// tiers' rule, untouched).
+    /// of its first text in the meters script and in the batcher's script
+    /// by its second, to show that the differential tests catch a script
+    /// that breaks a rule (of a meter, or of the tiers: the rate and meter
+    /// scripts keep their own copies of the rules, untouched).
     pub(crate) fn new(mutation: Option<&(String, String)>) -> Self {
-        let meters: Cow<'static, str> = match mutation {
-            None => Cow::Borrowed(meters_script!()),
-            Some((from, to)) => Cow::Owned(meters_script!().replacen(from, to, 1)),
+        let mutated = |code: &'static str| -> Cow<'static, str> {
+            match mutation {
+                None => Cow::Borrowed(code),
+                Some((from, to)) => Cow::Owned(code.replacen(from.as_str(), to, 1)),
+            }
         };
         Self {
             rate: Script::new(
@@ -142,7 +161,8 @@ impl Scripts {
                 ),
             ),
             meter: Script::new("meter", meter_script!("meter.lua")),
-            meters: Script::new("meters", meters),
+            meters: Script::new("meters", mutated(meters_script!())),
+            batch: Script::new("batch", mutated(batch_script!())),
             reserve: Script::new("reserve", copy_script!("reserve.lua")),
             release: Script::new("release", copy_script!("release.lua")),
             transfer: Script::new("transfer", copy_script!("transfer.lua")),
@@ -164,11 +184,12 @@ impl Scripts {
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 20] {
+    pub(crate) fn all(&self) -> [&Script; 21] {
         [
             &self.rate,
             &self.meter,
             &self.meters,
+            &self.batch,
             &self.reserve,
             &self.release,
             &self.transfer,

@@ -15,10 +15,4 @@
 --        error on the same state at the same time.
 
 local now, redis_now = clock(ARGV[1])
-local slack = tonumber(ARGV[2])
-local m = meter_args(3)
-local st = meter_read(m, redis.call('GET', KEYS[1]), now)
-local reply, write = meter_decide(m, st, now)
-if not reply then return { 'refused', meter_encode(m, st), fmt(now) } end
-if write then meter_store(KEYS[1], m, write, now, redis_now, slack) end
-return reply
+return meter_one(KEYS[1], 3, now, redis_now, tonumber(ARGV[2]))

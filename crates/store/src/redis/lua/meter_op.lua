@@ -167,3 +167,15 @@ local function meter_store(key, m, write, now, redis_now, slack)
     redis.call('SET', key, value, 'PXAT', fmt(forget - now + redis_now + slack))
   end
 end
+
+-- One operation alone, decided and stored: meter.lua's body, and each
+-- meter operation of batch.lua. Its key is `key`, its arguments start at
+-- ARGV[at]. Returns meter.lua's reply.
+local function meter_one(key, at, now, redis_now, slack)
+  local m = meter_args(at)
+  local st = meter_read(m, redis.call('GET', key), now)
+  local reply, write = meter_decide(m, st, now)
+  if not reply then return { 'refused', meter_encode(m, st), fmt(now) } end
+  if write then meter_store(key, m, write, now, redis_now, slack) end
+  return reply
+end

@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// Redis store: the time limit of each operation (then a server error).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
     pub store_timeout: Duration,
+    /// Redis store: the most rate decisions of one hash slot sent to Redis
+    /// as one script call when they queue behind a call in flight (see
+    /// docs/redis.md, "Batched decisions"); 1 sends every decision alone.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub redis_max_batch: u16,
     /// Redis store: how long to keep trying to reach Redis at start-up.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub store_connect_timeout: Duration,
@@ -157,6 +162,7 @@ impl ServeArgs {
                 redis_ca: self.redis_ca,
                 redis_cert: self.redis_cert,
                 redis_key: self.redis_key,
+                max_batch: usize::from(self.redis_max_batch),
             },
             keepalive: self.keepalive,
             shutdown_grace: self.shutdown_grace,

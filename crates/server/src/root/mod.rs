@@ -180,6 +180,9 @@ pub struct StoreSettings {
     pub redis_cert: Option<PathBuf>,
     /// Redis over TLS: the PEM private key of `redis_cert`.
     pub redis_key: Option<PathBuf>,
+    /// Redis: the most decisions of one hash slot sent as one script call
+    /// when they queue behind a call in flight (1: every decision alone).
+    pub max_batch: usize,
 }
 
 // By hand: the derived form would print the URL's password.
@@ -193,6 +196,7 @@ impl std::fmt::Debug for StoreSettings {
             .field("redis_ca", &self.redis_ca)
             .field("redis_cert", &self.redis_cert)
             .field("redis_key", &self.redis_key)
+            .field("max_batch", &self.max_batch)
             .finish()
     }
 }
@@ -207,6 +211,7 @@ impl Default for StoreSettings {
             redis_ca: None,
             redis_cert: None,
             redis_key: None,
+            max_batch: charon_store::RedisOptions::default().max_batch,
         }
     }
 }

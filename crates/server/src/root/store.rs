@@ -38,6 +38,7 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
         server_id: server_id(),
         liveness_ttl: settings.liveness_ttl,
         op_timeout: settings.op_timeout,
+        max_batch: settings.max_batch,
         tls: tls(settings)?,
         ..RedisOptions::default()
     };

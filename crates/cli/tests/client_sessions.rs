@@ -233,3 +233,51 @@ resources:
         assert!(v["server_cpu_us_per_decision"].is_null(), "{v}");
     }
 }
+
+/// Batched Redis decisions through the binary (`--redis-max-batch`, see
+/// docs/redis.md): 128 requests in flight on one bucket pair of 300 per
+/// hour, for a second, on a private Redis, with batching (the default) and
+/// without (`--redis-max-batch 1`): exactly 300 granted either way, no
+/// error. A batch of 0 is refused at the command line.
+#[test]
+fn batched_redis_decisions_through_the_binary_are_exact() {
+    const LIMITS: &str = r#"
+resources:
+  - { name: bench/api, kind: bucket, burst: 300, count: 300, period: 1h }
+"#;
+    for batch in ["128", "1"] {
+        let redis = charon_testkit::RedisServer::start();
+        let url = redis.url();
+        let server = CharonProcess::start(
+            bin(),
+            LIMITS,
+            &["--store", url.as_str(), "--redis-max-batch", batch],
+        );
+        let v = bench_json(
+            &server.endpoint(),
+            &[
+                "--resource",
+                "bench/api",
+                "--domains",
+                "1",
+                "--connections",
+                "2",
+                "--concurrency",
+                "64",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+        );
+        assert_eq!(v["errors"], 0, "batch {batch}: {v}");
+        assert_eq!(v["granted"], 300, "batch {batch}: {v}");
+        assert!(v["rejected"].as_u64().is_some_and(|n| n > 0), "{v}");
+    }
+    let refused = std::process::Command::new(bin())
+        .args(["serve", "--redis-max-batch", "0"])
+        .output()
+        .expect("run serve");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--redis-max-batch"));
+}

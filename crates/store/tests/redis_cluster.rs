@@ -17,9 +17,7 @@ use charon_core::config::{CopyLimits, Enforcement, RateLimits, Tier};
 use charon_core::copy::Hold;
 use charon_core::meter::{Op, Policy};
 use charon_core::request::Amount;
-use charon_store::{
-    ClientCertificate, Limit, MeterOp, RedisOptions, RedisStore, RedisTls, Store, StoreError,
-};
+use charon_store::{Limit, MeterOp, RedisOptions, RedisStore, Store, StoreError};
 use charon_testkit::stores::{eventually, options, spawn_maintain};
 use charon_testkit::{RedisCluster, RedisTlsSetup, TestPki};
 
@@ -449,13 +447,7 @@ async fn over_mutual_tls_as_an_acl_user_the_store_decides_on_every_master() {
     let names = resources_on_every_master(&cluster, 1);
     let url = cluster.url_as("charon", "charon-pw");
     assert!(url.starts_with("rediss+cluster://"), "{url}");
-    let tls = RedisTls {
-        ca_pem: Some(TestPki::read(&pki.ca())),
-        client: Some(ClientCertificate {
-            cert_pem: TestPki::read(&pki.client_cert()),
-            key_pem: TestPki::read(&pki.client_key()),
-        }),
-    };
+    let tls = charon_testkit::stores::redis_tls(&pki, true);
     let store = RedisStore::connect(
         &url,
         RedisOptions {

@@ -12,9 +12,7 @@ use std::time::Duration;
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 use charon_core::copy::Hold;
 use charon_core::request::Amount;
-use charon_store::{
-    ClientCertificate, RedisOptions, RedisStore, RedisTls, Store, StoreError, redacted,
-};
+use charon_store::{RedisOptions, RedisStore, RedisTls, Store, StoreError, redacted};
 use charon_testkit::stores::{eventually, options, spawn_maintain};
 use charon_testkit::{RedisServer, RedisSetup, RedisTlsSetup, TestPki};
 
@@ -35,13 +33,7 @@ const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get 
 const CLUSTER_ACL_RULES: &str = "+cluster|slots +wait +asking";
 
 fn tls(pki: &TestPki, client: bool) -> RedisTls {
-    RedisTls {
-        ca_pem: Some(TestPki::read(&pki.ca())),
-        client: client.then(|| ClientCertificate {
-            cert_pem: TestPki::read(&pki.client_cert()),
-            key_pem: TestPki::read(&pki.client_key()),
-        }),
-    }
+    charon_testkit::stores::redis_tls(pki, client)
 }
 
 async fn connect(url: &str, id: &str, tls: RedisTls) -> Result<Arc<RedisStore>, StoreError> {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
-use charon_store::{ClientCertificate, RedisStore, RedisTls, Store, StoreError};
+use charon_store::{RedisStore, Store, StoreError};
 use charon_testkit::stores::{eventually, options, spawn_maintain};
 use charon_testkit::{RedisServer, RedisSetup, RedisTlsSetup, TestPki};
 
@@ -41,13 +41,7 @@ fn limits() -> RateLimits<'static> {
 }
 
 async fn tls_store(pki: &TestPki, redis: &RedisServer) -> Arc<RedisStore> {
-    let tls = RedisTls {
-        ca_pem: Some(TestPki::read(&pki.ca())),
-        client: Some(ClientCertificate {
-            cert_pem: TestPki::read(&pki.client_cert()),
-            key_pem: TestPki::read(&pki.client_key()),
-        }),
-    };
+    let tls = charon_testkit::stores::redis_tls(pki, true);
     let store = RedisStore::connect(
         &redis.url(),
         charon_store::RedisOptions {

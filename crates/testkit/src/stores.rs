@@ -17,7 +17,7 @@ use charon_core::meter::{Meter, Policy};
 use charon_core::testing::{self as rate_shapes, Draw};
 use charon_core::{ManualClock, bucket, queue, window};
 use charon_store::{
-    CopyLog, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
+    CopyLog, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, RedisTls, Store, StoreError,
 };
 use rand::RngExt;
 use rand::rngs::StdRng;
@@ -315,5 +315,19 @@ pub async fn single(store: &dyn Store, o: &MeterOp<'_>) -> String {
                 .tiers(o.resource, o.domain, limits, policy, o.op, enforcement)
                 .await
         ),
+    }
+}
+
+/// The store's TLS options for a Redis whose certificates `pki` made:
+/// trust its CA, and present its client certificate if `client`.
+#[cfg(feature = "tls")]
+pub fn redis_tls(pki: &crate::TestPki, client: bool) -> RedisTls {
+    use crate::TestPki;
+    RedisTls {
+        ca_pem: Some(TestPki::read(&pki.ca())),
+        client: client.then(|| charon_store::ClientCertificate {
+            cert_pem: TestPki::read(&pki.client_cert()),
+            key_pem: TestPki::read(&pki.client_key()),
+        }),
     }
 }

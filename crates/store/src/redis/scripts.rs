@@ -65,13 +65,23 @@ macro_rules! tiers_rule {
 macro_rules! meters_script {
     () => {
         concat!(
+            every_rate_rule!(),
+            include_str!("lua/rate_overlay.lua"),
+            include_str!("lua/meters.lua")
+        )
+    };
+}
+
+/// The meters' decision and the tiers' rule, as the two batch scripts
+/// (`meters.lua`, `batch.lua`) need both.
+macro_rules! every_rate_rule {
+    () => {
+        concat!(
             include_str!("lua/common.lua"),
             include_str!("lua/meter_drain.lua"),
             include_str!("lua/meter_window.lua"),
             include_str!("lua/meter_op.lua"),
             tiers_rule!(),
-            include_str!("lua/rate_overlay.lua"),
-            include_str!("lua/meters.lua")
         )
     };
 }
@@ -81,14 +91,7 @@ macro_rules! meters_script {
 /// meter scripts run, with direct writes (no overlay).
 macro_rules! batch_script {
     () => {
-        concat!(
-            include_str!("lua/common.lua"),
-            include_str!("lua/meter_drain.lua"),
-            include_str!("lua/meter_window.lua"),
-            include_str!("lua/meter_op.lua"),
-            tiers_rule!(),
-            include_str!("lua/batch.lua")
-        )
+        concat!(every_rate_rule!(), include_str!("lua/batch.lua"))
     };
 }
 

@@ -82,6 +82,10 @@ pub(crate) struct Batcher {
     jobs: mpsc::Sender<Job>,
     timeout: Duration,
     counts: Arc<Counts>,
+    /// Set when batching is off (`max_batch` 1): every operation is sent
+    /// at once with its own script, as many in flight as callers, as
+    /// before batching (not one at a time per slot).
+    direct: Option<Arc<Shared>>,
 }
 
 impl Batcher {
@@ -102,17 +106,22 @@ impl Batcher {
             clock,
             counts: counts.clone(),
         });
+        let direct = (max_batch <= 1).then(|| shared.clone());
         tokio::spawn(run(rx, shared, max_batch.max(1)));
         Self {
             jobs,
             timeout,
             counts,
+            direct,
         }
     }
 
     /// Decides `op` (alone or in a batch) and gives its script's reply, as
     /// `rate.lua` or `meter.lua` answers it.
     pub(crate) async fn run(&self, op: Operation) -> Result<Value, StoreError> {
+        if let Some(shared) = &self.direct {
+            return shared.alone(&op).await;
+        }
         let (reply, rx) = oneshot::channel();
         // The batcher fails every operation of a call that fails, so this
         // bound is only reached if the batcher itself is stuck: two
@@ -148,6 +157,7 @@ fn gone() -> StoreError {
 }
 
 /// What every call of the batcher needs.
+#[derive(Debug)]
 struct Shared {
     conn: Conn,
     scripts: Arc<Scripts>,

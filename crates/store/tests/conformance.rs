@@ -362,6 +362,43 @@ async fn rate_a_rejection_can_move_the_forget_time(f: &Fixture) {
     .await;
 }
 
+/// A client error changes nothing, not even the time from which the state
+/// is forgotten: a refund on burst tiers after the hits left their window
+/// (which a decision at that time would have dropped, so that the dormant
+/// tier 1 is forgotten from its entry) keeps the pair as the last write left
+/// it. Found by the batched differential: the in-memory store moved the
+/// forget time on the error, Redis did not.
+async fn rate_a_client_error_keeps_the_forget_time(f: &Fixture) {
+    use charon_core::meter::{Op, Policy};
+    let tiers = [tier(5, 1_000, None, 0, false)];
+    let l = limits(&tiers);
+    assert!(ask(f, 0, "d", l, 1, 1).await.burst);
+    assert!(!ask(f, 10_000, "d", l, 1, 1).await.burst);
+    f.clock.set(20_000);
+    let refund = f
+        .store
+        .tiers(
+            "api/search",
+            "d",
+            l,
+            Policy::default(),
+            Op::Refund(1),
+            Enforcement::Enforce,
+        )
+        .await;
+    assert!(matches!(refund, Err(StoreError::Refused(_))), "{refund:?}");
+    step(
+        f,
+        1_001 + DORMANT_GRACE + 50,
+        "d",
+        l,
+        (1, 1),
+        (1, 1, 1, false),
+        "kept until 11001 + grace: the refund wrote nothing",
+    )
+    .await;
+}
+
 fn copy_limits() -> CopyLimits {
     CopyLimits {
         domain_limit: 4,
@@ -905,6 +942,7 @@ macro_rules! suite {
                 rate_ignored_and_unbounded,
                 rate_state_is_forgotten_after_the_dormant_grace,
                 rate_a_rejection_can_move_the_forget_time,
+                rate_a_client_error_keeps_the_forget_time,
                 copies_respect_domain_group_and_global_limits,
                 release_beyond_held_is_refused_and_changes_nothing,
                 transfers_stage_expire_and_seize,

@@ -240,10 +240,15 @@ impl Store for MemoryStore {
                         )
                     },
                 );
-                pair.forget_at = pair
-                    .state
-                    .forget_at(limits.tiers, DORMANT_GRACE)
-                    .unwrap_or(NEVER);
+                // A client error writes nothing in Redis, so it keeps the
+                // forget time there: keep it here too (the state it advanced
+                // decides the next operation exactly as the unadvanced one).
+                if reply.is_ok() {
+                    pair.forget_at = pair
+                        .state
+                        .forget_at(limits.tiers, DORMANT_GRACE)
+                        .unwrap_or(NEVER);
+                }
                 reply
             },
         );

@@ -1571,6 +1571,22 @@ async fn buckets_windows_and_queues_are_stored_normalized(db: TestDb) {
         json!({"name": "batch/exports", "kind": "queue", "rate": 10, "period": "1s", "size": 50})
     );
 
+    // A capacity lease (SPEC §12): learning mode written out.
+    let lease = resource_path("bigtable/qps");
+    app.put(&lease)
+        .json(
+            json!({"kind": "lease", "capacity": 45.5, "algorithm": "fair_share",
+                     "lease_length": "60000ms", "refresh_interval": "5s"}),
+        )
+        .expect(201)
+        .await;
+    assert_eq!(
+        app.get(&lease).expect(200).await.json,
+        json!({"name": "bigtable/qps", "kind": "lease", "capacity": 45.5,
+               "algorithm": "fair_share", "lease_length": "1m", "refresh_interval": "5s",
+               "learning_mode": "1m"})
+    );
+
     // Rate resources keep soft_limit and ban, per override too.
     let rate = resource_path("api/search");
     let mut search = search();
@@ -1692,6 +1708,24 @@ async fn bad_buckets_windows_and_queues_answer_400_with_the_path(db: TestDb) {
             .problems()
             .await,
         ["size"]
+    );
+    assert_eq!(
+        app.put(&resource_path("l"))
+            .json(json!({"kind": "lease", "capacity": -1, "algorithm": "fair",
+                         "lease_length": "1s", "refresh_interval": "5s"}))
+            .problems()
+            .await,
+        ["capacity", "algorithm"]
+    );
+    assert_eq!(
+        app.put(&resource_path("l"))
+            .json(
+                json!({"kind": "lease", "capacity": 1, "algorithm": "static",
+                         "lease_length": "1s", "refresh_interval": "5s"})
+            )
+            .problems()
+            .await,
+        ["refresh_interval"]
     );
     assert_eq!(app.version().await, 0, "nothing stored");
 

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use charon_core::Millis;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::lease::LeaseSet;
 use charon_core::meter::{Meter, Op, Policy, Reply};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
@@ -215,6 +216,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Takes staged copies out of the staging area: `None` if the id is
     /// unknown, already seized or expired.
     async fn seize(&self, transfer_id: &str) -> Result<Option<Staged>, StoreError>;
+
+    /// Runs one decision on the leases of `resource` (SPEC §12), atomically
+    /// with respect to every other server on the same store: `decide` gets
+    /// the set as stored and the store's time, and changes the set, which
+    /// the store keeps (dropping it when empty). `charon_core::lease`
+    /// decides; the store only swaps the set. `decide` may run more than
+    /// once (the Redis store retries when another server changed the set in
+    /// between), so it must depend only on its arguments.
+    async fn leases(
+        &self,
+        resource: &str,
+        decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
+    ) -> Result<(), StoreError>;
+
+    /// Every resource's leases, for metrics and the leases page: a
+    /// snapshot, not a decision (lapsed leases may still be in it).
+    async fn lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError>;
 
     /// Checks that the store can answer now (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;

@@ -55,6 +55,8 @@ scalars! {
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(MAX_COUNT));
     PositiveCount: "A count of a bucket, window or queue, 1 to 2^53-1 (with the exactness bounds of docs/algorithms.md on top: a full bucket or queue at most 2^53-1 ticks and 2^50 ms; a sliding_counter's limit × window at most 2^53-1)." =
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(MAX_COUNT));
+    Capacity: "A capacity of a lease resource (SPEC §12): a number from 0 to 9007199254.740991, kept to the millionth (fractions allowed, as in the paper's tables)." =
+        ObjectBuilder::new().schema_type(Type::Number).minimum(Some(0)).maximum(Some(9_007_199_254.740_991));
     Version: "A global configuration version." =
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0));
 }
@@ -235,6 +237,47 @@ pub(crate) enum QueueKind {
     Queue,
 }
 
+/// `kind` of a lease resource.
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LeaseKind {
+    Lease,
+}
+
+/// How a lease resource divides its capacity (SPEC §12, Doorman's).
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LeaseAlgorithm {
+    None,
+    Static,
+    ProportionalShare,
+    FairShare,
+}
+
+/// A capacity shared as leases (SPEC §12): clients ask for a share, hold
+/// it for `lease_length`, refresh every `refresh_interval` (at most
+/// `lease_length`), and limit themselves locally. No domain overrides.
+#[derive(ToSchema)]
+pub(crate) struct LeaseResource {
+    name: Option<Name>,
+    #[schema(inline)]
+    kind: LeaseKind,
+    /// What is handed out in all (per client for `static`).
+    capacity: Capacity,
+    #[schema(inline)]
+    algorithm: LeaseAlgorithm,
+    /// 1ms to 2^53-1 ms.
+    lease_length: Duration,
+    /// 1ms to `lease_length`.
+    refresh_interval: Duration,
+    /// What a client uses when no server answers (safe mode); omitted:
+    /// the capacity divided among the clients holding leases.
+    safe_capacity: Option<Capacity>,
+    /// How long after a server starts it trusts what clients say they
+    /// have; omitted: one lease length; `0s`: off.
+    learning_mode: Option<Duration>,
+}
+
 /// A rate-limited resource (SPEC §2, §6). `name` may be omitted in a PUT
 /// body (it comes from the URL).
 #[derive(ToSchema)]
@@ -324,7 +367,7 @@ pub(crate) struct CopyResource {
 }
 
 /// A resource of the kind its `kind` says: rate (burst tiers), copy,
-/// bucket, window or queue.
+/// bucket, window, queue or lease.
 #[derive(ToSchema)]
 #[serde(untagged)]
 #[schema(discriminator(property_name = "kind", mapping(
@@ -332,7 +375,8 @@ pub(crate) struct CopyResource {
     ("copy" = "#/components/schemas/CopyResource"),
     ("bucket" = "#/components/schemas/BucketResource"),
     ("window" = "#/components/schemas/WindowResource"),
-    ("queue" = "#/components/schemas/QueueResource")
+    ("queue" = "#/components/schemas/QueueResource"),
+    ("lease" = "#/components/schemas/LeaseResource")
 )))]
 pub(crate) enum Resource {
     Rate(RateResource),
@@ -340,6 +384,7 @@ pub(crate) enum Resource {
     Bucket(BucketResource),
     Window(WindowResource),
     Queue(QueueResource),
+    Lease(LeaseResource),
 }
 
 /// A resource to create; its name is required (one of the kinds, with
@@ -368,6 +413,7 @@ impl PartialSchema for NewResource {
             .item(Self::named::<BucketResource>())
             .item(Self::named::<WindowResource>())
             .item(Self::named::<QueueResource>())
+            .item(Self::named::<LeaseResource>())
             .into()
     }
 }
@@ -380,12 +426,14 @@ impl ToSchema for NewResource {
             (BucketResource::name().into(), BucketResource::schema()),
             (WindowResource::name().into(), WindowResource::schema()),
             (QueueResource::name().into(), QueueResource::schema()),
+            (LeaseResource::name().into(), LeaseResource::schema()),
         ]);
         RateResource::schemas(schemas);
         CopyResource::schemas(schemas);
         BucketResource::schemas(schemas);
         WindowResource::schemas(schemas);
         QueueResource::schemas(schemas);
+        LeaseResource::schemas(schemas);
     }
 }
 

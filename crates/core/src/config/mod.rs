@@ -5,6 +5,7 @@
 //! [`Config::from_value`] or [`Config::new`], all of which validate and
 //! normalize, so every `Config` in the program is one the limiter may use.
 
+mod lease;
 mod normalize;
 mod parse;
 mod render;
@@ -21,6 +22,7 @@ use crate::time::{Millis, SECOND};
 use crate::window::Algorithm;
 use crate::{ClientError, UNBOUNDED, bucket, queue, window};
 
+pub use lease::LeaseResource;
 pub use normalize::{Adjustment, normalize_tiers};
 pub use parse::{parse_envoy, parse_namespace, parse_resource, parse_soft_limit};
 
@@ -517,14 +519,16 @@ pub enum ResourceKind {
     Bucket(BucketResource),
     Window(WindowResource),
     Queue(QueueResource),
+    /// `kind: lease`: a capacity shared as leases (SPEC §12).
+    Lease(LeaseResource),
 }
 
 /// Every `kind:` a resource may have, as the configuration file writes it.
-pub const KINDS: &[&str] = &["rate", "copy", "bucket", "window", "queue"];
+pub const KINDS: &[&str] = &["rate", "copy", "bucket", "window", "queue", "lease"];
 
 impl ResourceKind {
-    /// `"rate"`, `"copy"`, `"bucket"`, `"window"` or `"queue"`, as in the
-    /// configuration file.
+    /// `"rate"`, `"copy"`, `"bucket"`, `"window"`, `"queue"` or `"lease"`,
+    /// as in the configuration file.
     pub fn name(&self) -> &'static str {
         match self {
             ResourceKind::Rate(_) => "rate",
@@ -532,17 +536,18 @@ impl ResourceKind {
             ResourceKind::Bucket(_) => BucketFields::KIND,
             ResourceKind::Window(_) => WindowFields::KIND,
             ResourceKind::Queue(_) => QueueFields::KIND,
+            ResourceKind::Lease(_) => "lease",
         }
     }
 
     /// The parameters for `domain` of a bucket, window or queue; `None`
-    /// for `rate` and `copy`.
+    /// for `rate`, `copy` and `lease`.
     pub fn meter(&self, domain: &str) -> Option<Meter> {
         match self {
             ResourceKind::Bucket(r) => Some(Meter::Bucket(r.params_for(domain))),
             ResourceKind::Window(r) => Some(Meter::Window(r.params_for(domain))),
             ResourceKind::Queue(r) => Some(Meter::Queue(r.params_for(domain))),
-            ResourceKind::Rate(_) | ResourceKind::Copy(_) => None,
+            ResourceKind::Rate(_) | ResourceKind::Copy(_) | ResourceKind::Lease(_) => None,
         }
     }
 }
@@ -882,11 +887,16 @@ fn check_node(
                 path.key("resource"),
                 format!("unknown resource {name:?} (name a resource of this configuration)"),
             ),
-            Some(ResourceKind::Copy(_)) => push(
+            Some(kind @ (ResourceKind::Copy(_) | ResourceKind::Lease(_))) => push(
                 path.key("resource"),
                 format!(
-                    "resource {name:?} is copy-limited; an Envoy descriptor needs a rate-like \
-                     one (rate, bucket, window or queue)"
+                    "resource {name:?} is {}; an Envoy descriptor needs a rate-like \
+                     one (rate, bucket, window or queue)",
+                    if kind.name() == "copy" {
+                        "copy-limited"
+                    } else {
+                        "a capacity lease"
+                    }
                 ),
             ),
             Some(_) => {}

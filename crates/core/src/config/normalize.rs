@@ -64,7 +64,10 @@ pub(super) fn normalize(resources: &mut [Resource]) -> Vec<Adjustment> {
             // Buckets, windows and queues have nothing to normalize: every
             // value is used exactly as written (their bounds are checked,
             // not adjusted), so what the operator wrote is what applies.
-            ResourceKind::Bucket(_) | ResourceKind::Window(_) | ResourceKind::Queue(_) => {}
+            ResourceKind::Bucket(_)
+            | ResourceKind::Window(_)
+            | ResourceKind::Queue(_)
+            | ResourceKind::Lease(_) => {}
         }
     }
     out

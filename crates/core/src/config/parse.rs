@@ -71,12 +71,13 @@ const QUEUE_FIELDS: &[&str] = &[
 ];
 const QUEUE_OVERRIDE_FIELDS: &[&str] = &["rate", "period", "size", "soft_limit", "ban"];
 /// The fields of a resource of each kind, in the order of [`KINDS`].
-const KIND_FIELDS: [&[&str]; 5] = [
+const KIND_FIELDS: [&[&str]; 6] = [
     RATE_FIELDS,
     COPY_FIELDS,
     BUCKET_FIELDS,
     WINDOW_FIELDS,
     QUEUE_FIELDS,
+    super::lease::LEASE_FIELDS,
 ];
 const COPY_FIELDS: &[&str] = &[
     "name",
@@ -269,7 +270,7 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
         None | Some(Value::Null) => {
             issues.push(
                 &path.key("kind"),
-                "is required (rate, copy, bucket, window or queue)",
+                "is required (rate, copy, bucket, window, queue or lease)",
             );
             None
         }
@@ -330,6 +331,7 @@ fn resource_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Resource> 
             QUEUE_OVERRIDE_FIELDS,
             queue_fields,
         )?),
+        "lease" => ResourceKind::Lease(super::lease::lease_at(map, path, issues, span)?),
         _ => ResourceKind::Copy(copy_at(map, path, issues)?),
     };
     Some(Resource { name: name?, kind })

@@ -101,6 +101,7 @@ pub(crate) fn resource_value(name: &str, kind: &ResourceKind) -> Value {
         ResourceKind::Bucket(b) => meter_fields(b, &mut m),
         ResourceKind::Window(w) => meter_fields(w, &mut m),
         ResourceKind::Queue(q) => meter_fields(q, &mut m),
+        ResourceKind::Lease(l) => super::lease::lease_fields(l, &mut m),
     }
     Value::Object(m)
 }

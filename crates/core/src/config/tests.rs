@@ -125,7 +125,7 @@ extra: 1
         "resources[0].tiers[1].skippable: expected true or false",
         "resources[1].tiers: not a field of a copy resource",
         "resources[1].domain_limit: is required",
-        "resources[2].kind: expected rate, copy, bucket, window or queue",
+        "resources[2].kind: expected rate, copy, bucket, window, queue or lease",
         "namespaces[\"x/y\"]: a namespace name cannot contain '/'",
         "namespaces[\"x/y\"].allow_unconfigured: expected true or false",
         "extra: unknown field",
@@ -843,7 +843,7 @@ fn missing_unknown_and_foreign_fields_are_refused() {
     let e = one("{ name: a }");
     assert_eq!(
         e,
-        ["resources[0].kind: is required (rate, copy, bucket, window or queue)"]
+        ["resources[0].kind: is required (rate, copy, bucket, window, queue or lease)"]
     );
     // Null is absent, as for every other field.
     let e = one("{ name: a, kind: bucket, burst: 1, count: ~, period: 1s }");
@@ -1430,4 +1430,139 @@ fn inline_limit_names_are_checked_against_resources() {
         0,
         "envoy.domains[0].descriptors[0].rate_limit: its resource name, derived from the domain, keys and values on its path, cannot be used: resource is 2014 bytes long",
     );
+}
+
+// `kind: lease` (SPEC §12).
+
+const LEASE_EXAMPLE: &str = r#"
+resources:
+  - name: bigtable/qps
+    kind: lease
+    capacity: 1000          # what is handed out in all (static: per client)
+    algorithm: fair_share   # none | static | proportional_share | fair_share
+    lease_length: 60s
+    refresh_interval: 5s
+    safe_capacity: 10       # optional; else capacity / number of clients
+    learning_mode: 60s      # optional, default lease_length; 0 turns it off
+  - name: bigtable/scan
+    kind: lease
+    capacity: 2.5
+    algorithm: proportional_share
+    lease_length: 10s
+    refresh_interval: 10s
+"#;
+
+#[test]
+fn the_lease_example_of_spec_12_loads_and_round_trips() {
+    use crate::lease::{Algorithm as Share, Quantity};
+    let (c, adj) = Config::from_yaml(LEASE_EXAMPLE).expect("valid");
+    assert!(adj.is_empty());
+    let Some(Resource {
+        kind: ResourceKind::Lease(l),
+        ..
+    }) = c.resource("bigtable/qps")
+    else {
+        panic!("a lease resource")
+    };
+    let p = l.params();
+    assert_eq!(p.capacity(), Quantity::units(1000).expect("small"));
+    assert_eq!(p.algorithm(), Share::FairShare);
+    assert_eq!((p.lease_length(), p.refresh_interval()), (60_000, 5_000));
+    assert_eq!(p.configured_safe_capacity(), Quantity::units(10));
+    assert_eq!(p.learning_mode(), 60_000);
+    let Some(Resource {
+        kind: ResourceKind::Lease(scan),
+        ..
+    }) = c.resource("bigtable/scan")
+    else {
+        panic!("a lease resource")
+    };
+    assert_eq!(
+        scan.params().capacity(),
+        Quantity::from_micros(2_500_000).expect("small")
+    );
+    assert_eq!(scan.params().learning_mode(), 10_000, "one lease length");
+    assert_eq!(scan.params().configured_safe_capacity(), None);
+    let yaml = c.to_yaml();
+    assert!(yaml.contains("capacity: 2.5"), "{yaml}");
+    let (again, adj) = Config::from_yaml(&yaml).expect("rendered config parses");
+    assert!(adj.is_empty());
+    assert_eq!(again, c, "{yaml}");
+    assert_eq!(again.to_yaml(), yaml, "rendering is stable");
+}
+
+#[test]
+fn lease_resources_are_not_for_requests_nor_envoy() {
+    let (c, _) = Config::from_yaml(LEASE_EXAMPLE).expect("valid");
+    assert_eq!(
+        c.rate_like("bigtable/qps", "d", "request")
+            .expect_err("a lease is not rate-like")
+            .to_string(),
+        "resource \"bigtable/qps\" is lease-limited; request needs a rate-limited resource"
+    );
+    assert!(c.copy("bigtable/qps", "reserve").is_err());
+    assert!(c.meter("bigtable/qps", "d").is_none());
+    let e = errors(&format!(
+        "{LEASE_EXAMPLE}envoy:\n  domains:\n    - domain: d\n      descriptors:\n        - {{ key: k, resource: bigtable/qps }}\n"
+    ));
+    assert_eq!(
+        e,
+        [
+            "envoy.domains[0].descriptors[0].resource: resource \"bigtable/qps\" is a capacity \
+             lease; an Envoy descriptor needs a rate-like one (rate, bucket, window or queue)"
+        ]
+    );
+}
+
+#[test]
+fn bad_lease_fields_are_errors_at_their_path() {
+    let lease = |fields: &str| format!("resources:\n  - {{ name: l/x, kind: lease, {fields} }}\n");
+    let ok = "capacity: 10, algorithm: static, lease_length: 10s, refresh_interval: 1s";
+    assert!(Config::from_yaml(&lease(ok)).is_ok());
+    let cases = [
+        (
+            "algorithm: static, lease_length: 10s, refresh_interval: 1s",
+            "resources[0].capacity: is required",
+        ),
+        (
+            "capacity: -1, algorithm: static, lease_length: 10s, refresh_interval: 1s",
+            "resources[0].capacity: capacity is -1; capacities start at 0",
+        ),
+        (
+            "capacity: \"ten\", algorithm: static, lease_length: 10s, refresh_interval: 1s",
+            "resources[0].capacity: expected a number such as 100 or 2.5, found",
+        ),
+        (
+            "capacity: 1e300, algorithm: static, lease_length: 10s, refresh_interval: 1s",
+            "resources[0].capacity: capacity is 1e300; the largest capacity Charon keeps exactly is",
+        ),
+        (
+            "capacity: 10, algorithm: fair, lease_length: 10s, refresh_interval: 1s",
+            "resources[0].algorithm: expected none, static, proportional_share or fair_share",
+        ),
+        (
+            "capacity: 10, algorithm: static, lease_length: 1s, refresh_interval: 10s",
+            "resources[0].refresh_interval: \"10s\" must not be longer than lease_length (1000ms)",
+        ),
+        (
+            "capacity: 10, algorithm: static, lease_length: 0s, refresh_interval: 0s",
+            "resources[0].lease_length: \"0s\" must be positive",
+        ),
+        (
+            "capacity: 10, algorithm: static, lease_length: 10s, refresh_interval: 1s, safe_capacity: -2",
+            "resources[0].safe_capacity: safe_capacity is -2; capacities start at 0",
+        ),
+        (
+            "capacity: 10, algorithm: static, lease_length: 10s, refresh_interval: 1s, learning_mode: soon",
+            "resources[0].learning_mode: ",
+        ),
+        (
+            "capacity: 10, algorithm: static, lease_length: 10s, refresh_interval: 1s, domains: {}",
+            "resources[0].domains: not a field of a lease resource",
+        ),
+    ];
+    for (fields, want) in cases {
+        let e = errors(&lease(fields));
+        assert_any(&e, want);
+    }
 }

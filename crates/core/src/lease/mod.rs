@@ -393,6 +393,18 @@ impl LeaseSet {
     }
 }
 
+impl FromIterator<(String, Lease)> for LeaseSet {
+    /// A set of stored leases, its totals made again: how a store that
+    /// keeps leases elsewhere (Redis) gets a set back to decide on.
+    fn from_iter<I: IntoIterator<Item = (String, Lease)>>(leases: I) -> Self {
+        let mut set = LeaseSet::new();
+        for (client, lease) in leases {
+            set.insert(&client, lease);
+        }
+        set
+    }
+}
+
 /// What a decision needs besides the configuration and the set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseContext {

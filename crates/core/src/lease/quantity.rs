@@ -59,8 +59,14 @@ impl Quantity {
         // `Quantity::MAX` as a double is exact (2^53 − 1), and so is the
         // comparison; infinity fails it too.
         if micros > Self::MAX.to_micros_f64() {
+            // 1e300 in full is three hundred digits: say it as written.
+            let written = if value < 1e15 {
+                value.to_string()
+            } else {
+                format!("{value:e}")
+            };
             return Err(ClientError::invalid(format!(
-                "{field} is {value}; the largest capacity Charon keeps exactly is {}",
+                "{field} is {written}; the largest capacity Charon keeps exactly is {}",
                 Self::MAX
             )));
         }

@@ -14,11 +14,12 @@ mod shards;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::lease::LeaseSet;
 use charon_core::meter::{Meter, MeterState, Op, Policy, Reply};
 use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide_op};
 use charon_core::request::Amount;
@@ -100,6 +101,10 @@ pub struct MemoryStore {
     globals: Shards<GlobalEntry>,
     copies: CopyTable,
     transfers: TransferIds,
+    /// The leases of each lease resource (SPEC §12), behind one lock: a
+    /// lease decision is a refresh every few seconds per client, not a
+    /// per-request path.
+    leases: Mutex<HashMap<Box<str>, LeaseSet>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -117,7 +122,8 @@ pub struct Swept {
     /// Idle (resource, domain) rate states, of burst tiers and of the
     /// other rate-like kinds.
     pub pairs: usize,
-    /// Per-resource state emptied: global hit logs and copy counts.
+    /// Per-resource state emptied: global hit logs, copy counts and lease
+    /// sets whose every lease lapsed.
     pub resources: usize,
     /// Staged transfers whose ttl had passed.
     pub transfers: usize,
@@ -146,6 +152,7 @@ impl MemoryStore {
             globals: Shards::new(shards),
             copies: CopyTable::new(shards),
             transfers,
+            leases: Mutex::default(),
         }
     }
 
@@ -164,9 +171,18 @@ impl MemoryStore {
             !e.log.is_empty()
         });
         let (emptied, transfers) = self.copies.sweep(now, &self.transfers);
+        let lapsed = {
+            let mut sets = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = sets.len();
+            sets.retain(|_, set| {
+                charon_core::lease::expire(set, now);
+                !set.is_empty()
+            });
+            before - sets.len()
+        };
         Swept {
             pairs,
-            resources: resources + emptied,
+            resources: resources + emptied + lapsed,
             transfers,
         }
     }
@@ -479,6 +495,39 @@ impl Store for MemoryStore {
             now,
             &self.transfers,
         ))
+    }
+
+    async fn leases(
+        &self,
+        resource: &str,
+        decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
+    ) -> Result<(), StoreError> {
+        let now = self.now();
+        let mut sets = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        match sets.get_mut(resource) {
+            Some(set) => {
+                decide(set, now);
+                if set.is_empty() {
+                    sets.remove(resource);
+                }
+            }
+            None => {
+                let mut set = LeaseSet::new();
+                decide(&mut set, now);
+                if !set.is_empty() {
+                    sets.insert(resource.into(), set);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError> {
+        let sets = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(sets
+            .iter()
+            .map(|(r, set)| (r.to_string(), set.clone()))
+            .collect())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@
 //! <prefix>:{<resource>}:x              staged transfers
 //! <prefix>:{<resource>}:xe             staged transfers by expiry
 //! <prefix>:{<resource>}:o:<member>:<n> what a member's copy operation did
+//! <prefix>:{<resource>}:l              the resource's capacity leases
 //! <prefix>:{%e<domain>}:m:<n>:<resource>:<domain>
 //!                                     a pair's meter state counted for the
 //!                                     Envoy domain <domain> with `same_slot`
@@ -30,6 +31,7 @@
 //! <prefix>:{%m}:suspect:<member>       since when a member seems lapsed
 //! <prefix>:{%m}:rebuild                the copy gate of a new generation
 //! <prefix>:{%m}:tick                   when a membership script last ran
+//! <prefix>:{%m}:leases                 resources that have lease sets
 //! ```
 //!
 //! The resource inside the braces is escaped (`%` → `%25`, `{` → `%7B`,
@@ -184,6 +186,16 @@ impl Keys {
 
     pub(crate) fn start_lock(&self) -> String {
         self.members("starting")
+    }
+
+    /// The leases of a lease resource (SPEC §12), one string.
+    pub(crate) fn lease_set(&self, resource: &str) -> String {
+        format!("{}:l", self.resource(resource))
+    }
+
+    /// The resources that have lease sets, for metrics and the leases page.
+    pub(crate) fn lease_index(&self) -> String {
+        self.members("leases")
     }
 
     pub(crate) fn staging_index(&self) -> String {

@@ -23,6 +23,7 @@ mod conn;
 pub use self::conn::redacted;
 mod decision_clock;
 mod keys;
+mod lease;
 mod membership;
 mod meter;
 mod reply;
@@ -39,6 +40,7 @@ use charon_core::Clock;
 use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
 use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::lease::LeaseSet;
 use charon_core::meter::{Ban, Meter, Op, Policy, SoftLimit, no_refund};
 use charon_core::rate::{DORMANT_GRACE, RateReply, TierContext};
 use charon_core::request::{Amount, positive_count};
@@ -197,6 +199,9 @@ pub struct RedisStore {
     state: Mutex<MemberState>,
     /// Copy operations whose reply was lost, to undo.
     in_doubt: Mutex<Vec<InDoubt>>,
+    /// One lease decision per resource at a time from this server (see
+    /// `lease.rs`), so that compare and set only ever races other servers.
+    lease_locks: lease::Stripes,
 }
 
 /// A copy operation that may or may not have run.
@@ -292,6 +297,7 @@ impl RedisStore {
             record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
             ops: AtomicU64::new(0),
             in_doubt: Mutex::new(Vec::new()),
+            lease_locks: lease::Stripes::default(),
             state: Mutex::new(MemberState {
                 generation: String::new(),
                 renewed: Instant::now(),
@@ -1128,6 +1134,18 @@ impl Store for RedisStore {
 
     async fn leave(&self) -> Result<(), StoreError> {
         RedisStore::leave(self).await
+    }
+
+    async fn leases(
+        &self,
+        resource: &str,
+        decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
+    ) -> Result<(), StoreError> {
+        self.lease_decision(resource, decide).await
+    }
+
+    async fn lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError> {
+        self.all_lease_sets().await
     }
 
     fn attach_holds(&self, source: Weak<dyn HoldSource>) {

@@ -139,6 +139,8 @@ pub(crate) struct Scripts {
     pub(crate) fence: Script,
     pub(crate) gate: Script,
     pub(crate) rebuild: Script,
+    pub(crate) lease_get: Script,
+    pub(crate) lease_put: Script,
 }
 
 impl Scripts {
@@ -183,11 +185,25 @@ impl Scripts {
             fence: Script::new("fence", membership_script!("fence.lua")),
             gate: Script::new("gate", membership_script!("gate.lua")),
             rebuild: Script::new("rebuild", copy_script!("rebuild.lua")),
+            lease_get: Script::new(
+                "lease_get",
+                concat!(
+                    include_str!("lua/common.lua"),
+                    include_str!("lua/lease_get.lua")
+                ),
+            ),
+            lease_put: Script::new(
+                "lease_put",
+                concat!(
+                    include_str!("lua/common.lua"),
+                    include_str!("lua/lease_put.lua")
+                ),
+            ),
         }
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 21] {
+    pub(crate) fn all(&self) -> [&Script; 23] {
         [
             &self.rate,
             &self.meter,
@@ -210,6 +226,8 @@ impl Scripts {
             &self.fence,
             &self.gate,
             &self.rebuild,
+            &self.lease_get,
+            &self.lease_put,
         ]
     }
 }

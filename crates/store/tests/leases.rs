@@ -1,0 +1,167 @@
+//! Capacity leases in the stores (SPEC §12): the same lease decisions give
+//! the same leases in memory, on Redis and on a Redis Cluster; on Redis,
+//! servers deciding at once on one resource never over-commit and lose no
+//! decision (compare and set), and a set whose leases all lapsed leaves
+//! Redis.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use charon_core::lease::{
+    Algorithm, LeaseContext, LeaseParams, LeaseReply, LeaseSet, Quantity, Want, get_capacity,
+    release_capacity,
+};
+use charon_store::{RedisStore, Store};
+use charon_testkit::stores::Fixture;
+
+fn params(capacity: u64, algorithm: Algorithm) -> LeaseParams {
+    LeaseParams::new(Quantity::units(capacity).unwrap(), algorithm, 10_000, 1_000)
+        .unwrap()
+        .with_learning_mode(0)
+        .unwrap()
+}
+
+async fn get(
+    store: &dyn Store,
+    resource: &str,
+    p: &LeaseParams,
+    client: &str,
+    wants: f64,
+) -> LeaseReply {
+    let want = Want::parse(wants, 0.0, 1).unwrap();
+    let mut reply = None;
+    store
+        .leases(resource, &mut |set: &mut LeaseSet, now| {
+            let ctx = LeaseContext::root(p, 0, now);
+            reply = Some(get_capacity(set, p, ctx, client, want));
+        })
+        .await
+        .unwrap();
+    reply.unwrap()
+}
+
+async fn release(store: &dyn Store, resource: &str, client: &str) -> bool {
+    let mut released = false;
+    store
+        .leases(resource, &mut |set: &mut LeaseSet, now| {
+            released = release_capacity(set, client, now);
+        })
+        .await
+        .unwrap();
+    released
+}
+
+fn units(q: Quantity) -> f64 {
+    q.to_f64()
+}
+
+/// The paper's fair-share table through a store, then expiry and release.
+async fn fair_shares_expiry_and_release(f: &Fixture) {
+    let p = params(160, Algorithm::FairShare);
+    let s = &*f.store;
+    f.clock.set(1_000);
+    for (c, w) in [("a", 100.0), ("b", 50.0), ("c", 45.0), ("d", 10.0)] {
+        get(s, "db/qps", &p, c, w).await;
+    }
+    // A second round: everyone refreshes with the same wants.
+    let mut got = Vec::new();
+    for (c, w) in [("a", 100.0), ("b", 50.0), ("c", 45.0), ("d", 10.0)] {
+        let r = get(s, "db/qps", &p, c, w).await;
+        assert_eq!(r.expires_at_ms, 11_000);
+        assert_eq!(r.refresh_interval_ms, 1_000);
+        got.push(units(r.capacity));
+    }
+    assert_eq!(got, [55.0, 50.0, 45.0, 10.0], "the paper's table");
+    let sets = s.lease_sets().await.unwrap();
+    assert_eq!(sets.len(), 1);
+    assert_eq!(sets[0].1.sum_has_micros(), 160_000_000);
+
+    assert!(release(s, "db/qps", "d").await);
+    assert!(!release(s, "db/qps", "d").await, "released already");
+    // At 11 s every lease has lapsed: released is false, nothing is left.
+    f.clock.set(11_000);
+    assert!(!release(s, "db/qps", "a").await);
+    let r = get(s, "db/qps", &p, "e", 500.0).await;
+    assert_eq!(units(r.capacity), 160.0, "alone: all of it");
+    assert!(release(s, "db/qps", "e").await);
+    assert!(
+        s.lease_sets().await.unwrap().is_empty(),
+        "an empty set is dropped"
+    );
+}
+
+macro_rules! on_every_store {
+    ($($store:ident),*) => {$(
+        mod $store {
+            #[tokio::test]
+            async fn fair_shares_expiry_and_release() {
+                let f = charon_testkit::stores::$store().await;
+                crate::fair_shares_expiry_and_release(&f).await;
+            }
+        }
+    )*};
+}
+
+on_every_store!(memory, redis, redis_cluster);
+
+/// Two servers on one Redis, 8 clients each asking at once, many rounds
+/// with changing wants: the leases never add up to more than the capacity
+/// at any decision, and no decision is lost (every client's last reply is
+/// what the set holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_on_one_redis_never_over_commit() {
+    let redis = charon_testkit::RedisServer::start();
+    let connect = |id: &'static str| {
+        let url = redis.url();
+        async move {
+            let opts =
+                charon_testkit::stores::options(None, id, std::time::Duration::from_secs(10));
+            RedisStore::connect(&url, opts).await.unwrap()
+        }
+    };
+    let servers: [Arc<RedisStore>; 2] = [connect("a").await, connect("b").await];
+    let p = Arc::new(params(100, Algorithm::ProportionalShare));
+    let mut tasks = Vec::new();
+    for i in 0..16u64 {
+        let store = servers[(i % 2) as usize].clone();
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = format!("client-{i}");
+            let mut last = Quantity::ZERO;
+            for round in 0..25u64 {
+                let wants = ((i * 7 + round * 13) % 40) as f64 + 1.0;
+                let want = Want::parse(wants, last.to_f64(), 1).unwrap();
+                let mut seen = None;
+                store
+                    .leases("db/qps", &mut |set: &mut LeaseSet, now| {
+                        let ctx = LeaseContext::root(&p, 0, now);
+                        let r = get_capacity(set, &p, ctx, &client, want);
+                        seen = Some((r.capacity, set.sum_has_micros()));
+                    })
+                    .await
+                    .unwrap();
+                let (has, total) = seen.unwrap();
+                assert!(total <= 100_000_000, "over-committed: {total} millionths");
+                assert!(has.to_f64() <= wants);
+                last = has;
+            }
+            (client, last)
+        }));
+    }
+    let mut finals = Vec::new();
+    for t in tasks {
+        finals.push(t.await.unwrap());
+    }
+    let sets = servers[0].lease_sets().await.unwrap();
+    let set = &sets.iter().find(|(r, _)| r == "db/qps").unwrap().1;
+    assert_eq!(set.len(), 16);
+    for (client, has) in finals {
+        assert_eq!(
+            set.get(&client).unwrap().has,
+            has,
+            "{client}: a decision was lost"
+        );
+    }
+    assert!(set.sum_has_micros() <= 100_000_000);
+}

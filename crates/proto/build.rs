@@ -1,4 +1,4 @@
-//! Compiles `proto/charon/v1/limiter.proto` and Envoy's
+//! Compiles `proto/charon/v1/limiter.proto` and `capacity.proto`, and Envoy's
 //! `proto/envoy/service/ratelimit/v3/rls.proto` (vendored with their imports,
 //! see `proto/VENDORED.md`) with protox (pure Rust, no system `protoc`), and
 //! keeps each descriptor set for server reflection.
@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 fn compile(
     root: &Path,
-    file: &str,
+    files: &[&str],
     descriptor: &str,
     out: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let fds = protox::compile([root.join(file)], [root])?;
+    let fds = protox::compile(files.iter().map(|f| root.join(f)), [root])?;
     std::fs::write(out.join(descriptor), prost::Message::encode_to_vec(&fds))?;
     // Undecodable requests are client errors, not tonic's INTERNAL.
     tonic_prost_build::configure()
@@ -28,13 +28,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     compile(
         &root,
-        "charon/v1/limiter.proto",
+        // One package, so one generated file: compiled together.
+        &["charon/v1/limiter.proto", "charon/v1/capacity.proto"],
         "charon_descriptor.bin",
         &out,
     )?;
     compile(
         &root,
-        "envoy/service/ratelimit/v3/rls.proto",
+        &["envoy/service/ratelimit/v3/rls.proto"],
         "envoy_rls_descriptor.bin",
         &out,
     )?;

@@ -229,6 +229,24 @@ pub fn count_or(
     }
 }
 
+/// A JSON number, fractions allowed (a capacity of SPEC §12); its range is
+/// the reader's to check.
+pub fn number(v: &Value, path: &Path, issues: &mut Issues) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        other => {
+            issues.push(
+                path,
+                format!(
+                    "expected a number such as 100 or 2.5, found {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
 /// `map[key]`, which must be present and not null.
 pub fn required<'v>(
     map: &'v Map<String, Value>,

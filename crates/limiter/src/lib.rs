@@ -13,6 +13,7 @@
 mod decision;
 mod error;
 mod holds;
+mod leases;
 mod session;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use self::holds::Registry;
 
 pub use decision::{Decision, RequestOptions};
 pub use error::LimitError;
+pub use leases::{CapacityAsk, MAX_RESOURCES_PER_CALL};
 pub use session::Session;
 
 /// Configuration in force plus the store that holds the state, and the
@@ -40,6 +42,8 @@ pub struct Limiter {
     config: ArcSwap<Config>,
     store: Arc<dyn Store>,
     holds: Arc<Registry>,
+    /// The start of learning mode for leases (see `leases.rs`).
+    lease_epoch: leases::LeaseEpoch,
 }
 
 impl Limiter {
@@ -54,6 +58,7 @@ impl Limiter {
             config: ArcSwap::from_pointee(config),
             store,
             holds,
+            lease_epoch: leases::LeaseEpoch::default(),
         })
     }
 

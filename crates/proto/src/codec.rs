@@ -110,8 +110,8 @@ macro_rules! senders {
     };
 }
 
-senders!(true: RateRequest, ChargeRequest, SessionRequest);
-senders!(false: RateReply, SessionReply);
+senders!(true: RateRequest, ChargeRequest, SessionRequest, GetCapacityRequest, ReleaseCapacityRequest);
+senders!(false: RateReply, SessionReply, GetCapacityReply, ReleaseCapacityReply);
 
 impl Sender for crate::envoy::service::ratelimit::v3::RateLimitRequest {
     const FROM_CLIENT: bool = true;

@@ -1,5 +1,5 @@
 //! Charon's gRPC interface, `charon.v1` (SPEC §6), generated from
-//! `proto/charon/v1/limiter.proto`.
+//! `proto/charon/v1/limiter.proto` and `capacity.proto`.
 
 #![allow(missing_docs, missing_debug_implementations, clippy::all)]
 

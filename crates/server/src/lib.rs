@@ -35,6 +35,7 @@ use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 
 pub use grpc::LimiterService;
+pub use grpc::capacity::CapacityService;
 pub use grpc::envoy::EnvoyService;
 
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -256,6 +257,9 @@ where
     health_reporter
         .set_serving::<RateLimitServiceServer<EnvoyService>>()
         .await;
+    health_reporter
+        .set_serving::<charon_proto::v1::capacity_server::CapacityServer<CapacityService>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(charon_proto::v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(charon_proto::envoy::FILE_DESCRIPTOR_SET)
@@ -271,6 +275,10 @@ where
         RateLimitServiceServer::new(EnvoyService::new(state.clone()))
             .max_decoding_message_size(options.max_message_bytes),
     );
+    let capacity_service = grpc::classify::Classified(
+        charon_proto::v1::capacity_server::CapacityServer::new(CapacityService::new(state.clone()))
+            .max_decoding_message_size(options.max_message_bytes),
+    );
     let shutdown = state.shutdown.clone();
     let grpc_server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(half))
@@ -281,6 +289,7 @@ where
         .add_service(reflection)
         .add_service(limiter_service)
         .add_service(envoy_service)
+        .add_service(capacity_service)
         .serve_with_incoming_shutdown(grpc, async move { shutdown.wait().await });
 
     let app = http::router(state.clone()).merge(extra_routes);
@@ -325,6 +334,9 @@ where
         .await;
     health_reporter
         .set_not_serving::<RateLimitServiceServer<EnvoyService>>()
+        .await;
+    health_reporter
+        .set_not_serving::<charon_proto::v1::capacity_server::CapacityServer<CapacityService>>()
         .await;
     info!("shutting down: no new connections, ending sessions");
     let drained = tokio::time::timeout(options.shutdown_grace, async {

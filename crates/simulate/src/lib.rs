@@ -29,11 +29,12 @@ use std::sync::Arc;
 use charon_core::config::{Config, ConfigErrors};
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::fields::{self, Issues, Path, describe};
+use charon_core::lease::LeaseReply;
 use charon_core::meter;
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 use charon_core::{ClientError, ManualClock};
-use charon_limiter::{Decision, LimitError, Limiter, RequestOptions, Session};
+use charon_limiter::{CapacityAsk, Decision, LimitError, Limiter, RequestOptions, Session};
 use charon_store::MemoryStore;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -162,6 +163,30 @@ impl Simulation {
                 let decision = self.limiter.refund(resource, domain, *copies).await?;
                 return Ok(outcome_of(decision));
             }
+            Op::GetCapacity(client, ask) => {
+                let replies = self
+                    .limiter
+                    .get_capacity(client, std::slice::from_ref(ask))
+                    .await?;
+                let reply = replies.into_iter().next().ok_or_else(|| {
+                    LimitError::Server(charon_store::StoreError::BadData(
+                        "no lease in the reply".into(),
+                    ))
+                })?;
+                return Ok(Outcome::Lease {
+                    resource: ask.resource.clone(),
+                    reply,
+                });
+            }
+            Op::ReleaseCapacity(client, resource) => {
+                let released = self
+                    .limiter
+                    .release_capacity(client, std::slice::from_ref(resource))
+                    .await?;
+                return Ok(Outcome::Released {
+                    released: released.first().copied().unwrap_or(false),
+                });
+            }
             _ => {}
         }
         let s = self
@@ -188,7 +213,12 @@ impl Simulation {
                 session,
                 transfer_id,
             },
-            Op::Request(..) | Op::Charge(..) | Op::Refund(..) | Op::End => {
+            Op::Request(..)
+            | Op::Charge(..)
+            | Op::Refund(..)
+            | Op::GetCapacity(..)
+            | Op::ReleaseCapacity(..)
+            | Op::End => {
                 unreachable!("answered above")
             }
         })
@@ -278,6 +308,19 @@ pub enum Outcome {
         #[serde(flatten)]
         staged: Staged,
     },
+    /// `get_capacity` (SPEC §12): the lease on the resource.
+    Lease {
+        /// The resource asked for.
+        resource: String,
+        /// The lease.
+        #[serde(flatten)]
+        reply: LeaseReply,
+    },
+    /// `release_capacity`: whether a lease (not lapsed) was given back.
+    Released {
+        /// Whether the client held a lease that had not lapsed.
+        released: bool,
+    },
     /// `end_session`: how many copies its end released.
     EndSession {
         /// The session that ended.
@@ -322,6 +365,10 @@ enum Op {
     Release(Hold, u64),
     Transfer(Hold, u64, u64),
     Seize(String),
+    /// `get_capacity` for one resource: the client and what it asks.
+    GetCapacity(String, CapacityAsk),
+    /// `release_capacity`: the client and the resource.
+    ReleaseCapacity(String, String),
     End,
 }
 
@@ -343,6 +390,8 @@ const OPS: &[&str] = &[
     "transfer",
     "seize",
     "end_session",
+    "get_capacity",
+    "release_capacity",
 ];
 
 /// The fields each op may have, `t` and `op` included.
@@ -375,6 +424,16 @@ fn fields_of(op: &str) -> &'static [&'static str] {
             "t", "op", "resource", "domain", "copies", "groups", "ttl_ms", "session",
         ],
         "seize" => &["t", "op", "transfer_id", "session"],
+        "get_capacity" => &[
+            "t",
+            "op",
+            "client",
+            "resource",
+            "wants",
+            "has",
+            "subclients",
+        ],
+        "release_capacity" => &["t", "op", "client", "resource"],
         _ => &["t", "op", "session"],
     }
 }
@@ -447,6 +506,46 @@ fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
             }
         }
         Some("seize") => ev.string("transfer_id").map(|id| Parsed::Op(Op::Seize(id))),
+        Some("get_capacity") => {
+            let client = ev.string("client");
+            let resource = ev.string("resource");
+            let wants = fields::required(ev.m, "wants", &root, &mut ev.issues)
+                .and_then(|v| fields::number(v, &root.key("wants"), &mut ev.issues));
+            let has = match ev.m.get("has") {
+                None | Some(Value::Null) => Some(0.0),
+                Some(v) => fields::number(v, &root.key("has"), &mut ev.issues),
+            };
+            let subclients = ev.count_or_one("subclients");
+            match (client, resource, wants, has, subclients) {
+                (Some(c), Some(resource), Some(wants), Some(has), Some(subclients)) => {
+                    // An explicit 0 is refused by the limiter (the proto's
+                    // 0 means unset, a JSON 0 is written on purpose).
+                    if subclients == 0 {
+                        ev.issues
+                            .push(&root.key("subclients"), "must be at least 1");
+                        None
+                    } else {
+                        Some(Parsed::Op(Op::GetCapacity(
+                            c,
+                            CapacityAsk {
+                                resource,
+                                wants,
+                                has,
+                                subclients,
+                            },
+                        )))
+                    }
+                }
+                _ => None,
+            }
+        }
+        Some("release_capacity") => {
+            let client = ev.string("client");
+            let resource = ev.string("resource");
+            client
+                .zip(resource)
+                .map(|(c, r)| Parsed::Op(Op::ReleaseCapacity(c, r)))
+        }
         Some(_) => Some(Parsed::Op(Op::End)),
         None => None,
     };

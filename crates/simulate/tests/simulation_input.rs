@@ -165,7 +165,7 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
         ),
         (
             json!({"t": 5, "op": "fly"}),
-            "op: expected request, charge, refund, reserve, release, transfer, seize or end_session, found the string \"fly\"",
+            "op: expected request, charge, refund, reserve, release, transfer, seize, end_session, get_capacity or release_capacity, found the string \"fly\"",
         ),
         (
             json!({"t": 5, "op": "request", "resource": "nope", "domain": "d"}),

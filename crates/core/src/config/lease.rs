@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::{Issues, Path, describe, one_of, required};
+use crate::fields::{Issues, Path, number, one_of, required};
 use crate::lease::{Algorithm, LeaseParams, Quantity};
 use crate::time::format_span;
 
@@ -44,16 +44,7 @@ impl LeaseResource {
 /// millionth, as in the paper's tables).
 fn quantity(v: &Value, field: &str, path: &Path, issues: &mut Issues) -> Option<Quantity> {
     let path = &path.key(field);
-    let Some(n) = v.as_f64().filter(|_| v.is_number()) else {
-        issues.push(
-            path,
-            format!(
-                "expected a number such as 100 or 2.5, found {}",
-                describe(v)
-            ),
-        );
-        return None;
-    };
+    let n = number(v, path, issues)?;
     match Quantity::parse(field, n) {
         Ok(q) => Some(q),
         Err(e) => {

@@ -845,6 +845,25 @@ impl Config {
         enforcement(self.namespace(namespace_of(resource)))
     }
 
+    /// Resolves a lease resource for `operation` (`get_capacity`,
+    /// `release_capacity`, SPEC §12): its configuration, or a client
+    /// error. There is no permissive lease resource: a lease needs a
+    /// capacity, so an unconfigured one is unknown in every namespace.
+    pub fn lease(
+        &self,
+        resource: &str,
+        operation: &'static str,
+    ) -> Result<&LeaseResource, ClientError> {
+        match self.resource(resource) {
+            Some(Resource {
+                kind: ResourceKind::Lease(l),
+                ..
+            }) => Ok(l),
+            Some(r) => Err(wrong_kind(resource, operation, "lease", r.kind.name())),
+            None => Err(ClientError::UnknownResource(resource.to_owned())),
+        }
+    }
+
     /// Resolves a copy-limited resource for `operation` (reserve, release,
     /// transfer), like [`Config::rate`].
     pub fn copy(

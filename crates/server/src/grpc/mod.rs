@@ -1,6 +1,7 @@
 //! `charon.v1.Limiter` over gRPC: a thin shell that parses messages,
 //! calls the limiter, and maps replies and errors back.
 
+pub mod capacity;
 pub(crate) mod classify;
 pub mod envoy;
 mod ops;

@@ -1,0 +1,136 @@
+//! Capacity leases (SPEC §12) through the limiter: what `charon.v1.Capacity`
+//! and `charon simulate` call. The request is checked whole before anything
+//! changes (client, every resource, every number); then each resource's
+//! lease set is decided by `charon_core::lease` inside the store's atomic
+//! step ([`charon_store::Store::leases`]).
+
+use std::sync::OnceLock;
+
+use charon_core::lease::{
+    LeaseContext, LeaseParams, LeaseReply, LeaseSet, Want, get_capacity, release_capacity,
+};
+use charon_core::request::check_name;
+use charon_core::{ClientError, Millis};
+
+use crate::{LimitError, Limiter};
+
+/// The most resources one `GetCapacity` or `ReleaseCapacity` may name: a
+/// bound on what one call costs (each is a store step).
+pub const MAX_RESOURCES_PER_CALL: usize = 100;
+
+/// One resource of a `get_capacity` call, as it comes from the network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityAsk {
+    /// A `kind: lease` resource.
+    pub resource: String,
+    /// How much capacity the client would use if it could.
+    pub wants: f64,
+    /// What the client holds now (0 for a new client).
+    pub has: f64,
+    /// How many clients it stands for; 0 means 1 (the proto default).
+    pub subclients: u64,
+}
+
+/// When this server started answering leases, in the store's time: the
+/// start of learning mode (SPEC §12), as Doorman starts it when a server
+/// becomes master. Set by the first lease decision, so that it is on the
+/// clock the decisions use (Redis `TIME` on a Redis store).
+#[derive(Debug, Default)]
+pub(crate) struct LeaseEpoch(OnceLock<Millis>);
+
+impl LeaseEpoch {
+    fn at(&self, now: Millis) -> Millis {
+        *self.0.get_or_init(|| now)
+    }
+}
+
+fn checked_resources<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<Vec<&'a str>, ClientError> {
+    if names.len() == 0 {
+        return Err(ClientError::invalid("name at least one resource"));
+    }
+    if names.len() > MAX_RESOURCES_PER_CALL {
+        return Err(ClientError::invalid(format!(
+            "{} resources in one call; at most {MAX_RESOURCES_PER_CALL}",
+            names.len()
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for name in names {
+        if !seen.insert(name) {
+            return Err(ClientError::invalid(format!(
+                "resource {name:?} is named twice in one call"
+            )));
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
+
+impl Limiter {
+    /// `get_capacity(client, [(resource, wants, has, subclients)])` (SPEC
+    /// §12): a lease per resource, in the order asked. Bad input (an
+    /// unknown or non-lease resource, NaN or negative numbers, too many
+    /// resources) is a client error and changes nothing.
+    pub async fn get_capacity(
+        &self,
+        client: &str,
+        asks: &[CapacityAsk],
+    ) -> Result<Vec<LeaseReply>, LimitError> {
+        check_name("client_id", client)?;
+        checked_resources(asks.iter().map(|a| a.resource.as_str()))?;
+        let config = self.config();
+        let mut decided: Vec<(&str, LeaseParams, Want)> = Vec::with_capacity(asks.len());
+        for a in asks {
+            let params = *config.lease(&a.resource, "get_capacity")?.params();
+            let want = Want::parse(a.wants, a.has, a.subclients.max(1))?;
+            decided.push((&a.resource, params, want));
+        }
+        let mut replies = Vec::with_capacity(decided.len());
+        for (resource, params, want) in decided {
+            let mut reply = None;
+            let epoch = &self.lease_epoch;
+            self.store()
+                .leases(resource, &mut |set: &mut LeaseSet, now| {
+                    let ctx = LeaseContext::root(&params, epoch.at(now), now);
+                    reply = Some(get_capacity(set, &params, ctx, client, want));
+                })
+                .await?;
+            replies.push(reply.ok_or_else(|| {
+                LimitError::Server(charon_store::StoreError::BadData(
+                    "the store made no lease decision".into(),
+                ))
+            })?);
+        }
+        Ok(replies)
+    }
+
+    /// `release_capacity(client, [resource])` (SPEC §12): whether the
+    /// client held a lease (not lapsed) on each resource, in the order
+    /// named; its capacity returns to the pool at once.
+    pub async fn release_capacity(
+        &self,
+        client: &str,
+        resources: &[String],
+    ) -> Result<Vec<bool>, LimitError> {
+        check_name("client_id", client)?;
+        let names = checked_resources(resources.iter().map(String::as_str))?;
+        let config = self.config();
+        for r in &names {
+            config.lease(r, "release_capacity")?;
+        }
+        let mut released = Vec::with_capacity(names.len());
+        for resource in names {
+            let mut was = false;
+            self.store()
+                .leases(resource, &mut |set: &mut LeaseSet, now| {
+                    was = release_capacity(set, client, now);
+                })
+                .await?;
+            released.push(was);
+        }
+        Ok(released)
+    }
+}

@@ -1,0 +1,117 @@
+//! `charon.v1.Capacity` (SPEC §12): capacity leases over gRPC, a thin
+//! shell around [`charon_limiter::Limiter::get_capacity`] and
+//! [`charon_limiter::Limiter::release_capacity`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use charon_limiter::{CapacityAsk, LimitError};
+use charon_proto::v1;
+use tonic::{Request, Response, Status};
+
+use super::{error_outcome, status};
+use crate::ServerState;
+use crate::metrics::Outcome;
+
+/// The `Capacity` service.
+#[derive(Debug, Clone)]
+pub struct CapacityService {
+    state: Arc<ServerState>,
+}
+
+impl CapacityService {
+    /// A service deciding with `state.limiter`.
+    pub fn new(state: Arc<ServerState>) -> Self {
+        Self { state }
+    }
+
+    /// Counts one call per resource it named, as decisions are counted.
+    fn record<'a>(
+        &self,
+        operation: &'static str,
+        resources: impl Iterator<Item = &'a str>,
+        outcome: Outcome,
+        started: Instant,
+    ) {
+        let decisions = self.state.decisions();
+        for r in resources {
+            decisions.observe(operation, r, outcome, started.elapsed());
+        }
+    }
+}
+
+fn outcome<T>(result: &Result<T, LimitError>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Granted,
+        Err(e) => error_outcome(e),
+    }
+}
+
+#[tonic::async_trait]
+impl v1::capacity_server::Capacity for CapacityService {
+    async fn get_capacity(
+        &self,
+        request: Request<v1::GetCapacityRequest>,
+    ) -> Result<Response<v1::GetCapacityReply>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let asks: Vec<CapacityAsk> = req
+            .resources
+            .iter()
+            .map(|w| CapacityAsk {
+                resource: w.resource.clone(),
+                wants: w.wants,
+                has: w.has,
+                subclients: w.subclients,
+            })
+            .collect();
+        let result = match self.state.check_configured() {
+            Ok(()) => self.state.limiter.get_capacity(&req.client_id, &asks).await,
+            Err(e) => Err(e),
+        };
+        self.record(
+            "get_capacity",
+            asks.iter().map(|a| a.resource.as_str()),
+            outcome(&result),
+            started,
+        );
+        let replies = result.map_err(|e| status::to_status(&e))?;
+        let leases = asks
+            .into_iter()
+            .zip(replies)
+            .map(|(a, r)| v1::Lease {
+                resource: a.resource,
+                capacity: r.capacity.to_f64(),
+                expires_at_ms: r.expires_at_ms,
+                refresh_interval_ms: r.refresh_interval_ms,
+                safe_capacity: r.safe_capacity.to_f64(),
+            })
+            .collect();
+        Ok(Response::new(v1::GetCapacityReply { leases }))
+    }
+
+    async fn release_capacity(
+        &self,
+        request: Request<v1::ReleaseCapacityRequest>,
+    ) -> Result<Response<v1::ReleaseCapacityReply>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let result = match self.state.check_configured() {
+            Ok(()) => {
+                self.state
+                    .limiter
+                    .release_capacity(&req.client_id, &req.resources)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.record(
+            "release_capacity",
+            req.resources.iter().map(String::as_str),
+            outcome(&result),
+            started,
+        );
+        let released = result.map_err(|e| status::to_status(&e))?;
+        Ok(Response::new(v1::ReleaseCapacityReply { released }))
+    }
+}

@@ -6,8 +6,9 @@
 
 use std::sync::OnceLock;
 
+use charon_core::config::ResourceKind;
 use charon_core::lease::{
-    LeaseContext, LeaseParams, LeaseReply, LeaseSet, Want, get_capacity, release_capacity,
+    LeaseContext, LeaseParams, LeaseReply, LeaseSet, Quantity, Want, get_capacity, release_capacity,
 };
 use charon_core::request::check_name;
 use charon_core::{ClientError, Millis};
@@ -132,5 +133,78 @@ impl Limiter {
             released.push(was);
         }
         Ok(released)
+    }
+}
+
+/// One lease as the leases page and `/metrics` show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LeaseEntry {
+    /// Who holds it.
+    pub client: String,
+    /// What it may use.
+    pub capacity: Quantity,
+    /// What it asked for at its last refresh.
+    pub wants: Quantity,
+    /// How many clients it stands for.
+    pub subclients: u64,
+    /// When it lapses unless refreshed.
+    pub expires_at_ms: Millis,
+}
+
+/// The live leases of one configured lease resource.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LeaseSummary {
+    /// The resource.
+    pub resource: String,
+    /// Its configured capacity (per client for `static`).
+    pub capacity: Quantity,
+    /// How it is divided.
+    pub algorithm: &'static str,
+    /// The capacity leased in all.
+    pub leased: Quantity,
+    /// The capacity wanted in all.
+    pub wanted: Quantity,
+    /// How many clients hold leases.
+    pub clients: usize,
+    /// The leases, by client.
+    pub leases: Vec<LeaseEntry>,
+}
+
+impl Limiter {
+    /// Every configured lease resource with its live leases (those not
+    /// lapsed at the store's time), for the leases page and `/metrics`.
+    /// The store's time comes first.
+    pub async fn lease_summaries(&self) -> Result<(Millis, Vec<LeaseSummary>), LimitError> {
+        let config = self.config();
+        let (now, sets) = self.store().lease_sets().await?;
+        let mut sets: std::collections::HashMap<String, LeaseSet> = sets.into_iter().collect();
+        let mut out = Vec::new();
+        for r in config.resources() {
+            let ResourceKind::Lease(l) = &r.kind else {
+                continue;
+            };
+            let mut set = sets.remove(&r.name).unwrap_or_default();
+            charon_core::lease::expire(&mut set, now);
+            let leases: Vec<LeaseEntry> = set
+                .iter()
+                .map(|(client, l)| LeaseEntry {
+                    client: client.to_owned(),
+                    capacity: l.has,
+                    wants: l.wants,
+                    subclients: l.subclients,
+                    expires_at_ms: l.expires_at_ms,
+                })
+                .collect();
+            out.push(LeaseSummary {
+                resource: r.name.clone(),
+                capacity: l.params().capacity(),
+                algorithm: l.params().algorithm().name(),
+                leased: Quantity::saturating_from_total(set.sum_has_micros()),
+                wanted: Quantity::saturating_from_total(set.sum_wants_micros()),
+                clients: leases.len(),
+                leases,
+            });
+        }
+        Ok((now, out))
     }
 }

@@ -31,7 +31,7 @@ use self::holds::Registry;
 
 pub use decision::{Decision, RequestOptions};
 pub use error::LimitError;
-pub use leases::{CapacityAsk, MAX_RESOURCES_PER_CALL};
+pub use leases::{CapacityAsk, LeaseEntry, LeaseSummary, MAX_RESOURCES_PER_CALL};
 pub use session::Session;
 
 /// Configuration in force plus the store that holds the state, and the

@@ -1,5 +1,5 @@
-//! The HTTP side of the server: metrics, health and readiness. Built as a
-//! router that tests call without a socket.
+//! The HTTP side of the server: metrics, health, readiness and the leases
+//! page. Built as a router that tests call without a socket.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +13,12 @@ use axum::routing::get;
 use crate::ServerState;
 use crate::metrics;
 
-/// `/metrics`, `/healthz` and `/readyz`.
+/// `/metrics`, `/healthz`, `/readyz` and `/v1/leases`.
 pub fn router(state: Arc<ServerState>) -> Router {
     metrics::install();
     Router::new()
         .route("/metrics", get(render_metrics))
+        .route("/v1/leases", get(leases))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state)
@@ -30,12 +31,37 @@ async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoRespo
     {
         metrics::transfers_staged(staged);
     }
+    if let Ok(Ok((_, summaries))) =
+        tokio::time::timeout(Duration::from_secs(1), state.limiter.lease_summaries()).await
+    {
+        metrics::leases(&summaries);
+    }
     let handle = metrics::install();
     handle.run_upkeep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         handle.render(),
     )
+}
+
+/// The live leases of every configured lease resource (SPEC §12), as JSON:
+/// `{"now_ms": …, "resources": [{resource, capacity, algorithm, leased,
+/// wanted, clients, leases: [{client, capacity, wants, subclients,
+/// expires_at_ms}]}]}`. A server error (503) when the store does not
+/// answer within a second.
+async fn leases(State(state): State<Arc<ServerState>>) -> axum::response::Response {
+    match tokio::time::timeout(Duration::from_secs(1), state.limiter.lease_summaries()).await {
+        Ok(Ok((now_ms, resources))) => {
+            axum::Json(serde_json::json!({"now_ms": now_ms, "resources": resources}))
+                .into_response()
+        }
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store: no answer within 1s\n",
+        )
+            .into_response(),
+    }
 }
 
 /// 200 when the server can decide correctly now: not shutting down, a

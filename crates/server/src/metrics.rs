@@ -16,6 +16,10 @@
 //! - `charon_sessions_open`, `charon_copies_held` (by this server's
 //!   sessions), `charon_transfers_staged_copies` (read from the store);
 //! - `charon_config_reloads_total{result}`, `charon_config_version`;
+//! - capacity leases (SPEC §12), per configured lease resource, read from
+//!   the store at each scrape: `charon_lease_capacity{resource}`,
+//!   `charon_lease_leased{resource}` (the sum of live leases),
+//!   `charon_lease_wanted{resource}` and `charon_lease_clients{resource}`;
 //! - Envoy's service (SPEC §11), labelled by Envoy `domain` (configured
 //!   ones only: an unknown domain is refused first) and matched `node` (its
 //!   id, `envoy/DOMAIN/KEY[=VALUE]/…`, bounded by the configuration; never
@@ -306,6 +310,19 @@ pub fn sessions_open(delta: f64) {
 /// Copies held by this server's sessions changed by `delta`.
 pub fn copies_held(delta: i64) {
     gauge!("charon_copies_held").increment(delta as f64);
+}
+
+/// The leases of every configured lease resource (SPEC §12), read from
+/// the store at each scrape: the capacity, what is leased and wanted in
+/// all, and how many clients hold leases.
+pub fn leases(summaries: &[charon_limiter::LeaseSummary]) {
+    for s in summaries {
+        let r = s.resource.clone();
+        gauge!("charon_lease_capacity", "resource" => r.clone()).set(s.capacity.to_f64());
+        gauge!("charon_lease_leased", "resource" => r.clone()).set(s.leased.to_f64());
+        gauge!("charon_lease_wanted", "resource" => r.clone()).set(s.wanted.to_f64());
+        gauge!("charon_lease_clients", "resource" => r).set(s.clients as f64);
+    }
 }
 
 /// Copies waiting in staging areas.

@@ -230,9 +230,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
     ) -> Result<(), StoreError>;
 
-    /// Every resource's leases, for metrics and the leases page: a
-    /// snapshot, not a decision (lapsed leases may still be in it).
-    async fn lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError>;
+    /// Every resource's leases, for metrics and the leases page, with the
+    /// store's time: a snapshot, not a decision (leases that lapsed by then
+    /// may still be in it).
+    async fn lease_sets(&self) -> Result<(Millis, Vec<(String, LeaseSet)>), StoreError>;
 
     /// Checks that the store can answer now (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;

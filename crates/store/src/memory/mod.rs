@@ -522,12 +522,15 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError> {
+    async fn lease_sets(&self) -> Result<(Millis, Vec<(String, LeaseSet)>), StoreError> {
+        let now = self.now();
         let sets = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(sets
-            .iter()
-            .map(|(r, set)| (r.to_string(), set.clone()))
-            .collect())
+        Ok((
+            now,
+            sets.iter()
+                .map(|(r, set)| (r.to_string(), set.clone()))
+                .collect(),
+        ))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

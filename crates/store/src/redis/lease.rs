@@ -154,10 +154,13 @@ impl RedisStore {
 
     /// [`crate::Store::lease_sets`] on Redis: every indexed resource's set
     /// as stored (sets that lapsed are dropped from the index).
-    pub(crate) async fn all_lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError> {
+    pub(crate) async fn all_lease_sets(
+        &self,
+    ) -> Result<(Millis, Vec<(String, LeaseSet)>), StoreError> {
         let index = self.keys.lease_index();
         let resources: Vec<String> = self.conn.query(redis::cmd("SMEMBERS").arg(&index)).await?;
         let mut out = Vec::with_capacity(resources.len());
+        let mut latest = None;
         for resource in resources {
             let got = &self.scripts.lease_get;
             let key = self.keys.lease_set(&resource);
@@ -166,7 +169,8 @@ impl RedisStore {
                 .eval(got, &[&key], &[self.clock.arg()], &[])
                 .await?;
             let mut r = Reply::new(got.name, v)?;
-            let (version, body) = (r.count()?, r.text()?);
+            let (version, body, now) = (r.count()?, r.text()?, r.count()?);
+            latest = Some(now);
             if version == 0 {
                 self.conn
                     .query::<()>(redis::cmd("SREM").arg(&index).arg(&resource))
@@ -176,7 +180,27 @@ impl RedisStore {
             let set = decode(&body).ok_or_else(|| bad(got.name, "malformed lease set"))?;
             out.push((resource, set));
         }
-        Ok(out)
+        let now = match latest {
+            Some(now) => now,
+            None => self.decision_now().await?,
+        };
+        Ok((now, out))
+    }
+}
+
+impl RedisStore {
+    /// The decision clock's time now (for a snapshot with no set to read).
+    async fn decision_now(&self) -> Result<Millis, StoreError> {
+        let got = &self.scripts.lease_get;
+        let key = self.keys.lease_set("");
+        let v = self
+            .conn
+            .eval(got, &[&key], &[self.clock.arg()], &[])
+            .await?;
+        let mut r = Reply::new(got.name, v)?;
+        r.count()?;
+        r.text()?;
+        r.count()
     }
 }
 

@@ -1144,7 +1144,7 @@ impl Store for RedisStore {
         self.lease_decision(resource, decide).await
     }
 
-    async fn lease_sets(&self) -> Result<Vec<(String, LeaseSet)>, StoreError> {
+    async fn lease_sets(&self) -> Result<(Millis, Vec<(String, LeaseSet)>), StoreError> {
         self.all_lease_sets().await
     }
 

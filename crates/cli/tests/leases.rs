@@ -1,0 +1,356 @@
+//! Capacity leases (SPEC §12) through real `charon serve` processes and
+//! `charon.v1.Capacity`:
+//!
+//! - two servers on one private Redis, six clients (three on each) asking
+//!   for a fair share of 60: a sampler reads the leases page of both
+//!   servers all along and never sees more than 60 leased; after three
+//!   refresh rounds the leases are the fair shares, and again three rounds
+//!   after a change of demand; a client that stops refreshing loses its
+//!   lease at expiry and the others grow into it; one server SIGKILLed,
+//!   its clients move to the other and keep their leases (they are in
+//!   Redis); `/metrics` shows the resource's capacity and leases;
+//! - bad input on the embedded default: NaN and negative wants, unknown
+//!   resources, a lease on a rate resource (and a rate request on a lease
+//!   resource), a resource named twice, more than 100 resources, an empty
+//!   client id: client errors (INVALID_ARGUMENT; NOT_FOUND for an unknown
+//!   resource, FAILED_PRECONDITION for the wrong kind, as for every other
+//!   operation), and nothing changed.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use charon_proto::v1;
+use charon_proto::v1::capacity_client::CapacityClient;
+use charon_testkit::{CharonProcess, RedisServer};
+use serde_json::Value;
+use support::bin;
+use tonic::transport::Channel;
+
+const CAPACITY: f64 = 60.0;
+const CONFIG: &str = r#"
+resources:
+  - { name: db/qps, kind: lease, capacity: 60, algorithm: fair_share,
+      lease_length: 3s, refresh_interval: 500ms, learning_mode: 0s }
+  - { name: api, kind: rate, tiers: [ { limit: 5, window: 1s } ] }
+"#;
+
+async fn client(server: &CharonProcess) -> CapacityClient<Channel> {
+    CapacityClient::connect(server.endpoint())
+        .await
+        .expect("connect")
+}
+
+fn ask(client: &str, wants: f64, has: f64) -> v1::GetCapacityRequest {
+    v1::GetCapacityRequest {
+        client_id: client.to_owned(),
+        resources: vec![v1::ResourceWant {
+            resource: "db/qps".into(),
+            wants,
+            has,
+            subclients: 0,
+        }],
+    }
+}
+
+/// The leases page of `server`: (sum leased, leases by client).
+fn page(server: &CharonProcess) -> Option<(f64, Vec<(String, f64)>)> {
+    let (status, body) = server.http_get("/v1/leases")?;
+    if status != 200 {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let r = v["resources"]
+        .as_array()?
+        .iter()
+        .find(|r| r["resource"] == "db/qps")?;
+    let leases = r["leases"]
+        .as_array()?
+        .iter()
+        .map(|l| {
+            (
+                l["client"].as_str().unwrap_or_default().to_owned(),
+                l["capacity"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    Some((r["leased"].as_f64()?, leases))
+}
+
+/// The six clients: each refreshes once per round, all at once, with what
+/// it holds; returns their leases in order.
+struct Clients {
+    names: Vec<String>,
+    wants: Vec<f64>,
+    has: Vec<f64>,
+    /// Which server each asks (an index into `conns`).
+    via: Vec<usize>,
+    conns: Vec<CapacityClient<Channel>>,
+}
+
+impl Clients {
+    async fn round(&mut self, skip: &[usize]) -> Vec<f64> {
+        let mut calls = Vec::new();
+        for i in 0..self.names.len() {
+            if skip.contains(&i) {
+                continue;
+            }
+            let mut c = self.conns[self.via[i]].clone();
+            let req = ask(&self.names[i], self.wants[i], self.has[i]);
+            calls.push(tokio::spawn(async move { (i, c.get_capacity(req).await) }));
+        }
+        for call in calls {
+            let (i, reply) = call.await.expect("the call's task");
+            let lease = reply.expect("a lease").into_inner().leases;
+            assert_eq!(lease.len(), 1);
+            assert_eq!(lease[0].refresh_interval_ms, 500);
+            self.has[i] = lease[0].capacity;
+        }
+        self.has.clone()
+    }
+
+    async fn rounds(&mut self, n: usize, skip: &[usize]) -> Vec<f64> {
+        for _ in 1..n {
+            self.round(skip).await;
+        }
+        self.round(skip).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_redis_share_fairly_and_never_over_commit() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut servers = [
+        CharonProcess::start(bin(), CONFIG, &["--store", url.as_str()]),
+        CharonProcess::start(bin(), CONFIG, &["--store", url.as_str()]),
+    ];
+    let conns = vec![client(&servers[0]).await, client(&servers[1]).await];
+
+    // The sampler: both servers' view of Redis, as often as they answer.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ports: Vec<String> = servers.iter().map(CharonProcess::http_url).collect();
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut samples, mut most) = (0u64, 0f64);
+            while !stop.load(Ordering::Relaxed) {
+                for base in &ports {
+                    let port: u16 = base
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| p.parse().ok())
+                        .unwrap_or(0);
+                    if let Some((200, body)) = charon_testkit::http_get(port, "/v1/leases") {
+                        let v: Value = serde_json::from_str(&body).expect("JSON");
+                        let leased = v["resources"][0]["leased"].as_f64().unwrap_or(0.0);
+                        most = most.max(leased);
+                        samples += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (samples, most)
+        })
+    };
+
+    let mut c = Clients {
+        names: (0..6).map(|i| format!("client-{i}")).collect(),
+        wants: vec![30.0, 20.0, 10.0, 10.0, 5.0, 5.0],
+        has: vec![0.0; 6],
+        via: vec![0, 1, 0, 1, 0, 1],
+        conns,
+    };
+    // Max-min fairness of 60: 10 each, the four at or under 10 satisfied
+    // (30), the rest split between the two that want more.
+    assert_eq!(
+        c.rounds(3, &[]).await,
+        [15.0, 15.0, 10.0, 10.0, 5.0, 5.0],
+        "the fair shares after three rounds"
+    );
+
+    // Demand changes: client 1 wants 2; client 0 grows into the rest.
+    c.wants[1] = 2.0;
+    assert_eq!(
+        c.rounds(3, &[]).await,
+        [28.0, 2.0, 10.0, 10.0, 5.0, 5.0],
+        "the fair shares three rounds after a change of demand"
+    );
+
+    // Client 2 stops refreshing: its 10 stay leased until its lease lapses
+    // (3 s), then client 0 (wants 30) grows into it.
+    let (_, before) = page(&servers[0]).expect("the leases page");
+    assert!(
+        before
+            .iter()
+            .any(|(n, cap)| n == "client-2" && *cap == 10.0)
+    );
+    assert_eq!(c.round(&[2]).await[0], 28.0, "client 2's lease still holds");
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    let after = c.rounds(3, &[2]).await;
+    assert_eq!(
+        after[0], 30.0,
+        "client 0 grew into the lapsed lease: {after:?}"
+    );
+    let (leased, leases) = page(&servers[1]).expect("the leases page");
+    assert!(!leases.iter().any(|(n, _)| n == "client-2"), "{leases:?}");
+    assert_eq!(leased, 30.0 + 2.0 + 10.0 + 5.0 + 5.0);
+
+    // /metrics shows the resource.
+    let (_, metrics) = servers[0].http_get("/metrics").expect("metrics");
+    for line in [
+        "charon_lease_capacity{resource=\"db/qps\"} 60",
+        "charon_lease_leased{resource=\"db/qps\"} 52",
+        "charon_lease_clients{resource=\"db/qps\"} 5",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+
+    // Server 0 crashes: its clients ask server 1, and keep their leases.
+    servers[0].kill();
+    c.via = vec![1; 6];
+    let moved = c.rounds(2, &[2]).await;
+    assert_eq!(moved, after, "the same leases from the other server");
+
+    stop.store(true, Ordering::Relaxed);
+    let (samples, most) = sampler.join().expect("sampler");
+    assert!(samples > 50, "only {samples} samples");
+    assert!(
+        most <= CAPACITY,
+        "over-committed: {most} leased of {CAPACITY}"
+    );
+    println!("LEASES {samples} samples of the leases pages, at most {most} of {CAPACITY} leased");
+}
+
+#[tokio::test]
+async fn bad_lease_requests_are_client_errors_that_change_nothing() {
+    let server = CharonProcess::start(bin(), CONFIG, &[]);
+    let mut c = client(&server).await;
+    let want = |resource: &str, wants: f64| v1::ResourceWant {
+        resource: resource.into(),
+        wants,
+        has: 0.0,
+        subclients: 0,
+    };
+    let many: Vec<v1::ResourceWant> = (0..101).map(|i| want(&format!("r{i}"), 1.0)).collect();
+    let cases: Vec<(&str, v1::GetCapacityRequest, &str)> = vec![
+        ("NaN", ask("a", f64::NAN, 0.0), "wants is not a number"),
+        ("negative", ask("a", -1.0, 0.0), "wants is -1"),
+        ("infinite has", ask("a", 1.0, f64::INFINITY), "has is inf"),
+        (
+            "unknown",
+            v1::GetCapacityRequest {
+                client_id: "a".into(),
+                resources: vec![want("nope", 1.0)],
+            },
+            "unknown resource \"nope\"",
+        ),
+        (
+            "rate resource",
+            v1::GetCapacityRequest {
+                client_id: "a".into(),
+                resources: vec![want("api", 1.0)],
+            },
+            "get_capacity needs a lease-limited resource",
+        ),
+        (
+            "twice",
+            v1::GetCapacityRequest {
+                client_id: "a".into(),
+                resources: vec![want("db/qps", 1.0), want("db/qps", 2.0)],
+            },
+            "named twice",
+        ),
+        (
+            "too many",
+            v1::GetCapacityRequest {
+                client_id: "a".into(),
+                resources: many,
+            },
+            "101 resources in one call; at most 100",
+        ),
+        ("no client", ask("", 1.0, 0.0), "client_id"),
+        (
+            "none",
+            v1::GetCapacityRequest {
+                client_id: "a".into(),
+                resources: vec![],
+            },
+            "at least one resource",
+        ),
+        (
+            "subclients",
+            v1::GetCapacityRequest {
+                client_id: "a".into(),
+                resources: vec![v1::ResourceWant {
+                    subclients: u64::MAX,
+                    ..want("db/qps", 1.0)
+                }],
+            },
+            "subclients must be at most",
+        ),
+    ];
+    for (what, req, message) in cases {
+        let e = c.get_capacity(req).await.expect_err(what);
+        let code = match what {
+            "unknown" => tonic::Code::NotFound,
+            "rate resource" => tonic::Code::FailedPrecondition,
+            _ => tonic::Code::InvalidArgument,
+        };
+        assert_eq!(e.code(), code, "{what}: {e:?}");
+        assert_eq!(
+            e.metadata()
+                .get("charon-error-class")
+                .and_then(|v| v.to_str().ok()),
+            Some("client"),
+            "{what}"
+        );
+        assert!(e.message().contains(message), "{what}: {:?}", e.message());
+    }
+    let e = c
+        .release_capacity(v1::ReleaseCapacityRequest {
+            client_id: "a".into(),
+            resources: vec!["api".into()],
+        })
+        .await
+        .expect_err("a rate resource");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    // A rate request on the lease resource is the limiter's client error.
+    let mut limiter = v1::limiter_client::LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let e = limiter
+        .request(v1::RateRequest {
+            resource: "db/qps".into(),
+            domain: "d".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a lease resource");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(e.message().contains("lease-limited"), "{}", e.message());
+
+    // Nothing changed: the page is empty, and a client alone gets it all.
+    let (leased, leases) = page(&server).expect("the leases page");
+    assert_eq!((leased, leases.len()), (0.0, 0));
+    let lease = c
+        .get_capacity(ask("z", 1_000.0, 0.0))
+        .await
+        .expect("a lease")
+        .into_inner()
+        .leases;
+    assert_eq!(lease[0].capacity, CAPACITY);
+    assert_eq!(lease[0].safe_capacity, CAPACITY);
+    let released = c
+        .release_capacity(v1::ReleaseCapacityRequest {
+            client_id: "z".into(),
+            resources: vec!["db/qps".into()],
+        })
+        .await
+        .expect("released")
+        .into_inner()
+        .released;
+    assert_eq!(released, [true]);
+}

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use charon_client::{Client, ClientOptions, Error};
+use charon_client::{Client, ClientOptions, Error, Lease, LeaseMode, LeaseOptions};
 use charon_proto::v1;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
@@ -77,6 +77,54 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Hold a capacity lease (SPEC §12) until stopped, printing it as a
+    /// JSON line at start and after every refresh (capacity, where it
+    /// comes from, wants, safe capacity, expiry); SIGTERM or SIGINT give it
+    /// back, SIGKILL leaves it to lapse at its expiry.
+    Lease(LeaseArgs),
+}
+
+/// Flags of `client lease`.
+#[derive(Args, Debug)]
+pub struct LeaseArgs {
+    /// The server's gRPC address.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:7070",
+        env = "CHARON_SERVER"
+    )]
+    server: String,
+    /// A `kind: lease` resource.
+    resource: String,
+    /// The capacity wanted (units per second; fractions allowed); with
+    /// `--adaptive`, the most asked for.
+    #[arg(long)]
+    wants: f64,
+    /// Who holds the lease. Default: this host's name and this process id.
+    #[arg(long)]
+    client_id: Option<String>,
+    /// What to use once the lease expired and no server answers.
+    #[arg(long, value_enum, default_value_t = Mode::Safe)]
+    mode: Mode,
+    /// Ask for what is used (with `--spend`), at most `--wants`.
+    #[arg(long)]
+    adaptive: bool,
+    /// Spend the lease: take units as fast as it allows, and print how
+    /// many were taken since the last line.
+    #[arg(long)]
+    spend: bool,
+}
+
+/// `--mode` of `client lease`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Mode {
+    /// What it wants.
+    Optimistic,
+    /// Nothing.
+    Pessimistic,
+    /// The safe capacity the server last gave.
+    Safe,
 }
 
 pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
@@ -157,8 +205,73 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                 hold.release_all().await?;
                 Ok(ExitCode::SUCCESS)
             }
+            ClientCommand::Lease(args) => lease(args).await,
         }
     })
+}
+
+/// `client lease`: holds the lease and prints it until stopped.
+async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
+    let client = connect(&args.server)?;
+    let client_id = args.client_id.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "host".to_owned());
+        format!("{host}-{}", std::process::id())
+    });
+    let mut options = LeaseOptions::new(client_id.clone(), args.wants);
+    options.mode = match args.mode {
+        Mode::Optimistic => LeaseMode::Optimistic,
+        Mode::Pessimistic => LeaseMode::Pessimistic,
+        Mode::Safe => LeaseMode::Safe,
+    };
+    options.adaptive = args.adaptive;
+    let lease = match client.lease(&args.resource, options).await {
+        Ok(l) => std::sync::Arc::new(l),
+        Err(e) => return Ok(report(&e)),
+    };
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let spender = args.spend.then(|| {
+        let (lease, taken) = (lease.clone(), taken.clone());
+        tokio::spawn(async move {
+            loop {
+                lease.acquire().await;
+                taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    });
+    let print = |lease: &Lease| {
+        let s = lease.status();
+        let mut out = json!({
+            "client_id": client_id, "resource": args.resource, "capacity": s.capacity,
+            "source": s.source.name(), "wants": s.wants, "safe_capacity": s.safe_capacity,
+            "expires_in_ms": s.expires_in_ms, "refreshes": s.refreshes, "failures": s.failures,
+        });
+        if args.spend {
+            out["taken"] = taken.swap(0, std::sync::atomic::Ordering::Relaxed).into();
+        }
+        if let Some(e) = lease.last_error() {
+            out["error"] = e.to_string().into();
+        }
+        println!("{out}");
+    };
+    print(&lease);
+    let stop = wait_for_stop();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            () = lease.changed() => print(&lease),
+        }
+    }
+    if let Some(s) = spender {
+        s.abort();
+        let _ = s.await;
+    }
+    if let Ok(lease) = std::sync::Arc::try_unwrap(lease) {
+        lease.release().await?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `charge` or `refund`: prints the reply as `client request` prints a

@@ -354,3 +354,107 @@ async fn bad_lease_requests_are_client_errors_that_change_nothing() {
         .released;
     assert_eq!(released, [true]);
 }
+
+/// A `charon client lease` process, its JSON lines collected as they come.
+struct LeaseProcess {
+    child: std::process::Child,
+    lines: Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl LeaseProcess {
+    fn start(server: &CharonProcess, client_id: &str, wants: &str, mode: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(bin())
+            .args(["client", "lease", "db/qps", "--server"])
+            .arg(server.endpoint())
+            .args(["--wants", wants, "--client-id", client_id, "--mode", mode])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn charon client lease");
+        let out = child.stdout.take().expect("stdout");
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).expect("a JSON line");
+                sink.lock().expect("lines").push(v);
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Waits until the last line satisfies `ok`; returns it.
+    fn wait_for(&self, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(last) = self.lines.lock().expect("lines").last()
+                && ok(last)
+            {
+                return last.clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: not seen; lines: {:?}",
+                self.lines.lock().expect("lines")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for LeaseProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn from(source: &str, capacity: f64) -> impl Fn(&Value) -> bool + '_ {
+    move |v| v["source"] == source && v["capacity"].as_f64() == Some(capacity)
+}
+
+/// Three `charon client lease` processes share 30: a SIGKILLed one loses
+/// its lease at expiry and the others grow into it; with the server gone,
+/// each keeps its lease until it expires, then runs in its mode (safe: the
+/// safe capacity the server gave; pessimistic: nothing; optimistic: what it
+/// wants).
+#[test]
+fn client_processes_share_a_killed_one_lapses_and_modes_apply_without_a_server() {
+    const CLIENTS: &str = r#"
+resources:
+  - { name: db/qps, kind: lease, capacity: 30, algorithm: fair_share,
+      lease_length: 2s, refresh_interval: 200ms, learning_mode: 0s }
+"#;
+    let mut server = CharonProcess::start(bin(), CLIENTS, &[]);
+    let safe = LeaseProcess::start(&server, "c-safe", "20", "safe");
+    let pessimistic = LeaseProcess::start(&server, "c-pessimistic", "20", "pessimistic");
+    let mut doomed = LeaseProcess::start(&server, "c-doomed", "20", "optimistic");
+    for c in [&safe, &pessimistic, &doomed] {
+        c.wait_for("a third of 30 each", from("server", 10.0));
+    }
+    doomed.child.kill().expect("SIGKILL");
+    let _ = doomed.child.wait();
+    // Its 10 stay leased until its lease lapses (2 s), then the others grow.
+    for c in [&safe, &pessimistic] {
+        let v = c.wait_for("half of 30 each", from("server", 15.0));
+        assert_eq!(v["safe_capacity"], 15.0, "30 among two clients");
+    }
+    let (leased, leases) = page(&server).expect("the leases page");
+    assert_eq!(leased, 30.0);
+    assert_eq!(leases.len(), 2, "{leases:?}");
+
+    // The server goes away: the leases in hand hold until they expire,
+    // then each mode applies.
+    server.kill();
+    let failing = |v: &Value| v["failures"].as_u64().unwrap_or(0) > 0;
+    let v = safe.wait_for("a failed refresh", failing);
+    assert_eq!(
+        (v["source"].as_str(), v["capacity"].as_f64()),
+        (Some("server"), Some(15.0)),
+        "the lease in hand first: {v}"
+    );
+    safe.wait_for("the safe capacity", from("safe", 15.0));
+    pessimistic.wait_for("nothing", from("pessimistic", 0.0));
+}

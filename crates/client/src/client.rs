@@ -32,6 +32,8 @@ pub struct Client {
 #[derive(Debug)]
 pub(crate) struct Inner {
     grpc: LimiterClient<Channel>,
+    /// `charon.v1.Capacity` on the same connection (leases).
+    pub(crate) capacity: v1::capacity_client::CapacityClient<Channel>,
     pub(crate) options: ClientOptions,
     /// The live session, if one is open: looked up by every operation, so
     /// a plain lock held for a pointer copy (never across an await).
@@ -117,6 +119,7 @@ impl Client {
         let in_flight = Semaphore::new(options.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
         Ok(Self {
             inner: Arc::new(Inner {
+                capacity: v1::capacity_client::CapacityClient::new(channel.clone()),
                 grpc: LimiterClient::new(channel),
                 options,
                 session: Mutex::new(None),

@@ -16,6 +16,10 @@
 //!   process (on any server), which takes them with [`Client::seize`].
 //! - [`Client::multi`] — the pseudo-atomic request of several resources of
 //!   paper §3.3.
+//! - [`Client::lease`] — a capacity lease (SPEC §12, Doorman): a share of a
+//!   resource's capacity, refreshed in the background, that the process
+//!   spends locally with [`Lease::acquire`]; when no server answers it runs
+//!   in the [`LeaseMode`] chosen.
 //! - Degraded mode (paper §4.3): when the server cannot be reached or
 //!   answers a server error, the client grants `min_copies` itself and marks
 //!   the result [`Source::Degraded`]; the kill switch turns rejections into
@@ -178,6 +182,7 @@ mod client;
 mod error;
 mod grant;
 mod hold;
+mod lease;
 mod multi;
 mod options;
 mod session;
@@ -189,5 +194,6 @@ pub use client::{Client, RateCall, ReserveCall, Stats};
 pub use error::Error;
 pub use grant::{RateGrant, Source};
 pub use hold::Hold;
+pub use lease::{Lease, LeaseMode, LeaseOptions, LeaseSource, LeaseStatus};
 pub use multi::{MultiCall, MultiGrant};
 pub use options::{ClientOptions, RateTransport};

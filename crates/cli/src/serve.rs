@@ -127,6 +127,11 @@ pub struct ServeArgs {
     /// The longest a graceful shutdown (SIGTERM) may take.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// A parent lease server's gRPC URL (SPEC §12 tree of servers): share
+    /// what it grants for each lease resource, asking it for this server's
+    /// clients' wants in all, instead of the configured capacity.
+    #[arg(long, value_name = "URL", env = "CHARON_LEASE_PARENT")]
+    pub lease_parent: Option<String>,
 }
 
 impl ServeArgs {
@@ -166,6 +171,7 @@ impl ServeArgs {
             },
             keepalive: self.keepalive,
             shutdown_grace: self.shutdown_grace,
+            lease_parent: self.lease_parent,
             ..defaults
         }
     }

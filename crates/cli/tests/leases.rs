@@ -9,6 +9,13 @@
 //!   lease at expiry and the others grow into it; one server SIGKILLed,
 //!   its clients move to the other and keep their leases (they are in
 //!   Redis); `/metrics` shows the resource's capacity and leases;
+//! - `charon client lease` processes: one SIGKILLed loses its lease at
+//!   expiry and the others grow into it; without a server each runs in its
+//!   mode once its lease expired;
+//! - a root, two leaves (`--lease-parent`) and two clients on each: the
+//!   root's grants never exceed its capacity, the clients settle on the
+//!   fair shares, and the leaves fall back to safe capacity once the root
+//!   is gone and their grants expired;
 //! - bad input on the embedded default: NaN and negative wants, unknown
 //!   resources, a lease on a rate resource (and a rate request on a lease
 //!   resource), a resource named twice, more than 100 resources, an empty
@@ -105,7 +112,6 @@ impl Clients {
             let (i, reply) = call.await.expect("the call's task");
             let lease = reply.expect("a lease").into_inner().leases;
             assert_eq!(lease.len(), 1);
-            assert_eq!(lease[0].refresh_interval_ms, 500);
             self.has[i] = lease[0].capacity;
         }
         self.has.clone()
@@ -343,6 +349,7 @@ async fn bad_lease_requests_are_client_errors_that_change_nothing() {
         .leases;
     assert_eq!(lease[0].capacity, CAPACITY);
     assert_eq!(lease[0].safe_capacity, CAPACITY);
+    assert_eq!(lease[0].refresh_interval_ms, 500);
     let released = c
         .release_capacity(v1::ReleaseCapacityRequest {
             client_id: "z".into(),
@@ -457,4 +464,93 @@ resources:
     );
     safe.wait_for("the safe capacity", from("safe", 15.0));
     pessimistic.wait_for("nothing", from("pessimistic", 0.0));
+}
+
+/// A root, two leaves (`--lease-parent`) and two clients on each (SPEC §12
+/// tree): the root shares 100 between the leaves by their clients' wants
+/// (as many subclients as they have), each leaf shares its grant among its
+/// clients; the root's grants never add up to more than 100 (sampled all
+/// along), and the clients' leases add up to 100 once settled. Killing the
+/// root: the leaves keep sharing their grant until it expires, then the
+/// root's safe capacity (10 per subclient).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_of_servers_shares_the_roots_capacity_and_falls_back_to_safe() {
+    const TREE: &str = r#"
+resources:
+  - { name: db/qps, kind: lease, capacity: 100, algorithm: fair_share,
+      lease_length: 2s, refresh_interval: 200ms, learning_mode: 0s, safe_capacity: 10 }
+"#;
+    let mut root = CharonProcess::start(bin(), TREE, &[]);
+    let parent = root.endpoint();
+    let leaves = [
+        CharonProcess::start(bin(), TREE, &["--lease-parent", parent.as_str()]),
+        CharonProcess::start(bin(), TREE, &["--lease-parent", parent.as_str()]),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let root_port: u16 = root
+        .http_url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut samples, mut most) = (0u64, 0f64);
+            while !stop.load(Ordering::Relaxed) {
+                if let Some((200, body)) = charon_testkit::http_get(root_port, "/v1/leases") {
+                    let v: Value = serde_json::from_str(&body).expect("JSON");
+                    most = most.max(v["resources"][0]["leased"].as_f64().unwrap_or(0.0));
+                    samples += 1;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (samples, most)
+        })
+    };
+    let mut c = Clients {
+        names: ["a1", "a2", "b1", "b2"].map(str::to_owned).to_vec(),
+        wants: vec![40.0, 40.0, 30.0, 30.0],
+        has: vec![0.0; 4],
+        via: vec![0, 0, 1, 1],
+        conns: vec![client(&leaves[0]).await, client(&leaves[1]).await],
+    };
+    // 4 subclients at the root: 25 each, so 50 per leaf, 25 per client.
+    let settled = |has: &[f64]| has.iter().all(|&h| h == 25.0);
+    let mut rounds = 0;
+    while !settled(&c.round(&[]).await) {
+        rounds += 1;
+        assert!(rounds < 100, "not settled: {:?}", c.has);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut leased = 0.0;
+    for leaf in &leaves {
+        let (sum, leases) = page(leaf).expect("a leaf's page");
+        assert_eq!(leases.len(), 2);
+        leased += sum;
+    }
+    assert_eq!(leased, 100.0, "the clients hold the root's capacity in all");
+    let (_, at_root) = page(&root).expect("the root's page");
+    assert_eq!(
+        at_root.len(),
+        2,
+        "the root sees the two leaves: {at_root:?}"
+    );
+    assert!(at_root.iter().all(|(_, cap)| *cap == 50.0), "{at_root:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    let (samples, most) = sampler.join().expect("sampler");
+    assert!(samples > 10, "only {samples} samples");
+    assert!(most <= 100.0, "the root granted {most} of 100");
+
+    // The root goes away: after the leaves' grants expire (2 s), each
+    // shares the safe capacity for its two subclients, 20: 10 per client.
+    root.kill();
+    let mut rounds = 0;
+    while !c.round(&[]).await.iter().all(|&h| h == 10.0) {
+        rounds += 1;
+        assert!(rounds < 100, "not on safe capacity: {:?}", c.has);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("TREE {samples} samples of the root's page, at most {most} of 100 granted");
 }

@@ -45,6 +45,30 @@ impl LeaseEpoch {
     }
 }
 
+/// Where a server's lease capacity comes from (SPEC §12 tree): the
+/// configuration at a root; what the parent granted (or, once that lapsed,
+/// the safe capacity) at a server with a parent, set by its parent task
+/// ([`Limiter::set_parent_capacity`]); nothing until the parent answered.
+#[derive(Debug, Default)]
+pub(crate) struct ParentCapacity {
+    from_parent: std::sync::atomic::AtomicBool,
+    granted: std::sync::Mutex<std::collections::HashMap<String, Quantity>>,
+}
+
+impl ParentCapacity {
+    fn of(&self, resource: &str, params: &LeaseParams) -> Quantity {
+        if !self.from_parent.load(std::sync::atomic::Ordering::Acquire) {
+            return params.capacity();
+        }
+        self.granted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(resource)
+            .copied()
+            .unwrap_or(Quantity::ZERO)
+    }
+}
+
 fn checked_resources<'a>(
     names: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<Vec<&'a str>, ClientError> {
@@ -91,11 +115,15 @@ impl Limiter {
         }
         let mut replies = Vec::with_capacity(decided.len());
         for (resource, params, want) in decided {
+            let capacity = self.parent_capacity.of(resource, &params);
             let mut reply = None;
             let epoch = &self.lease_epoch;
             self.store()
                 .leases(resource, &mut |set: &mut LeaseSet, now| {
-                    let ctx = LeaseContext::root(&params, epoch.at(now), now);
+                    let ctx = LeaseContext {
+                        capacity,
+                        ..LeaseContext::root(&params, epoch.at(now), now)
+                    };
                     reply = Some(get_capacity(set, &params, ctx, client, want));
                 })
                 .await?;
@@ -156,7 +184,8 @@ pub struct LeaseEntry {
 pub struct LeaseSummary {
     /// The resource.
     pub resource: String,
-    /// Its configured capacity (per client for `static`).
+    /// The capacity it shares: the configured one (per client for
+    /// `static`), or what the parent granted in a tree.
     pub capacity: Quantity,
     /// How it is divided.
     pub algorithm: &'static str,
@@ -171,6 +200,52 @@ pub struct LeaseSummary {
 }
 
 impl Limiter {
+    /// Makes this server share what a parent grants (SPEC §12 tree)
+    /// instead of the configured capacities: nothing until
+    /// [`Limiter::set_parent_capacity`] says what.
+    pub fn take_capacity_from_parent(&self) {
+        self.parent_capacity
+            .from_parent
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// What this server shares of `resource` now: its parent's grant, or
+    /// the safe capacity once that lapsed.
+    pub fn set_parent_capacity(&self, resource: &str, capacity: Quantity) {
+        self.parent_capacity
+            .granted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(resource.to_owned(), capacity);
+    }
+
+    /// What to ask a parent for (SPEC §12 tree): per configured lease
+    /// resource, this server's clients' wants in all as one client with
+    /// that many subclients, holding what the parent granted last
+    /// (`holding`); and the resources nobody here wants any more, whose
+    /// parent lease should be given back.
+    pub async fn upstream_wants(
+        &self,
+        holding: impl Fn(&str) -> Quantity,
+    ) -> Result<(Vec<(String, Want)>, Vec<String>), LimitError> {
+        let config = self.config();
+        let (now, sets) = self.store().lease_sets().await?;
+        let mut sets: std::collections::HashMap<String, LeaseSet> = sets.into_iter().collect();
+        let (mut wants, mut idle) = (Vec::new(), Vec::new());
+        for r in config.resources() {
+            if !matches!(r.kind, ResourceKind::Lease(_)) {
+                continue;
+            }
+            let mut set = sets.remove(&r.name).unwrap_or_default();
+            charon_core::lease::expire(&mut set, now);
+            match set.upstream_want(holding(&r.name)) {
+                Some(w) => wants.push((r.name.clone(), w)),
+                None => idle.push(r.name.clone()),
+            }
+        }
+        Ok((wants, idle))
+    }
+
     /// Every configured lease resource with its live leases (those not
     /// lapsed at the store's time), for the leases page and `/metrics`.
     /// The store's time comes first.
@@ -183,6 +258,7 @@ impl Limiter {
             let ResourceKind::Lease(l) = &r.kind else {
                 continue;
             };
+            let capacity = self.parent_capacity.of(&r.name, l.params());
             let mut set = sets.remove(&r.name).unwrap_or_default();
             charon_core::lease::expire(&mut set, now);
             let leases: Vec<LeaseEntry> = set
@@ -197,7 +273,7 @@ impl Limiter {
                 .collect();
             out.push(LeaseSummary {
                 resource: r.name.clone(),
-                capacity: l.params().capacity(),
+                capacity,
                 algorithm: l.params().algorithm().name(),
                 leased: Quantity::saturating_from_total(set.sum_has_micros()),
                 wanted: Quantity::saturating_from_total(set.sum_wants_micros()),

@@ -44,6 +44,8 @@ pub struct Limiter {
     holds: Arc<Registry>,
     /// The start of learning mode for leases (see `leases.rs`).
     lease_epoch: leases::LeaseEpoch,
+    /// The capacity leases share: configured, or a parent's.
+    parent_capacity: leases::ParentCapacity,
 }
 
 impl Limiter {
@@ -59,6 +61,7 @@ impl Limiter {
             store,
             holds,
             lease_epoch: leases::LeaseEpoch::default(),
+            parent_capacity: leases::ParentCapacity::default(),
         })
     }
 

@@ -18,6 +18,7 @@
 
 mod embedded;
 mod feed;
+mod lease_parent;
 mod store;
 
 use std::future::Future;
@@ -71,6 +72,10 @@ pub struct Settings {
     /// Operations of one session stream in flight at once (see
     /// [`ServerOptions`]).
     pub session_concurrency: usize,
+    /// The gRPC URL of a parent lease server (SPEC §12 tree): lease
+    /// resources share what it grants instead of their configured
+    /// capacity. `None`: this server is a root.
+    pub lease_parent: Option<String>,
 }
 
 impl Settings {
@@ -87,6 +92,7 @@ impl Settings {
             shutdown_grace: options.shutdown_grace,
             max_message_bytes: options.max_message_bytes,
             session_concurrency: options.session_concurrency,
+            lease_parent: None,
         }
     }
 
@@ -438,6 +444,12 @@ async fn serve(
     let store = store::open(&store_url, &settings.store).await?;
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let state = ServerState::new(limiter, options);
+    if let Some(parent) = &settings.lease_parent {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "charon".to_owned());
+        lease_parent::spawn(&state, parent, format!("{host}/{}", std::process::id()))?;
+    }
     started(state.clone());
     if !matches!(source, Source::File(_) | Source::Inline) {
         // Not ready, and answering server errors, until the feed's first

@@ -3,7 +3,9 @@
 //! through the Rust client (`--mode session`: pipelined, replies matched by
 //! id), or with `--envoy DOMAIN` for Envoy's
 //! `RateLimitService.ShouldRateLimit` (one descriptor `KEY=bench-N` per
-//! call), so every protocol is measured on the same limits.
+//! call), so every protocol is measured on the same limits; `--mode lease`
+//! calls `Capacity.GetCapacity` instead, `--domains` clients (`bench-N`)
+//! refreshing leases on a lease resource (SPEC §12).
 //!
 //! Opens N connections (each its own HTTP/2 connection; in session mode
 //! each a client with its one session stream) and drives requests, either
@@ -29,6 +31,7 @@ use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
+use charon_proto::v1::capacity_client::CapacityClient;
 use charon_proto::v1::limiter_client::LimiterClient;
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -44,6 +47,10 @@ pub enum Mode {
     /// Rate requests pipelined on one session stream per connection,
     /// through the Rust client (`charon_client`, its default transport).
     Session,
+    /// `Capacity.GetCapacity` calls: `--domains` clients (`bench-N`, each
+    /// wanting 1 to 8 units) refreshing leases on `--resource`, a lease
+    /// resource; "granted" is a lease above 0.
+    Lease,
 }
 
 /// Flags of `charon bench`.
@@ -114,8 +121,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
-    if args.envoy.is_some() && args.mode == Mode::Session {
-        anyhow::bail!("--envoy calls ShouldRateLimit, a unary call: it takes no --mode session");
+    if args.envoy.is_some() && args.mode != Mode::Unary {
+        anyhow::bail!("--envoy calls ShouldRateLimit, a unary call: it takes no other --mode");
     }
     let mut clients = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
@@ -129,6 +136,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", args.server))?;
         clients.push(match args.envoy {
+            None if args.mode == Mode::Lease => Client::Capacity(CapacityClient::new(channel)),
             None => Client::Charon(LimiterClient::new(channel)),
             Some(ref domain) => Client::Envoy(
                 RateLimitServiceClient::new(channel),
@@ -204,6 +212,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             "session"
         }
         (None, Mode::Unary) => "unary",
+        (None, Mode::Lease) => {
+            mode = format!("GetCapacity by {} clients, {mode}", args.domains.max(1));
+            "lease"
+        }
     };
     let costs = Costs::between(&before, &after, measured);
     if args.json {
@@ -431,6 +443,8 @@ enum Client {
     Envoy(RateLimitServiceClient<Channel>, String, String),
     /// The Rust client on its session stream.
     Session(charon_client::Client),
+    /// `charon.v1.Capacity`.
+    Capacity(CapacityClient<Channel>),
 }
 
 /// One call, ready to send.
@@ -439,6 +453,7 @@ enum Call {
     /// A client, the resource and the domain.
     Session(charon_client::Client, String, String),
     Envoy(RateLimitServiceClient<Channel>, RateLimitRequest),
+    Capacity(CapacityClient<Channel>, v1::GetCapacityRequest),
 }
 
 /// One load-generating task.
@@ -471,6 +486,18 @@ impl Worker {
             Client::Session(c) => {
                 Call::Session(c.clone(), self.resource.clone(), format!("bench-{d}"))
             }
+            Client::Capacity(c) => Call::Capacity(
+                c.clone(),
+                v1::GetCapacityRequest {
+                    client_id: format!("bench-{d}"),
+                    resources: vec![v1::ResourceWant {
+                        resource: self.resource.clone(),
+                        wants: (1 + d % 8) as f64,
+                        has: 0.0,
+                        subclients: 1,
+                    }],
+                },
+            ),
             Client::Charon(c) => Call::Charon(
                 c.clone(),
                 v1::RateRequest {
@@ -502,6 +529,11 @@ impl Worker {
                 .should_rate_limit(req)
                 .await
                 .map(|r| r.get_ref().overall_code == Code::Ok as i32)
+                .map_err(drop),
+            Call::Capacity(mut c, req) => c
+                .get_capacity(req)
+                .await
+                .map(|r| r.get_ref().leases.iter().any(|l| l.capacity > 0.0))
                 .map_err(drop),
         };
         let done = Instant::now();

@@ -774,6 +774,47 @@ envoy:
     );
 }
 
+/// `charon bench --mode lease` drives `Capacity.GetCapacity`: 20 clients
+/// refreshing leases on one resource, every call answered, and the leases
+/// page shows the 20 clients holding no more than the capacity.
+#[test]
+fn bench_lease_drives_get_capacity() {
+    const LEASES: &str = r#"
+resources:
+  - { name: bench/lease, kind: lease, capacity: 50, algorithm: fair_share,
+      lease_length: 1m, refresh_interval: 10s, learning_mode: 0s }
+"#;
+    let server = CharonProcess::start(bin(), LEASES, &[]);
+    let v = bench_json(
+        &server.endpoint(),
+        &[
+            "--mode",
+            "lease",
+            "--resource",
+            "bench/lease",
+            "--domains",
+            "20",
+            "--concurrency",
+            "4",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    );
+    let count = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    assert!(count("requests") > 20, "{v}");
+    assert_eq!(count("errors"), 0, "{v}");
+    assert_eq!(v["transport"], "lease", "{v}");
+    let (_, page) = server.http_get("/v1/leases").expect("the leases page");
+    let page: serde_json::Value = serde_json::from_str(&page).expect("JSON");
+    let r = &page["resources"][0];
+    assert_eq!(r["clients"], 20, "{r}");
+    // Clients want 1 to 8 each (82 in all): 50 shared, never more.
+    assert!(r["leased"].as_f64().is_some_and(|l| l <= 50.0), "{r}");
+    assert_eq!(r["wanted"], 82, "{r}");
+}
+
 /// `charon client request --dry-run`, `charon client charge` and `charon
 /// client refund` against a real server: the reply context printed as
 /// `charon simulate` prints it.

@@ -33,7 +33,7 @@ use charon_proto::v1;
 use charon_proto::v1::capacity_client::CapacityClient;
 use charon_testkit::{CharonProcess, RedisServer};
 use serde_json::Value;
-use support::bin;
+use support::{bin, redis_cli};
 use tonic::transport::Channel;
 
 const CAPACITY: f64 = 60.0;
@@ -553,4 +553,103 @@ resources:
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("TREE {samples} samples of the root's page, at most {most} of 100 granted");
+}
+
+/// Redis comes back empty (FLUSHALL) under two clients holding 30 each of
+/// 60: the leases are gone from Redis but the clients still hold them. The
+/// server notices the lost state (a new generation, within a third of its
+/// liveness ttl) and re-enters learning mode, so a newcomer gets what it
+/// has (nothing) and the two keep theirs: never more than 60 held. Without
+/// learning mode the newcomer would get all 60 on an empty set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_back_empty_puts_the_server_in_learning_mode() {
+    const EMPTY: &str = r#"
+resources:
+  - { name: db/qps, kind: lease, capacity: 60, algorithm: fair_share,
+      lease_length: 5s, refresh_interval: 200ms, learning_mode: 1s }
+"#;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let server = CharonProcess::start(
+        bin(),
+        EMPTY,
+        &["--store", url.as_str(), "--liveness-ttl", "900ms"],
+    );
+    let mut c = Clients {
+        names: ["a", "b", "newcomer"].map(str::to_owned).to_vec(),
+        wants: vec![60.0, 60.0, 60.0],
+        has: vec![0.0; 3],
+        via: vec![0; 3],
+        conns: vec![client(&server).await],
+    };
+    // Learning mode from the first decision (a and b say they have 0, so
+    // they get 0): wait it out, then the fair shares.
+    assert_eq!(c.round(&[2]).await[..2], [0.0, 0.0]);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(c.rounds(3, &[2]).await[..2], [30.0, 30.0]);
+
+    redis_cli(&redis, &["FLUSHALL"]);
+    // The next renewal (a third of 900 ms) finds the generation gone.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let after = c.round(&[]).await;
+    assert_eq!(after, [30.0, 30.0, 0.0], "learning: what each says it has");
+    let (leased, _) = page(&server).expect("the leases page");
+    assert_eq!(leased, 60.0);
+}
+
+/// Redis stalls (SIGSTOP) under held leases: for less than the store
+/// timeout a refresh only waits; for longer it is a server error
+/// (UNAVAILABLE, class server) within the timeout, not a hang; once Redis
+/// resumes, the leases are as they were and refreshes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_delays_or_fails_refreshes_and_loses_nothing() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let server = CharonProcess::start(
+        bin(),
+        CONFIG,
+        &["--store", url.as_str(), "--store-timeout", "700ms"],
+    );
+    let mut c = Clients {
+        names: ["a", "b"].map(str::to_owned).to_vec(),
+        wants: vec![60.0, 60.0],
+        has: vec![0.0; 2],
+        via: vec![0; 2],
+        conns: vec![client(&server).await],
+    };
+    assert_eq!(c.rounds(3, &[]).await, [30.0, 30.0]);
+
+    // Shorter than the timeout: the refresh waits for Redis and succeeds.
+    redis.stop();
+    let resume = std::thread::spawn({
+        let pid = redis.pid();
+        move || {
+            std::thread::sleep(Duration::from_millis(200));
+            charon_testkit::signal(pid, "CONT");
+        }
+    });
+    assert_eq!(c.round(&[]).await, [30.0, 30.0], "slow, not failed");
+    resume.join().expect("resume");
+
+    // Longer than the timeout: a server error, answered in time.
+    redis.stop();
+    let started = std::time::Instant::now();
+    let e = c.conns[0]
+        .clone()
+        .get_capacity(ask("a", 60.0, 30.0))
+        .await
+        .expect_err("Redis is stopped");
+    let waited = started.elapsed();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert_eq!(
+        e.metadata()
+            .get("charon-error-class")
+            .and_then(|v| v.to_str().ok()),
+        Some("server")
+    );
+    assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
+    redis.resume();
+    assert_eq!(c.rounds(2, &[]).await, [30.0, 30.0], "as they were");
+    let (leased, leases) = page(&server).expect("the leases page");
+    assert_eq!((leased, leases.len()), (60.0, 2));
 }

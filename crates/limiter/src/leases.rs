@@ -4,8 +4,6 @@
 //! lease set is decided by `charon_core::lease` inside the store's atomic
 //! step ([`charon_store::Store::leases`]).
 
-use std::sync::OnceLock;
-
 use charon_core::config::ResourceKind;
 use charon_core::lease::{
     LeaseContext, LeaseParams, LeaseReply, LeaseSet, Quantity, Want, get_capacity, release_capacity,
@@ -35,13 +33,26 @@ pub struct CapacityAsk {
 /// When this server started answering leases, in the store's time: the
 /// start of learning mode (SPEC §12), as Doorman starts it when a server
 /// becomes master. Set by the first lease decision, so that it is on the
-/// clock the decisions use (Redis `TIME` on a Redis store).
+/// clock the decisions use (Redis `TIME` on a Redis store), and again by
+/// the first decision after the store found its state lost
+/// ([`charon_store::Store::data_epoch`]): the leases handed out before are
+/// gone then, while their clients still hold them.
 #[derive(Debug, Default)]
-pub(crate) struct LeaseEpoch(OnceLock<Millis>);
+pub(crate) struct LeaseEpoch(std::sync::Mutex<Option<(u64, Millis)>>);
 
 impl LeaseEpoch {
-    fn at(&self, now: Millis) -> Millis {
-        *self.0.get_or_init(|| now)
+    fn at(&self, store_epoch: u64, now: Millis) -> Millis {
+        let mut e = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *e {
+            Some((seen, start)) if seen == store_epoch => start,
+            _ => {
+                *e = Some((store_epoch, now));
+                now
+            }
+        }
     }
 }
 
@@ -118,11 +129,12 @@ impl Limiter {
             let capacity = self.parent_capacity.of(resource, &params);
             let mut reply = None;
             let epoch = &self.lease_epoch;
+            let store_epoch = self.store().data_epoch();
             self.store()
                 .leases(resource, &mut |set: &mut LeaseSet, now| {
                     let ctx = LeaseContext {
                         capacity,
-                        ..LeaseContext::root(&params, epoch.at(now), now)
+                        ..LeaseContext::root(&params, epoch.at(store_epoch, now), now)
                     };
                     reply = Some(get_capacity(set, &params, ctx, client, want));
                 })

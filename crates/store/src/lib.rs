@@ -230,6 +230,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
     ) -> Result<(), StoreError>;
 
+    /// How many times this store has found its shared state lost (Redis
+    /// came back empty): a lease server re-enters learning mode then, as
+    /// after its own start, since the leases handed out before are gone
+    /// while their clients still hold them. Always 0 for a store of one
+    /// process (its state goes only with the process).
+    fn data_epoch(&self) -> u64 {
+        0
+    }
+
     /// Every resource's leases, for metrics and the leases page, with the
     /// store's time: a snapshot, not a decision (leases that lapsed by then
     /// may still be in it).

@@ -1136,6 +1136,10 @@ impl Store for RedisStore {
         RedisStore::leave(self).await
     }
 
+    fn data_epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
     async fn leases(
         &self,
         resource: &str,

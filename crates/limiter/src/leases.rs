@@ -131,7 +131,7 @@ impl Limiter {
             let epoch = &self.lease_epoch;
             let store_epoch = self.store().data_epoch();
             self.store()
-                .leases(resource, &mut |set: &mut LeaseSet, now| {
+                .leases(resource, client, &mut |set: &mut LeaseSet, now| {
                     let ctx = LeaseContext {
                         capacity,
                         ..LeaseContext::root(&params, epoch.at(store_epoch, now), now)
@@ -166,7 +166,7 @@ impl Limiter {
         for resource in names {
             let mut was = false;
             self.store()
-                .leases(resource, &mut |set: &mut LeaseSet, now| {
+                .leases(resource, client, &mut |set: &mut LeaseSet, now| {
                     was = release_capacity(set, client, now);
                 })
                 .await?;

@@ -221,12 +221,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// with respect to every other server on the same store: `decide` gets
     /// the set as stored and the store's time, and changes the set, which
     /// the store keeps (dropping it when empty). `charon_core::lease`
-    /// decides; the store only swaps the set. `decide` may run more than
-    /// once (the Redis store retries when another server changed the set in
-    /// between), so it must depend only on its arguments.
+    /// decides; the store only swaps the set. `decide` may change only
+    /// `client`'s lease and drop leases lapsed at that time (what
+    /// `get_capacity` and `release_capacity` do), so that the Redis store
+    /// writes only those. It may run more than once (the Redis store
+    /// retries when another server changed the set in between), so it must
+    /// depend only on its arguments.
     async fn leases(
         &self,
         resource: &str,
+        client: &str,
         decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
     ) -> Result<(), StoreError>;
 

@@ -32,7 +32,7 @@ async fn get(
     let want = Want::parse(wants, 0.0, 1).unwrap();
     let mut reply = None;
     store
-        .leases(resource, &mut |set: &mut LeaseSet, now| {
+        .leases(resource, client, &mut |set: &mut LeaseSet, now| {
             let ctx = LeaseContext::root(p, 0, now);
             reply = Some(get_capacity(set, p, ctx, client, want));
         })
@@ -44,7 +44,7 @@ async fn get(
 async fn release(store: &dyn Store, resource: &str, client: &str) -> bool {
     let mut released = false;
     store
-        .leases(resource, &mut |set: &mut LeaseSet, now| {
+        .leases(resource, client, &mut |set: &mut LeaseSet, now| {
             released = release_capacity(set, client, now);
         })
         .await
@@ -107,9 +107,13 @@ macro_rules! on_every_store {
 on_every_store!(memory, redis, redis_cluster);
 
 /// Two servers on one Redis, 8 clients each asking at once, many rounds
-/// with changing wants: the leases never add up to more than the capacity
-/// at any decision, and no decision is lost (every client's last reply is
-/// what the set holds).
+/// with changing wants: the leases never add up to more than the capacity,
+/// neither in any decision's set nor in what a third store reads from
+/// Redis all along, and no decision is lost (every client's last reply is
+/// what the set holds). Compare and set without its version check fails
+/// it ("over-committed"); a read that trusts a stale cached set does not
+/// (the write's version check refuses what was decided on it, and the
+/// retry reads the whole set).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_on_one_redis_never_over_commit() {
     let redis = charon_testkit::RedisServer::start();
@@ -122,6 +126,25 @@ async fn servers_on_one_redis_never_over_commit() {
         }
     };
     let servers: [Arc<RedisStore>; 2] = [connect("a").await, connect("b").await];
+    // A third store reads what Redis holds, all along.
+    let watcher = connect("watcher").await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let (mut samples, mut most) = (0u32, 0u128);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let (now, sets) = watcher.lease_sets().await.unwrap();
+                for (_, mut set) in sets {
+                    charon_core::lease::expire(&mut set, now);
+                    most = most.max(set.sum_has_micros());
+                }
+                samples += 1;
+                tokio::task::yield_now().await;
+            }
+            (samples, most)
+        }
+    });
     let p = Arc::new(params(100, Algorithm::ProportionalShare));
     let mut tasks = Vec::new();
     for i in 0..16u64 {
@@ -135,7 +158,7 @@ async fn servers_on_one_redis_never_over_commit() {
                 let want = Want::parse(wants, last.to_f64(), 1).unwrap();
                 let mut seen = None;
                 store
-                    .leases("db/qps", &mut |set: &mut LeaseSet, now| {
+                    .leases("db/qps", &client, &mut |set: &mut LeaseSet, now| {
                         let ctx = LeaseContext::root(&p, 0, now);
                         let r = get_capacity(set, &p, ctx, &client, want);
                         seen = Some((r.capacity, set.sum_has_micros()));
@@ -154,6 +177,10 @@ async fn servers_on_one_redis_never_over_commit() {
     for t in tasks {
         finals.push(t.await.unwrap());
     }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (samples, most) = sampler.await.unwrap();
+    assert!(samples > 10, "{samples} samples");
+    assert!(most <= 100_000_000, "Redis held {most} millionths of 100");
     let (_, sets) = servers[0].lease_sets().await.unwrap();
     let set = &sets.iter().find(|(r, _)| r == "db/qps").unwrap().1;
     assert_eq!(set.len(), 16);

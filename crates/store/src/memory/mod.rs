@@ -500,6 +500,7 @@ impl Store for MemoryStore {
     async fn leases(
         &self,
         resource: &str,
+        _client: &str,
         decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
     ) -> Result<(), StoreError> {
         let now = self.now();

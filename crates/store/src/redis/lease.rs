@@ -1,17 +1,21 @@
-//! Capacity leases on Redis (SPEC §12). A resource's leases are one string
-//! key, `<prefix>:{<resource>}:l`: a version, a newline, then one line per
-//! client. A decision reads it with the decision clock (`lease_get.lua`),
-//! decides in Rust with `charon_core::lease` (the rules are written once,
-//! and Doorman's shares need 128-bit arithmetic that Lua has not), and
-//! writes it back only if the version is unchanged (`lease_put.lua`);
-//! otherwise another server decided in between, and it reads again. So
-//! servers on one Redis hand out one consistent set of leases and never
-//! over-commit: every decision is on the latest set, and lost updates are
-//! impossible.
+//! Capacity leases on Redis (SPEC §12). A resource's leases are one hash,
+//! `<prefix>:{<resource>}:l`: `e` (an id drawn when the set was created),
+//! `v` (a write counter) and one field `c:<client>` per lease. A decision
+//! reads the set and the decision clock (`lease_get.lua`), decides in Rust
+//! with `charon_core::lease` (the rules are written once, and Doorman's
+//! shares need 128-bit arithmetic that Lua has not), and writes back the
+//! one lease it changed and the lapsed ones it dropped, only if the version
+//! `e:v` is unchanged (`lease_put.lua`); otherwise another server decided
+//! in between, and it reads again. So servers on one Redis hand out one
+//! consistent set of leases and never over-commit, and no decision is lost.
 //!
-//! The whole set is read and written per decision: O(clients) bytes. That
-//! is the price of deciding in core; a refresh every few seconds per client
-//! keeps it small next to the per-request paths (see docs/leases.md).
+//! Each server keeps the set it last read or wrote, with its version; the
+//! read sends only the version while that is current (a server deciding
+//! alone reads and writes O(1) per decision). After another server wrote,
+//! the read is the whole set: O(clients).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use charon_core::Millis;
 use charon_core::lease::{Lease, LeaseSet, Quantity};
@@ -49,59 +53,83 @@ impl Stripes {
     }
 }
 
-/// Fields of a line are separated by US (0x1F), lines by RS (0x1E): client
-/// names never hold control characters (checked at the edge).
-const FIELD: char = '\u{1f}';
-const LINE: char = '\u{1e}';
+/// The sets this server last read or wrote, by resource, with their
+/// versions.
+#[derive(Debug, Default)]
+pub(crate) struct Cache(Mutex<HashMap<String, (String, LeaseSet)>>);
 
-/// The stored text of a set: `client US has US wants US subclients US
-/// expires_at_ms` per lease, amounts in millionths.
-pub(crate) fn encode(set: &LeaseSet) -> String {
-    let mut out = String::with_capacity(set.len() * 48);
-    for (client, l) in set.iter() {
-        if !out.is_empty() {
-            out.push(LINE);
-        }
-        out.push_str(client);
-        for n in [
-            l.has.micros(),
-            l.wants.micros(),
-            l.subclients,
-            l.expires_at_ms,
-        ] {
-            out.push(FIELD);
-            out.push_str(&n.to_string());
-        }
+impl Cache {
+    fn take(&self, resource: &str) -> Option<(String, LeaseSet)> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(resource)
     }
-    out
+
+    fn version(&self, resource: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(resource)
+            .map(|(v, _)| v.clone())
+    }
+
+    fn put(&self, resource: &str, version: String, set: LeaseSet) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(resource.to_owned(), (version, set));
+    }
 }
 
-/// The set [`encode`] wrote; `None` if `body` is not such a text.
-pub(crate) fn decode(body: &str) -> Option<LeaseSet> {
-    if body.is_empty() {
-        return Some(LeaseSet::new());
+/// Fields of a stored lease are separated by US (0x1F): `has US wants US
+/// subclients US expires_at_ms`, amounts in millionths.
+const FIELD: char = '\u{1f}';
+
+/// A lease as its hash field's value.
+pub(crate) fn encode(l: &Lease) -> String {
+    format!(
+        "{}{FIELD}{}{FIELD}{}{FIELD}{}",
+        l.has.micros(),
+        l.wants.micros(),
+        l.subclients,
+        l.expires_at_ms
+    )
+}
+
+/// The lease [`encode`] wrote; `None` if `value` is not such a text.
+pub(crate) fn decode(value: &str) -> Option<Lease> {
+    let mut fields = value.split(FIELD);
+    let mut n = || fields.next()?.parse::<u64>().ok();
+    let lease = Lease {
+        has: Quantity::from_micros(n()?)?,
+        wants: Quantity::from_micros(n()?)?,
+        subclients: n()?,
+        expires_at_ms: n()?,
+    };
+    fields.next().is_none().then_some(lease)
+}
+
+/// The set in a `HGETALL` reply (field, value, …).
+fn decode_hash(script: &str, mut all: Reply) -> Result<LeaseSet, StoreError> {
+    let mut leases = Vec::with_capacity(all.remaining() / 2);
+    while all.remaining() >= 2 {
+        let (field, value) = (all.text()?, all.text()?);
+        if let Some(client) = field.strip_prefix("c:") {
+            let lease = decode(&value).ok_or_else(|| bad(script, "malformed lease"))?;
+            leases.push((client.to_owned(), lease));
+        }
     }
-    body.split(LINE)
-        .map(|line| {
-            let mut fields = line.split(FIELD);
-            let client = fields.next()?.to_owned();
-            let mut n = || fields.next()?.parse::<u64>().ok();
-            let lease = Lease {
-                has: Quantity::from_micros(n()?)?,
-                wants: Quantity::from_micros(n()?)?,
-                subclients: n()?,
-                expires_at_ms: n()?,
-            };
-            Some((client, lease))
-        })
-        .collect()
+    Ok(leases.into_iter().collect())
 }
 
 impl RedisStore {
-    /// [`crate::Store::leases`] on Redis: read, decide, compare and set.
+    /// [`crate::Store::leases`] on Redis: read (or use the cached set),
+    /// decide, compare and set what changed.
     pub(crate) async fn lease_decision(
         &self,
         resource: &str,
+        client: &str,
         decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
     ) -> Result<(), StoreError> {
         let key = self.keys.lease_set(resource);
@@ -113,37 +141,52 @@ impl RedisStore {
                 let ms = rand::random_range(0..=u64::from(attempt.min(10)));
                 tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             }
+            let cached = self.lease_cache.version(resource);
             let got = &self.scripts.lease_get;
-            let v = self
-                .conn
-                .eval(got, &[&key], &[self.clock.arg()], &[])
-                .await?;
+            let args = [self.clock.arg(), cached.clone().unwrap_or_default()];
+            let v = self.conn.eval(got, &[&key], &args, &[]).await?;
             let mut r = Reply::new(got.name, v)?;
-            let (version, body, now) = (r.count()?, r.text()?, r.count()?);
-            let mut set = decode(&body).ok_or_else(|| bad(got.name, "malformed lease set"))?;
-            decide(&mut set, now);
-            let (body, last) = if set.is_empty() {
-                (String::new(), 0)
-            } else {
-                let last = set.iter().map(|(_, l)| l.expires_at_ms).max();
-                (encode(&set), last.unwrap_or(0))
+            let (version, now, fresh) = (r.text()?, r.count()?, r.flag()?);
+            let mut set = match (fresh, self.lease_cache.take(resource)) {
+                (false, Some((_, set))) => set,
+                (false, None) => return Err(bad(got.name, "no set for a cached version")),
+                (true, _) => decode_hash(got.name, r.nested()?)?,
             };
+            let lapsed: Vec<String> = set
+                .iter()
+                .filter(|(_, l)| now >= l.expires_at_ms)
+                .map(|(c, _)| c.to_owned())
+                .collect();
+            decide(&mut set, now);
+            let last = set.iter().map(|(_, l)| l.expires_at_ms).max();
             let put = &self.scripts.lease_put;
-            let args = [
-                version.to_string(),
-                body,
+            let mut args = vec![
+                version,
+                format!("{:016x}", rand::random::<u64>()),
                 self.clock.arg(),
-                last.to_string(),
+                last.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
                 self.clock.expiry_slack().to_string(),
             ];
-            let v = self.conn.eval(put, &[&key], &args, &[]).await?;
-            if Reply::new(put.name, v)?.flag()? {
+            let mine = set.get(client);
+            args.push(u8::from(mine.is_some()).to_string());
+            if let Some(l) = mine {
+                args.extend([client.to_owned(), encode(l)]);
+            } else {
+                args.push(client.to_owned());
+            }
+            args.extend(lapsed.into_iter().filter(|c| set.get(c).is_none()));
+            let stored = self.conn.eval(put, &[&key], &args, &[]).await;
+            // Whatever happened, the cache holds only what is known stored.
+            let mut r = Reply::new(put.name, stored?)?;
+            if r.flag()? {
+                let version = r.text()?;
                 if !set.is_empty() {
                     let index = self.keys.lease_index();
                     self.conn
                         .query::<()>(redis::cmd("SADD").arg(index).arg(resource))
                         .await?;
                 }
+                self.lease_cache.put(resource, version, set);
                 return Ok(());
             }
         }
@@ -166,18 +209,18 @@ impl RedisStore {
             let key = self.keys.lease_set(&resource);
             let v = self
                 .conn
-                .eval(got, &[&key], &[self.clock.arg()], &[])
+                .eval(got, &[&key], &[self.clock.arg(), String::new()], &[])
                 .await?;
             let mut r = Reply::new(got.name, v)?;
-            let (version, body, now) = (r.count()?, r.text()?, r.count()?);
+            let (version, now, _) = (r.text()?, r.count()?, r.flag()?);
             latest = Some(now);
-            if version == 0 {
+            if version == "0" {
                 self.conn
                     .query::<()>(redis::cmd("SREM").arg(&index).arg(&resource))
                     .await?;
                 continue;
             }
-            let set = decode(&body).ok_or_else(|| bad(got.name, "malformed lease set"))?;
+            let set = decode_hash(got.name, r.nested()?)?;
             out.push((resource, set));
         }
         let now = match latest {
@@ -186,19 +229,16 @@ impl RedisStore {
         };
         Ok((now, out))
     }
-}
 
-impl RedisStore {
     /// The decision clock's time now (for a snapshot with no set to read).
     async fn decision_now(&self) -> Result<Millis, StoreError> {
         let got = &self.scripts.lease_get;
         let key = self.keys.lease_set("");
         let v = self
             .conn
-            .eval(got, &[&key], &[self.clock.arg()], &[])
+            .eval(got, &[&key], &[self.clock.arg(), String::new()], &[])
             .await?;
         let mut r = Reply::new(got.name, v)?;
-        r.count()?;
         r.text()?;
         r.count()
     }
@@ -208,37 +248,22 @@ impl RedisStore {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use charon_core::lease::{Algorithm, LeaseContext, LeaseParams, Want, get_capacity};
 
     #[test]
-    fn a_set_round_trips_through_its_text() {
-        let params = LeaseParams::new(
-            Quantity::units(90).unwrap(),
-            Algorithm::ProportionalShare,
-            10_000,
-            1_000,
-        )
-        .unwrap()
-        .with_learning_mode(0)
-        .unwrap();
-        let mut set = LeaseSet::new();
-        assert_eq!(decode(&encode(&set)), Some(set.clone()));
-        for (i, (client, wants)) in [("a b", 100.0), ("ç", 50.0), ("c", 10.0)]
-            .iter()
-            .enumerate()
-        {
-            let ctx = LeaseContext::root(&params, 0, 1_000 + i as u64);
-            let want = Want::parse(*wants, 0.0, 1 + i as u64).unwrap();
-            get_capacity(&mut set, &params, ctx, client, want);
-        }
-        let back = decode(&encode(&set)).unwrap();
-        assert_eq!(back, set);
-        assert_eq!(back.sum_has_micros(), set.sum_has_micros());
-        assert_eq!(back.subclients(), 6);
+    fn a_lease_round_trips_through_its_text() {
+        let l = Lease {
+            has: Quantity::from_micros(45_555_555).unwrap(),
+            wants: Quantity::units(100).unwrap(),
+            subclients: 3,
+            expires_at_ms: 1_700_000_000_123,
+        };
+        assert_eq!(decode(&encode(&l)), Some(l));
         for bad in [
-            "x",
-            "x\u{1f}1\u{1f}2\u{1f}3",
-            "x\u{1f}a\u{1f}1\u{1f}1\u{1f}1",
+            "",
+            "1",
+            "1\u{1f}2\u{1f}3",
+            "a\u{1f}1\u{1f}1\u{1f}1",
+            "1\u{1f}1\u{1f}1\u{1f}1\u{1f}1",
         ] {
             assert_eq!(decode(bad), None, "{bad:?}");
         }

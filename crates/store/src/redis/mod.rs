@@ -202,6 +202,8 @@ pub struct RedisStore {
     /// One lease decision per resource at a time from this server (see
     /// `lease.rs`), so that compare and set only ever races other servers.
     lease_locks: lease::Stripes,
+    /// The lease sets this server last read or wrote (see `lease.rs`).
+    lease_cache: lease::Cache,
 }
 
 /// A copy operation that may or may not have run.
@@ -298,6 +300,7 @@ impl RedisStore {
             ops: AtomicU64::new(0),
             in_doubt: Mutex::new(Vec::new()),
             lease_locks: lease::Stripes::default(),
+            lease_cache: lease::Cache::default(),
             state: Mutex::new(MemberState {
                 generation: String::new(),
                 renewed: Instant::now(),
@@ -1143,9 +1146,10 @@ impl Store for RedisStore {
     async fn leases(
         &self,
         resource: &str,
+        client: &str,
         decide: &mut (dyn for<'s> FnMut(&'s mut LeaseSet, Millis) + Send),
     ) -> Result<(), StoreError> {
-        self.lease_decision(resource, decide).await
+        self.lease_decision(resource, client, decide).await
     }
 
     async fn lease_sets(&self) -> Result<(Millis, Vec<(String, LeaseSet)>), StoreError> {

@@ -1,23 +1,38 @@
--- lease_put(): stores a lease set decided on the version lease_get read,
--- unless another server stored one since (compare and set: every lease
--- decision is atomic across servers, none is lost). An empty body deletes
--- the set.
+-- lease_put(): stores one lease decision made on the version lease_get
+-- read, unless another server stored one since (compare and set: every
+-- lease decision is atomic across servers, none is lost). A decision
+-- changes one client's lease and drops lapsed ones, so only those fields
+-- are written.
 -- KEYS: 1 the resource's lease set
--- ARGV: 1 the version read, 2 the new body, 3 clock ('' = Redis TIME),
---       4 when the last lease lapses (decision clock, ms), 5 expiry slack
--- Reply: { 1 } stored, { 0 } changed in between (decide again)
-local raw = redis.call('GET', KEYS[1])
-local version = 0
-if raw then
-  local nl = string.find(raw, '\n', 1, true)
-  version = tonumber(string.sub(raw, 1, (nl or 1) - 1)) or -1
-end
-if version ~= tonumber(ARGV[1]) then return { 0 } end
-if ARGV[2] == '' then
+-- ARGV: 1 the version read, 2 a fresh id for a new set, 3 clock ('' = Redis
+--       TIME), 4 when the last lease lapses (decision clock, ms; -1: the set
+--       is empty, delete it), 5 expiry slack, 6 n (leases to write), then n
+--       pairs (client, lease), then clients whose leases go
+-- Reply: { 1, new version } stored, { 0 } changed in between (decide again)
+local ev = redis.call('HMGET', KEYS[1], 'e', 'v')
+local version = '0'
+if ev[1] then version = ev[1] .. ':' .. ev[2] end
+if version ~= ARGV[1] then return { 0 } end
+if ARGV[4] == '-1' then
   redis.call('DEL', KEYS[1])
-  return { 1 }
+  return { 1, '0' }
 end
-redis.call('SET', KEYS[1], (version + 1) .. '\n' .. ARGV[2])
+local e, v = ev[1], tonumber(ev[2] or '0')
+if not e then
+  e = ARGV[2]
+  redis.call('HSET', KEYS[1], 'e', e)
+end
+local n = tonumber(ARGV[6])
+local i = 7
+for _ = 1, n do
+  redis.call('HSET', KEYS[1], 'c:' .. ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+while i <= #ARGV do
+  redis.call('HDEL', KEYS[1], 'c:' .. ARGV[i])
+  i = i + 1
+end
+redis.call('HSET', KEYS[1], 'v', v + 1)
 local now, redis_now = clock(ARGV[3])
 expire_at(KEYS[1], tonumber(ARGV[4]), now, redis_now, tonumber(ARGV[5]))
-return { 1 }
+return { 1, e .. ':' .. (v + 1) }

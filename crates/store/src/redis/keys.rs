@@ -14,6 +14,7 @@
 //! <prefix>:{<resource>}:xe             staged transfers by expiry
 //! <prefix>:{<resource>}:o:<member>:<n> what a member's copy operation did
 //! <prefix>:{<resource>}:l              the resource's capacity leases
+//! <prefix>:{<resource>}:lk             the lock of its lease decisions
 //! <prefix>:{%e<domain>}:m:<n>:<resource>:<domain>
 //!                                     a pair's meter state counted for the
 //!                                     Envoy domain <domain> with `same_slot`
@@ -191,6 +192,11 @@ impl Keys {
     /// The leases of a lease resource (SPEC §12), one string.
     pub(crate) fn lease_set(&self, resource: &str) -> String {
         format!("{}:l", self.resource(resource))
+    }
+
+    /// The lock servers take turns with on a resource's lease decisions.
+    pub(crate) fn lease_lock(&self, resource: &str) -> String {
+        format!("{}:lk", self.resource(resource))
     }
 
     /// The resources that have lease sets, for metrics and the leases page.

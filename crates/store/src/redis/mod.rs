@@ -204,6 +204,8 @@ pub struct RedisStore {
     lease_locks: lease::Stripes,
     /// The lease sets this server last read or wrote (see `lease.rs`).
     lease_cache: lease::Cache,
+    /// How long a lease decision lock holds at most: the store timeout.
+    lease_lock_time: Duration,
 }
 
 /// A copy operation that may or may not have run.
@@ -301,6 +303,7 @@ impl RedisStore {
             in_doubt: Mutex::new(Vec::new()),
             lease_locks: lease::Stripes::default(),
             lease_cache: lease::Cache::default(),
+            lease_lock_time: options.op_timeout,
             state: Mutex::new(MemberState {
                 generation: String::new(),
                 renewed: Instant::now(),

@@ -1,14 +1,16 @@
 -- lease_put(): stores one lease decision made on the version lease_get
 -- read, unless another server stored one since (compare and set: every
--- lease decision is atomic across servers, none is lost). A decision
--- changes one client's lease and drops lapsed ones, so only those fields
--- are written.
--- KEYS: 1 the resource's lease set
+-- lease decision is atomic across servers, none is lost), and gives the
+-- decision lock back. A decision changes one client's lease and drops
+-- lapsed ones, so only those fields are written.
+-- KEYS: 1 the resource's lease set, 2 its decision lock
 -- ARGV: 1 the version read, 2 a fresh id for a new set, 3 clock ('' = Redis
 --       TIME), 4 when the last lease lapses (decision clock, ms; -1: the set
---       is empty, delete it), 5 expiry slack, 6 n (leases to write), then n
---       pairs (client, lease), then clients whose leases go
+--       is empty, delete it), 5 expiry slack, 6 the lock token, 7 n (leases
+--       to write), then n pairs (client, lease), then clients whose leases
+--       go
 -- Reply: { 1, new version } stored, { 0 } changed in between (decide again)
+if redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
 local ev = redis.call('HMGET', KEYS[1], 'e', 'v')
 local version = '0'
 if ev[1] then version = ev[1] .. ':' .. ev[2] end
@@ -22,8 +24,8 @@ if not e then
   e = ARGV[2]
   redis.call('HSET', KEYS[1], 'e', e)
 end
-local n = tonumber(ARGV[6])
-local i = 7
+local n = tonumber(ARGV[7])
+local i = 8
 for _ = 1, n do
   redis.call('HSET', KEYS[1], 'c:' .. ARGV[i], ARGV[i + 1])
   i = i + 2

@@ -338,6 +338,29 @@ async fn bad_lease_requests_are_client_errors_that_change_nothing() {
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     assert!(e.message().contains("lease-limited"), "{}", e.message());
 
+    // The HTML page escapes what clients name themselves.
+    let lease = c
+        .get_capacity(ask("<b>&", 1.0, 0.0))
+        .await
+        .expect("a lease")
+        .into_inner()
+        .leases;
+    assert_eq!(lease[0].capacity, 1.0);
+    let (status, html) = server.http_get("/leases").expect("the leases page");
+    assert_eq!(status, 200);
+    assert!(html.contains("<h2>db/qps</h2>"), "{html}");
+    assert!(html.contains("<td>&lt;b&gt;&amp;<td>1<td>1"), "{html}");
+    let released = c
+        .release_capacity(v1::ReleaseCapacityRequest {
+            client_id: "<b>&".into(),
+            resources: vec!["db/qps".into()],
+        })
+        .await
+        .expect("released")
+        .into_inner()
+        .released;
+    assert_eq!(released, [true]);
+
     // Nothing changed: the page is empty, and a client alone gets it all.
     let (leased, leases) = page(&server).expect("the leases page");
     assert_eq!((leased, leases.len()), (0.0, 0));
@@ -422,11 +445,11 @@ fn from(source: &str, capacity: f64) -> impl Fn(&Value) -> bool + '_ {
     move |v| v["source"] == source && v["capacity"].as_f64() == Some(capacity)
 }
 
-/// Three `charon client lease` processes share 30: a SIGKILLed one loses
-/// its lease at expiry and the others grow into it; with the server gone,
-/// each keeps its lease until it expires, then runs in its mode (safe: the
-/// safe capacity the server gave; pessimistic: nothing; optimistic: what it
-/// wants).
+/// Three `charon client lease` processes share 30 through two servers on
+/// one Redis: a SIGKILLed one loses its lease at expiry and the others
+/// grow into it; with both servers gone, each keeps its lease until it
+/// expires, then runs in its mode (safe: the safe capacity the server
+/// gave; pessimistic: nothing).
 #[test]
 fn client_processes_share_a_killed_one_lapses_and_modes_apply_without_a_server() {
     const CLIENTS: &str = r#"
@@ -434,10 +457,16 @@ resources:
   - { name: db/qps, kind: lease, capacity: 30, algorithm: fair_share,
       lease_length: 2s, refresh_interval: 200ms, learning_mode: 0s }
 "#;
-    let mut server = CharonProcess::start(bin(), CLIENTS, &[]);
-    let safe = LeaseProcess::start(&server, "c-safe", "20", "safe");
-    let pessimistic = LeaseProcess::start(&server, "c-pessimistic", "20", "pessimistic");
-    let mut doomed = LeaseProcess::start(&server, "c-doomed", "20", "optimistic");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut servers = [
+        CharonProcess::start(bin(), CLIENTS, &["--store", url.as_str()]),
+        CharonProcess::start(bin(), CLIENTS, &["--store", url.as_str()]),
+    ];
+    let server = &servers[0];
+    let safe = LeaseProcess::start(server, "c-safe", "20", "safe");
+    let pessimistic = LeaseProcess::start(&servers[1], "c-pessimistic", "20", "pessimistic");
+    let mut doomed = LeaseProcess::start(&servers[1], "c-doomed", "20", "optimistic");
     for c in [&safe, &pessimistic, &doomed] {
         c.wait_for("a third of 30 each", from("server", 10.0));
     }
@@ -448,13 +477,17 @@ resources:
         let v = c.wait_for("half of 30 each", from("server", 15.0));
         assert_eq!(v["safe_capacity"], 15.0, "30 among two clients");
     }
-    let (leased, leases) = page(&server).expect("the leases page");
-    assert_eq!(leased, 30.0);
-    assert_eq!(leases.len(), 2, "{leases:?}");
+    for s in &servers {
+        let (leased, leases) = page(s).expect("the leases page");
+        assert_eq!(leased, 30.0);
+        assert_eq!(leases.len(), 2, "{leases:?}");
+    }
 
-    // The server goes away: the leases in hand hold until they expire,
-    // then each mode applies.
-    server.kill();
+    // The servers go away: the leases in hand hold until they expire, then
+    // each mode applies.
+    for s in &mut servers {
+        s.kill();
+    }
     let failing = |v: &Value| v["failures"].as_u64().unwrap_or(0) > 0;
     let v = safe.wait_for("a failed refresh", failing);
     assert_eq!(

@@ -19,6 +19,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/v1/leases", get(leases))
+        .route("/leases", get(leases_page))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state)
@@ -62,6 +63,63 @@ async fn leases(State(state): State<Arc<ServerState>>) -> axum::response::Respon
         )
             .into_response(),
     }
+}
+
+/// The same as [`leases`], as a small HTML page for a browser: one table
+/// per lease resource, refreshed every 2 seconds.
+async fn leases_page(State(state): State<Arc<ServerState>>) -> axum::response::Response {
+    let Ok(Ok((now, resources))) =
+        tokio::time::timeout(Duration::from_secs(1), state.limiter.lease_summaries()).await
+    else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "store: no answer\n").into_response();
+    };
+    let mut html = String::from(
+        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=2>\
+         <title>Charon leases</title><h1>Capacity leases</h1>",
+    );
+    if resources.is_empty() {
+        html.push_str("<p>No lease resource is configured.</p>");
+    }
+    for r in &resources {
+        html.push_str(&format!(
+            "<h2>{}</h2><p>{} of {} leased ({}), {} wanted, {} clients</p>\
+             <table><tr><th>client<th>capacity<th>wants<th>subclients<th>expires in",
+            escape(&r.resource),
+            r.leased,
+            r.capacity,
+            r.algorithm,
+            r.wanted,
+            r.clients
+        ));
+        for l in &r.leases {
+            html.push_str(&format!(
+                "<tr><td>{}<td>{}<td>{}<td>{}<td>{} ms",
+                escape(&l.client),
+                l.capacity,
+                l.wants,
+                l.subclients,
+                l.expires_at_ms.saturating_sub(now)
+            ));
+        }
+        html.push_str("</table>");
+    }
+    axum::response::Html(html).into_response()
+}
+
+/// Text for HTML: names come from clients and configuration.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// 200 when the server can decide correctly now: not shutting down, a

@@ -393,6 +393,22 @@ impl LeaseSet {
     }
 }
 
+impl LeaseSet {
+    /// Puts a stored lease back for `client` (replacing any), keeping the
+    /// totals: how a store that keeps leases elsewhere (Redis) brings its
+    /// copy of a set up to date with what other servers decided. Not a
+    /// decision: [`get_capacity`] decides.
+    pub fn restore(&mut self, client: &str, lease: Lease) {
+        self.insert(client, lease);
+    }
+
+    /// Takes `client`'s lease out as another server's decision did (a
+    /// release, or a lapsed lease dropped), keeping the totals.
+    pub fn forget(&mut self, client: &str) -> Option<Lease> {
+        self.remove(client)
+    }
+}
+
 impl FromIterator<(String, Lease)> for LeaseSet {
     /// A set of stored leases, its totals made again: how a store that
     /// keeps leases elsewhere (Redis) gets a set back to decide on.

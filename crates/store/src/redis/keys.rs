@@ -15,6 +15,7 @@
 //! <prefix>:{<resource>}:o:<member>:<n> what a member's copy operation did
 //! <prefix>:{<resource>}:l              the resource's capacity leases
 //! <prefix>:{<resource>}:lk             the lock of its lease decisions
+//! <prefix>:{<resource>}:lc             the clients its last lease writes changed
 //! <prefix>:{%e<domain>}:m:<n>:<resource>:<domain>
 //!                                     a pair's meter state counted for the
 //!                                     Envoy domain <domain> with `same_slot`
@@ -192,6 +193,12 @@ impl Keys {
     /// The leases of a lease resource (SPEC §12), one string.
     pub(crate) fn lease_set(&self, resource: &str) -> String {
         format!("{}:l", self.resource(resource))
+    }
+
+    /// The change log of a resource's lease set: the clients each of the
+    /// last 1024 writes changed.
+    pub(crate) fn lease_log(&self, resource: &str) -> String {
+        format!("{}:lc", self.resource(resource))
     }
 
     /// The lock servers take turns with on a resource's lease decisions.

@@ -19,8 +19,11 @@
 //!
 //! Each server keeps the set it last read or wrote, with its version; the
 //! read sends only the version while that is current (a server deciding
-//! alone reads and writes O(1) per decision). After another server wrote,
-//! the read is the whole set: O(clients).
+//! alone reads and writes O(1) per decision), and after other servers
+//! wrote, only the leases they changed, from the resource's change log
+//! (`<prefix>:{<resource>}:lc`, the clients each of the last 1024 writes
+//! changed). Only a server more than 1024 writes behind, or with no cached
+//! set, reads the whole set: O(clients).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -119,6 +122,21 @@ pub(crate) fn decode(value: &str) -> Option<Lease> {
     fields.next().is_none().then_some(lease)
 }
 
+/// Brings a cached set up to date with the changes since its version
+/// (client, lease or '' for gone, …).
+fn apply_changes(script: &str, set: &mut LeaseSet, mut changes: Reply) -> Result<(), StoreError> {
+    while changes.remaining() >= 2 {
+        let (client, value) = (changes.text()?, changes.text()?);
+        if value.is_empty() {
+            set.forget(&client);
+        } else {
+            let lease = decode(&value).ok_or_else(|| bad(script, "malformed lease"))?;
+            set.restore(&client, lease);
+        }
+    }
+    Ok(())
+}
+
 /// The set in a `HGETALL` reply (field, value, …).
 fn decode_hash(script: &str, mut all: Reply) -> Result<LeaseSet, StoreError> {
     let mut leases = Vec::with_capacity(all.remaining() / 2);
@@ -143,7 +161,8 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let key = self.keys.lease_set(resource);
         let lock = self.keys.lease_lock(resource);
-        let keys = [key.as_str(), lock.as_str()];
+        let log = self.keys.lease_log(resource);
+        let keys = [key.as_str(), lock.as_str(), log.as_str()];
         let _turn = self.lease_locks.of(resource).lock().await;
         let lock_ms = self.lease_lock_time.as_millis().max(100);
         // Waiting for other servers' turns is bounded too.
@@ -178,11 +197,15 @@ impl RedisStore {
                 tokio::time::sleep(std::time::Duration::from_micros(us)).await;
                 continue;
             }
-            let (now, fresh) = (r.count()?, r.flag()?);
-            let mut set = match (fresh, self.lease_cache.take(resource)) {
-                (false, Some((_, set))) => set,
-                (false, None) => return Err(bad(got.name, "no set for a cached version")),
-                (true, _) => decode_hash(got.name, r.nested()?)?,
+            let (now, read) = (r.count()?, r.count()?);
+            let mut set = match (read, self.lease_cache.take(resource)) {
+                (0, Some((_, set))) => set,
+                (2, Some((_, mut set))) => {
+                    apply_changes(got.name, &mut set, r.nested()?)?;
+                    set
+                }
+                (1, _) => decode_hash(got.name, r.nested()?)?,
+                _ => return Err(bad(got.name, "no set for a cached version")),
             };
             let lapsed: Vec<String> = set
                 .iter()

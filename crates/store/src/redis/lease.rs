@@ -235,8 +235,11 @@ impl RedisStore {
             // Whatever happened, the cache holds only what is known stored.
             let mut r = Reply::new(put.name, stored?)?;
             if r.flag()? {
-                let version = r.text()?;
-                if !set.is_empty() {
+                let (version, created) = (r.text()?, r.flag()?);
+                // The index of resources with lease sets changes only when
+                // one is created (an emptied set leaves it at the next
+                // snapshot).
+                if created {
                     let index = self.keys.lease_index();
                     self.conn
                         .query::<()>(redis::cmd("SADD").arg(index).arg(resource))

@@ -11,7 +11,8 @@
 --       is empty, delete it), 5 expiry slack, 6 the lock token, 7 n (leases
 --       to write), then n pairs (client, lease), then clients whose leases
 --       go
--- Reply: { 1, new version } stored, { 0 } changed in between (decide again)
+-- Reply: { 1, new version, 1 if the set was created } stored, { 0 } changed
+-- in between (decide again)
 if redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
 local ev = redis.call('HMGET', KEYS[1], 'e', 'v')
 local version = '0'
@@ -19,7 +20,7 @@ if ev[1] then version = ev[1] .. ':' .. ev[2] end
 if version ~= ARGV[1] then return { 0 } end
 if ARGV[4] == '-1' then
   redis.call('DEL', KEYS[1], KEYS[3])
-  return { 1, '0' }
+  return { 1, '0', 0 }
 end
 local e, v = ev[1], tonumber(ev[2] or '0')
 if not e then
@@ -48,4 +49,6 @@ redis.call('LTRIM', KEYS[3], -1024, -1)
 local now, redis_now = clock(ARGV[3])
 expire_at(KEYS[1], tonumber(ARGV[4]), now, redis_now, tonumber(ARGV[5]))
 expire_at(KEYS[3], tonumber(ARGV[4]), now, redis_now, tonumber(ARGV[5]))
-return { 1, e .. ':' .. (v + 1) }
+local created = 0
+if not ev[1] then created = 1 end
+return { 1, e .. ':' .. (v + 1), created }

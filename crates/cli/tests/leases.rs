@@ -86,6 +86,52 @@ fn page(server: &CharonProcess) -> Option<(f64, Vec<(String, f64)>)> {
     Some((r["leased"].as_f64()?, leases))
 }
 
+/// Reads the leases pages of some servers every 10 ms until stopped: how
+/// many answers, and the most leased in any of them.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, f64)>,
+}
+
+impl Sampler {
+    fn start(http_urls: Vec<String>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ports: Vec<u16> = http_urls
+            .iter()
+            .map(|u| {
+                u.rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("a port")
+            })
+            .collect();
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let (mut samples, mut most) = (0u64, 0f64);
+                while !stop.load(Ordering::Relaxed) {
+                    for &port in &ports {
+                        if let Some((200, body)) = charon_testkit::http_get(port, "/v1/leases") {
+                            let v: Value = serde_json::from_str(&body).expect("JSON");
+                            let leased = v["resources"][0]["leased"].as_f64().unwrap_or(0.0);
+                            most = most.max(leased);
+                            samples += 1;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                (samples, most)
+            }
+        });
+        Self { stop, thread }
+    }
+
+    fn stop(self) -> (u64, f64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the sampler")
+    }
+}
+
 /// The six clients: each refreshes once per round, all at once, with what
 /// it holds; returns their leases in order.
 struct Clients {
@@ -136,32 +182,7 @@ async fn two_servers_on_one_redis_share_fairly_and_never_over_commit() {
     let conns = vec![client(&servers[0]).await, client(&servers[1]).await];
 
     // The sampler: both servers' view of Redis, as often as they answer.
-    let stop = Arc::new(AtomicBool::new(false));
-    let ports: Vec<String> = servers.iter().map(CharonProcess::http_url).collect();
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut samples, mut most) = (0u64, 0f64);
-            while !stop.load(Ordering::Relaxed) {
-                for base in &ports {
-                    let port: u16 = base
-                        .rsplit(':')
-                        .next()
-                        .and_then(|p| p.parse().ok())
-                        .unwrap_or(0);
-                    if let Some((200, body)) = charon_testkit::http_get(port, "/v1/leases") {
-                        let v: Value = serde_json::from_str(&body).expect("JSON");
-                        let leased = v["resources"][0]["leased"].as_f64().unwrap_or(0.0);
-                        most = most.max(leased);
-                        samples += 1;
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            (samples, most)
-        })
-    };
-
+    let sampler = Sampler::start(servers.iter().map(CharonProcess::http_url).collect());
     let mut c = Clients {
         names: (0..6).map(|i| format!("client-{i}")).collect(),
         wants: vec![30.0, 20.0, 10.0, 10.0, 5.0, 5.0],
@@ -220,8 +241,7 @@ async fn two_servers_on_one_redis_share_fairly_and_never_over_commit() {
     let moved = c.rounds(2, &[2]).await;
     assert_eq!(moved, after, "the same leases from the other server");
 
-    stop.store(true, Ordering::Relaxed);
-    let (samples, most) = sampler.join().expect("sampler");
+    let (samples, most) = sampler.stop();
     assert!(samples > 50, "only {samples} samples");
     assert!(
         most <= CAPACITY,
@@ -519,28 +539,7 @@ resources:
         CharonProcess::start(bin(), TREE, &["--lease-parent", parent.as_str()]),
         CharonProcess::start(bin(), TREE, &["--lease-parent", parent.as_str()]),
     ];
-    let stop = Arc::new(AtomicBool::new(false));
-    let root_port: u16 = root
-        .http_url()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a port");
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut samples, mut most) = (0u64, 0f64);
-            while !stop.load(Ordering::Relaxed) {
-                if let Some((200, body)) = charon_testkit::http_get(root_port, "/v1/leases") {
-                    let v: Value = serde_json::from_str(&body).expect("JSON");
-                    most = most.max(v["resources"][0]["leased"].as_f64().unwrap_or(0.0));
-                    samples += 1;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            (samples, most)
-        })
-    };
+    let sampler = Sampler::start(vec![root.http_url()]);
     let mut c = Clients {
         names: ["a1", "a2", "b1", "b2"].map(str::to_owned).to_vec(),
         wants: vec![40.0, 40.0, 30.0, 30.0],
@@ -571,8 +570,7 @@ resources:
     );
     assert!(at_root.iter().all(|(_, cap)| *cap == 50.0), "{at_root:?}");
 
-    stop.store(true, Ordering::Relaxed);
-    let (samples, most) = sampler.join().expect("sampler");
+    let (samples, most) = sampler.stop();
     assert!(samples > 10, "only {samples} samples");
     assert!(most <= 100.0, "the root granted {most} of 100");
 

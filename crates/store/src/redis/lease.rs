@@ -265,20 +265,8 @@ impl RedisStore {
         let mut out = Vec::with_capacity(resources.len());
         let mut latest = None;
         for resource in resources {
-            let got = &self.scripts.lease_get;
-            let key = self.keys.lease_set(&resource);
-            let lock = self.keys.lease_lock(&resource);
-            let v = self
-                .conn
-                .eval(
-                    got,
-                    &[&key, &lock],
-                    &Self::unlocked_read(self.clock.arg()),
-                    &[],
-                )
-                .await?;
-            let mut r = Reply::new(got.name, v)?;
-            let (version, now, _) = (r.text()?, r.count()?, r.flag()?);
+            let mut r = self.snapshot(&resource).await?;
+            let (version, now, _) = (r.text()?, r.count()?, r.count()?);
             latest = Some(now);
             if version == "0" {
                 self.conn
@@ -286,37 +274,39 @@ impl RedisStore {
                     .await?;
                 continue;
             }
-            let set = decode_hash(got.name, r.nested()?)?;
+            let set = decode_hash(self.scripts.lease_get.name, r.nested()?)?;
             out.push((resource, set));
         }
         let now = match latest {
             Some(now) => now,
-            None => self.decision_now().await?,
+            // No set to read: the clock of a read of none.
+            None => {
+                let mut r = self.snapshot("").await?;
+                r.text()?;
+                r.count()?
+            }
         };
         Ok((now, out))
     }
 
-    /// `lease_get`'s arguments for a read without the lock (a snapshot).
-    fn unlocked_read(clock: String) -> [String; 4] {
-        [clock, String::new(), String::new(), "0".to_owned()]
-    }
-
-    /// The decision clock's time now (for a snapshot with no set to read).
-    async fn decision_now(&self) -> Result<Millis, StoreError> {
+    /// `lease_get` without the lock and without a cached version: the
+    /// whole set of `resource` as stored, and the decision clock.
+    async fn snapshot(&self, resource: &str) -> Result<Reply, StoreError> {
         let got = &self.scripts.lease_get;
-        let (key, lock) = (self.keys.lease_set(""), self.keys.lease_lock(""));
-        let v = self
-            .conn
-            .eval(
-                got,
-                &[&key, &lock],
-                &Self::unlocked_read(self.clock.arg()),
-                &[],
-            )
-            .await?;
-        let mut r = Reply::new(got.name, v)?;
-        r.text()?;
-        r.count()
+        let keys = [
+            self.keys.lease_set(resource),
+            self.keys.lease_lock(resource),
+            self.keys.lease_log(resource),
+        ];
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let args = [
+            self.clock.arg(),
+            String::new(),
+            String::new(),
+            "0".to_owned(),
+        ];
+        let v = self.conn.eval(got, &keys, &args, &[]).await?;
+        Reply::new(got.name, v)
     }
 }
 

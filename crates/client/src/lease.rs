@@ -285,7 +285,18 @@ async fn refresh(
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             let left = Duration::from_millis(lease.expires_at_ms.saturating_sub(now_ms));
-            s.lease = Some((lease.capacity, Instant::now() + left));
+            // A server's expiry is not trusted to fit this clock: far is
+            // as good as a year.
+            let until = Instant::now()
+                .checked_add(left)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86_400));
+            // Nor its numbers: NaN or below zero is nothing.
+            let capacity = if lease.capacity.is_nan() {
+                0.0
+            } else {
+                lease.capacity.max(0.0)
+            };
+            s.lease = Some((capacity, until));
             s.safe_capacity = lease.safe_capacity;
             s.refresh_interval = Duration::from_millis(lease.refresh_interval_ms.max(1));
             s.refreshes += 1;

@@ -50,6 +50,11 @@ impl Granted {
             return self.capacity;
         }
         let safe = self.safe_per_subclient * self.subclients as f64;
+        if safe.is_nan() || safe <= 0.0 {
+            // A parent that says nothing sensible gives nothing.
+            return Quantity::ZERO;
+        }
+        // Only too large remains to refuse: then the most there is.
         Quantity::parse("safe_capacity", safe).unwrap_or(Quantity::MAX)
     }
 }
@@ -139,7 +144,9 @@ impl Follower {
                         let granted = Granted {
                             capacity: Quantity::parse("capacity", lease.capacity)
                                 .unwrap_or(Quantity::ZERO),
-                            until: Instant::now() + left,
+                            until: Instant::now()
+                                .checked_add(left)
+                                .unwrap_or_else(|| Instant::now() + MOST_BETWEEN_ASKS),
                             safe_per_subclient: lease.safe_capacity,
                             subclients: asked.get(lease.resource.as_str()).copied().unwrap_or(1),
                         };

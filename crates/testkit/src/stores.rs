@@ -82,7 +82,15 @@ pub async fn redis() -> Fixture {
 pub async fn redis_cluster() -> Fixture {
     let cluster = RedisCluster::start();
     let clock = Arc::new(ManualClock::new(0));
-    let opts = options(Some(clock.clone()), "test", Duration::from_secs(10));
+    // Copy writes wait for a replica's acknowledgement for half the store
+    // timeout: with six redis-servers beside a parallel test suite on two
+    // cores, 500 ms was once not enough (CI: "no replica … confirmed
+    // reserve within 500 ms"). The cluster's own tests of that wait use
+    // their own timeouts.
+    let opts = RedisOptions {
+        op_timeout: Duration::from_secs(4),
+        ..options(Some(clock.clone()), "test", Duration::from_secs(10))
+    };
     let store = RedisStore::connect(&cluster.url(), opts)
         .await
         .expect("connect to the private Redis Cluster");

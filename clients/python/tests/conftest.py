@@ -4,6 +4,7 @@ everything started here is killed at the end."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -32,6 +33,10 @@ resources:
   - { name: sandbox/vm, kind: copy, domain_limit: 15 }
   - { name: db/conn, kind: copy, domain_limit: 8 }
   - { name: gpu, kind: copy, domain_limit: 3 }
+  - { name: db/qps, kind: lease, capacity: 60, algorithm: fair_share, lease_length: 2s,
+      refresh_interval: 200ms, learning_mode: 0s, safe_capacity: 10 }
+  - { name: db/short, kind: lease, capacity: 60, algorithm: fair_share, lease_length: 1s,
+      refresh_interval: 200ms, learning_mode: 0s, safe_capacity: 10 }
 """
 
 
@@ -148,6 +153,15 @@ class Charon:
                 return bool(r.status == 200)
         except (urllib.error.HTTPError, OSError):
             return False
+
+    def leases(self, resource: str) -> dict[str, object]:
+        """The resource's entry of `GET /v1/leases` (what the server holds)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/v1/leases", timeout=5) as r:
+            page = json.load(r)
+        for entry in page["resources"]:
+            if entry["resource"] == resource:
+                return dict(entry)
+        raise AssertionError(f"{resource} is not on the leases page: {page}")
 
     def log(self) -> str:
         try:

@@ -1,4 +1,5 @@
-"""The README's figures 4-7 (examples/*.py) run against real servers."""
+"""The README's figures 4-7 and its lease example (examples/*.py) run
+against real servers."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ def run(name: str, *targets: str) -> str:
 @pytest.mark.parametrize("name", ["fig4_max_wait.py", "fig5_hold.py", "fig7_multi.py"])
 def test_figure(charon: Charon, name: str) -> None:
     assert run(name, charon.target)
+
+
+def test_lease_example(charon: Charon) -> None:
+    out = run("lease.py", charon.target)
+    assert "query 9" in out and "at 20 a second" in out, out
+    assert charon.leases("db/qps")["leases"] == []
 
 
 def test_figure_4_gives_up_after_max_wait(charon: Charon) -> None:

@@ -12,6 +12,8 @@ The paper's reference client (§3.2, §3.3, §4.3) for today's Python, sync
     with client.hold_copy("sandbox/vm", "tenant-7", copies=15) as vms:
         if vms.success:
             tid = vms.transfer(10, ttl=30)  # another process seizes it
+    with client.lease("db/qps", wants=100) as lease:  # a capacity lease
+        lease.acquire()  # at the leased rate, one unit at a time
 
 A rejection is a result (``success`` is False), never an exception; the
 two exception classes are ``ClientError`` (the request is wrong) and
@@ -20,13 +22,17 @@ two exception classes are ``ClientError`` (the request is wrong) and
 
 from .client import Client, Hold, MultiGrant
 from .errors import CharonError, ClientError, ServerError
-from .results import RateGrant, Source, Stats
+from .lease import Lease
+from .results import LeaseSource, LeaseStatus, RateGrant, Source, Stats
 
 __all__ = [
     "CharonError",
     "Client",
     "ClientError",
     "Hold",
+    "Lease",
+    "LeaseSource",
+    "LeaseStatus",
     "MultiGrant",
     "RateGrant",
     "ServerError",

@@ -8,6 +8,8 @@ to that loop); any number of tasks may share it::
         res = await client.request_rate("api/search", "tenant-42", max_wait=5)
         async with await client.hold_copy("sandbox/vm", "t", copies=2) as vms:
             ...
+        async with await client.lease("db/qps", wants=100) as lease:
+            await lease.acquire()  # at the leased rate
 """
 
 from __future__ import annotations
@@ -16,21 +18,28 @@ import asyncio
 import logging
 import random
 import time
+import weakref
 from types import TracebackType
-from typing import Awaitable, Callable, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
 from . import _common as c
 from ._aio_session import AioSession
 from ._backoff import next_sleep
+from ._lease import LeaseCore, LeaseMode, check_args, first_lease, released_of
+from ._pb import capacity_pb2 as cpb
+from ._pb import capacity_pb2_grpc as cpb_grpc
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
 from .client import _charge_op, _rate_grant, _retry_after
-from .errors import ClientError, ServerError
-from .results import RateGrant, Source, Stats
+from .errors import CharonError, ClientError, ServerError
+from .results import LeaseStatus, RateGrant, Source, Stats
 
-__all__ = ["Client", "Hold", "MultiGrant"]
+if TYPE_CHECKING:
+    from ._pb.capacity_pb2_grpc import CapacityAsyncStub
+
+__all__ = ["Client", "Hold", "Lease", "MultiGrant"]
 
 log = logging.getLogger("charon_client")
 
@@ -65,6 +74,8 @@ class Client:
         )
         self._channel = grpc.aio.insecure_channel(target, options=self.options.channel_options())
         self._stub = pb_grpc.LimiterStub(self._channel)
+        self._capacity = cpb_grpc.CapacityStub(self._channel)
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._session: Optional[AioSession] = None
         self._generation = 0
         self._places = asyncio.Semaphore(self.options.max_in_flight)
@@ -73,8 +84,11 @@ class Client:
         self._closed = False
 
     async def close(self) -> None:
-        """Ends the session (the server releases its holds) and the channel."""
+        """Gives back the leases still held, ends the session (the server
+        releases its holds) and the channel."""
         self._closed = True
+        for lease in list(self._leases):
+            await lease.__aexit__(None, None, None)
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -249,6 +263,38 @@ class Client:
         except BaseException:
             await _release_all(holds)
             raise
+
+    async def lease(
+        self,
+        resource: str,
+        wants: float,
+        *,
+        client_id: Optional[str] = None,
+        mode: LeaseMode = "safe",
+        adaptive: bool = False,
+    ) -> Lease:
+        """As ``charon_client.Client.lease``; the refreshes run in a task,
+        and the ``Lease`` is an ``async with`` block that gives the lease
+        back on exit::
+
+            async with await client.lease("db/qps", wants=100) as lease:
+                await lease.acquire()
+        """
+        value, cid = check_args(resource, wants, client_id, mode)
+        if self._closed:
+            raise ClientError("the client is closed")
+        timeout = self.options.request_timeout
+        core = LeaseCore(resource, cid, value, mode, bool(adaptive))
+        signal = _Signal()
+        error = await _refresh(core, self._capacity, timeout, value, signal)
+        if isinstance(error, ClientError):
+            raise error
+        lease = Lease(core, self._capacity, timeout, signal)
+        if self._closed:  # closed meanwhile
+            await lease.__aexit__(None, None, None)
+            raise ClientError("the client is closed")
+        self._leases.add(lease)
+        return lease
 
     def live_generation(self) -> Optional[int]:
         """The generation of the live session, if any."""
@@ -488,3 +534,207 @@ async def _shrink(holds: Sequence[Hold], n: int) -> None:
 async def _release_all(holds: Sequence[Hold]) -> None:
     for hold in holds:
         await hold.__aexit__(None, None, None)
+
+
+class _Signal:
+    """Wakes the tasks waiting on a lease (an event replaced at each
+    change, so that a waiter sees every change after it looked)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def notify(self) -> None:
+        event, self.event = self.event, asyncio.Event()
+        event.set()
+
+
+async def _refresh(
+    core: LeaseCore, stub: CapacityAsyncStub, timeout: float, wants: float, signal: _Signal
+) -> Optional[CharonError]:
+    """As ``charon_client.lease.refresh``, awaited."""
+    outcome: cpb.Lease | CharonError
+    try:
+        outcome = first_lease(await stub.GetCapacity(core.request(wants), timeout=timeout))
+    except grpc.RpcError as e:
+        outcome = c.from_rpc_error(e)
+    except CharonError as e:
+        outcome = e
+    except Exception as e:  # noqa: BLE001 - a closed channel, anything: a failed refresh
+        outcome = ServerError(f"the refresh failed: {e!r}")
+    core.apply(wants, outcome)
+    signal.notify()
+    if isinstance(outcome, CharonError):
+        log.debug("refresh of the lease on %s failed: %s", core.resource, outcome)
+        return outcome
+    return None
+
+
+async def _give_back(core: LeaseCore, stub: CapacityAsyncStub, timeout: float) -> bool:
+    try:
+        return released_of(await stub.ReleaseCapacity(core.release_request(), timeout=timeout))
+    except grpc.RpcError as e:
+        raise c.from_rpc_error(e) from None
+    except ValueError as e:  # the channel was closed
+        raise ServerError(f"the release failed: {e}") from None
+
+
+async def _refresh_loop(
+    core: LeaseCore, stub: CapacityAsyncStub, timeout: float, stop: asyncio.Event, signal: _Signal
+) -> None:
+    """The bottom half, as a task: refreshes every refresh interval until
+    stopped. Holds no reference to the ``Lease``, so that a dropped one is
+    collected; then it gives the lease back itself."""
+    try:
+        while True:
+            try:
+                await asyncio.wait_for(stop.wait(), core.refresh_interval())
+                break
+            except asyncio.TimeoutError:
+                pass
+            await _refresh(core, stub, timeout, core.next_wants(), signal)
+        if core.release_on_stop and core.mark_released():
+            signal.notify()
+            await _give_back(core, stub, timeout)
+    except Exception as e:  # noqa: BLE001 - the lease then lapses at its expiry
+        log.debug("the refresher of the lease on %s ended: %r", core.resource, e)
+
+
+class Lease:
+    """As ``charon_client.Lease``, for asyncio: ``await acquire()``, the
+    refreshes in a task, and ``async with`` gives the lease back on leaving
+    the block, also on an exception."""
+
+    def __init__(
+        self, core: LeaseCore, stub: CapacityAsyncStub, timeout: float, signal: _Signal
+    ) -> None:
+        self._core = core
+        self._stub = stub
+        self._timeout = timeout
+        self._signal = signal
+        self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(_refresh_loop(core, stub, timeout, self._stop, signal))
+
+    @property
+    def resource(self) -> str:
+        return self._core.resource
+
+    @property
+    def client_id(self) -> str:
+        """Who holds the lease, as the server knows it."""
+        return self._core.client_id
+
+    @property
+    def wants(self) -> float:
+        """The configured wants (with ``adaptive``, the most asked for)."""
+        return self._core.wants
+
+    @property
+    def mode(self) -> str:
+        return self._core.mode
+
+    @property
+    def adaptive(self) -> bool:
+        return self._core.adaptive
+
+    @property
+    def capacity(self) -> float:
+        """The capacity in force now (units per second)."""
+        return self._core.capacity()
+
+    @property
+    def last_error(self) -> Optional[CharonError]:
+        """Why the last refresh failed, if it did."""
+        return self._core.last_error()
+
+    @property
+    def released(self) -> bool:
+        return self._core.released
+
+    def status(self) -> LeaseStatus:
+        """As ``charon_client.Lease.status``."""
+        return self._core.status()
+
+    async def acquire(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the local rate allows one more unit and takes it
+        (True); False if ``timeout`` seconds passed first. Raises
+        ``ClientError`` once the lease is released."""
+        core = self._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with core.lock:
+            core.count_demand_locked()
+        while True:
+            event = self._signal.event
+            now = time.monotonic()
+            with core.lock:
+                wait = core.take_locked(now)
+            if wait is None:
+                return True
+            if deadline is not None:
+                if deadline <= now:
+                    return False
+                wait = min(wait, deadline - now)
+            try:
+                await asyncio.wait_for(event.wait(), None if wait == float("inf") else wait)
+            except asyncio.TimeoutError:
+                pass
+
+    def try_acquire(self) -> bool:
+        """Takes one unit if the local rate allows it now."""
+        return self._core.try_take()
+
+    async def changed(self, timeout: Optional[float] = None) -> bool:
+        """Waits until a refresh answers or fails, or the lease is released
+        (True), or ``timeout`` seconds pass (False)."""
+        try:
+            await asyncio.wait_for(self._signal.event.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def release(self) -> bool:
+        """As ``charon_client.Lease.release``, awaited."""
+        if not self._core.mark_released():
+            return False
+        self._signal.notify()
+        self._stop.set()
+        if asyncio.current_task() is not self._task:
+            # A refresh in flight must not reach the server after the release.
+            await asyncio.wait({self._task}, timeout=self._timeout + 1.0)
+        return await _give_back(self._core, self._stub, self._timeout)
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except Exception as e:  # noqa: BLE001 - never mask the block's own exception
+            log.warning(
+                "release of the lease on %s on leaving the block failed (%s); "
+                "it lapses at its expiry",
+                self.resource,
+                e,
+            )
+
+    def __del__(self) -> None:
+        # Dropped without a release: the refresher gives the lease back as
+        # it stops (no call here; this may run in the middle of any code).
+        try:
+            if not self._core.released and not self._loop.is_closed():
+                self._core.release_on_stop = True
+                self._loop.call_soon_threadsafe(self._stop.set)
+        except Exception:  # noqa: BLE001, S110 - never raise from __del__
+            pass
+
+    def __repr__(self) -> str:
+        s = self.status()
+        return (
+            f"Lease({self.resource!r}, client_id={self.client_id!r}, capacity={s.capacity}, "
+            f"source={s.source.value}, wants={s.wants})"
+        )

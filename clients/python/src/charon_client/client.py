@@ -1,5 +1,6 @@
 """The sync client: one session stream shared by every thread, back-off,
-holds as context managers, transfers, degraded mode and the kill switch."""
+holds as context managers, transfers, degraded mode, the kill switch and
+capacity leases."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import random
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import Callable, Optional, Sequence, Tuple, TypeVar
 
@@ -14,13 +16,16 @@ import grpc
 
 from . import _common as c
 from ._backoff import next_sleep
+from ._lease import LeaseCore, LeaseMode, check_args
+from ._pb import capacity_pb2_grpc as cpb_grpc
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
 from ._session import Session
 from .errors import ClientError, ServerError
+from .lease import Lease, refresh
 from .results import RateGrant, Source, Stats
 
-__all__ = ["Client", "Hold", "MultiGrant"]
+__all__ = ["Client", "Hold", "Lease", "MultiGrant"]
 
 log = logging.getLogger("charon_client")
 
@@ -69,6 +74,8 @@ class Client:
         )
         self._channel = grpc.insecure_channel(target, options=self.options.channel_options())
         self._stub = pb_grpc.LimiterStub(self._channel)
+        self._capacity = cpb_grpc.CapacityStub(self._channel)
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._session: Optional[Session] = None
         self._generation = 0
@@ -80,9 +87,14 @@ class Client:
     # -- lifecycle ---------------------------------------------------------
 
     def close(self) -> None:
-        """Ends the session (the server releases its holds) and the channel."""
+        """Gives back the leases still held, ends the session (the server
+        releases its holds) and the channel."""
         with self._lock:
             self._closed = True
+            leases = list(self._leases)
+        for lease in leases:
+            lease.__exit__(None, None, None)
+        with self._lock:
             session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -277,6 +289,52 @@ class Client:
         except BaseException:
             _release_all(holds)
             raise
+
+    def lease(
+        self,
+        resource: str,
+        wants: float,
+        *,
+        client_id: Optional[str] = None,
+        mode: LeaseMode = "safe",
+        adaptive: bool = False,
+    ) -> Lease:
+        """Takes a capacity lease on ``resource`` (a ``kind: lease``
+        resource, SPEC §12) for ``wants`` units per second and keeps it
+        refreshed in a daemon thread until released. Use the ``Lease`` as a
+        context manager: leaving the block gives it back.
+
+        ``client_id`` names the holder on the server (default
+        ``<host>-<pid>-<n>``, one per lease; a restarted process that reuses
+        its id takes its old lease over). ``mode`` is what to use once the
+        lease has expired with no server answering: ``"safe"`` (the safe
+        capacity the server last gave), ``"optimistic"`` (``wants``) or
+        ``"pessimistic"`` (nothing). ``adaptive`` asks at each refresh for
+        what was used since the last one (plus a fifth), at most ``wants``.
+
+        A refused lease (unknown resource, wrong kind, NaN or negative
+        wants) raises ``ClientError``; a server that cannot be reached does
+        not raise: the lease starts in its mode and the refreshes go on
+        trying (whatever ``fail_open`` says: the mode is the lease's own
+        choice)."""
+        value, cid = check_args(resource, wants, client_id, mode)
+        with self._lock:
+            if self._closed:
+                raise ClientError("the client is closed")
+        timeout = self.options.request_timeout
+        core = LeaseCore(resource, cid, value, mode, bool(adaptive))
+        error = refresh(core, self._capacity, timeout, value)
+        if isinstance(error, ClientError):
+            raise error
+        lease = Lease(core, self._capacity, timeout)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._leases.add(lease)
+        if closed:  # closed meanwhile
+            lease.__exit__(None, None, None)
+            raise ClientError("the client is closed")
+        return lease
 
     # -- plumbing ----------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""What calls return: grants (a rejection is one, with ``granted == 0``)
-and the client's counters."""
+"""What calls return: grants (a rejection is one, with ``granted == 0``),
+the state of a capacity lease and the client's counters."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Optional
 
 from ._pb import limiter_pb2 as pb
 
-__all__ = ["RateGrant", "Source", "Stats"]
+__all__ = ["LeaseSource", "LeaseStatus", "RateGrant", "Source", "Stats"]
 
 
 class Source(enum.Enum):
@@ -85,3 +85,41 @@ class Stats:
     """Rejections the kill switch turned into grants."""
     server_errors: int = 0
     """Server errors and unreachable servers seen."""
+
+
+class LeaseSource(enum.Enum):
+    """Where the capacity in force of a lease comes from (SPEC §12)."""
+
+    SERVER = "server"
+    """A lease from the server, not expired."""
+    OPTIMISTIC = "optimistic"
+    """No lease in force and no server: mode ``optimistic`` (what it wants)."""
+    PESSIMISTIC = "pessimistic"
+    """No lease in force and no server: mode ``pessimistic`` (nothing)."""
+    SAFE = "safe"
+    """No lease in force and no server: mode ``safe`` (the safe capacity the
+    server last gave; nothing if it never answered)."""
+    RELEASED = "released"
+    """The lease was given back (``release()`` or the end of its block):
+    nothing."""
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """A capacity lease as it stands, for the application's display or
+    metrics (the fields of ``charon client lease``)."""
+
+    capacity: float
+    """The capacity in force (units per second)."""
+    source: LeaseSource
+    """Where it comes from."""
+    wants: float
+    """What the last refresh asked for."""
+    safe_capacity: float
+    """The server's safe capacity, as last given (0 before any answer)."""
+    expires_in_ms: int
+    """How long the server's lease still holds (0 if none or expired)."""
+    refreshes: int
+    """Refreshes the server answered (the first ask included)."""
+    failures: int
+    """Refreshes that failed (server errors, no answer, unreachable server)."""

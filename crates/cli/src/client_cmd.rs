@@ -213,12 +213,10 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
 /// `client lease`: holds the lease and prints it until stopped.
 async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&args.server)?;
-    let client_id = args.client_id.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "host".to_owned());
-        format!("{host}-{}", std::process::id())
-    });
+    let client_id = args
+        .client_id
+        .clone()
+        .unwrap_or_else(charon_server::server_id);
     let mut options = LeaseOptions::new(client_id.clone(), args.wants);
     options.mode = match args.mode {
         Mode::Optimistic => LeaseMode::Optimistic,

@@ -62,6 +62,18 @@ fn ask(client: &str, wants: f64, has: f64) -> v1::GetCapacityRequest {
     }
 }
 
+/// `client` gives its lease on `db/qps` back: whether it held one.
+async fn release(c: &mut CapacityClient<Channel>, client: &str) -> Vec<bool> {
+    c.release_capacity(v1::ReleaseCapacityRequest {
+        client_id: client.to_owned(),
+        resources: vec!["db/qps".into()],
+    })
+    .await
+    .expect("released")
+    .into_inner()
+    .released
+}
+
 /// The leases page of `server`: (sum leased, leases by client).
 fn page(server: &CharonProcess) -> Option<(f64, Vec<(String, f64)>)> {
     let (status, body) = server.http_get("/v1/leases")?;
@@ -370,16 +382,7 @@ async fn bad_lease_requests_are_client_errors_that_change_nothing() {
     assert_eq!(status, 200);
     assert!(html.contains("<h2>db/qps</h2>"), "{html}");
     assert!(html.contains("<td>&lt;b&gt;&amp;<td>1<td>1"), "{html}");
-    let released = c
-        .release_capacity(v1::ReleaseCapacityRequest {
-            client_id: "<b>&".into(),
-            resources: vec!["db/qps".into()],
-        })
-        .await
-        .expect("released")
-        .into_inner()
-        .released;
-    assert_eq!(released, [true]);
+    assert_eq!(release(&mut c, "<b>&").await, [true]);
 
     // Nothing changed: the page is empty, and a client alone gets it all.
     let (leased, leases) = page(&server).expect("the leases page");
@@ -393,16 +396,7 @@ async fn bad_lease_requests_are_client_errors_that_change_nothing() {
     assert_eq!(lease[0].capacity, CAPACITY);
     assert_eq!(lease[0].safe_capacity, CAPACITY);
     assert_eq!(lease[0].refresh_interval_ms, 500);
-    let released = c
-        .release_capacity(v1::ReleaseCapacityRequest {
-            client_id: "z".into(),
-            resources: vec!["db/qps".into()],
-        })
-        .await
-        .expect("released")
-        .into_inner()
-        .released;
-    assert_eq!(released, [true]);
+    assert_eq!(release(&mut c, "z").await, [true]);
 }
 
 /// A `charon client lease` process, its JSON lines collected as they come.

@@ -240,28 +240,24 @@ impl Limiter {
         &self,
         holding: impl Fn(&str) -> Quantity,
     ) -> Result<(Vec<(String, Want)>, Vec<String>), LimitError> {
-        let config = self.config();
-        let (now, sets) = self.store().lease_sets().await?;
-        let mut sets: std::collections::HashMap<String, LeaseSet> = sets.into_iter().collect();
+        let (_, sets) = self.live_lease_sets().await?;
         let (mut wants, mut idle) = (Vec::new(), Vec::new());
-        for r in config.resources() {
-            if !matches!(r.kind, ResourceKind::Lease(_)) {
-                continue;
-            }
-            let mut set = sets.remove(&r.name).unwrap_or_default();
-            charon_core::lease::expire(&mut set, now);
-            match set.upstream_want(holding(&r.name)) {
-                Some(w) => wants.push((r.name.clone(), w)),
-                None => idle.push(r.name.clone()),
+        for (name, _, set) in sets {
+            match set.upstream_want(holding(&name)) {
+                Some(w) => wants.push((name, w)),
+                None => idle.push(name),
             }
         }
         Ok((wants, idle))
     }
 
-    /// Every configured lease resource with its live leases (those not
-    /// lapsed at the store's time), for the leases page and `/metrics`.
-    /// The store's time comes first.
-    pub async fn lease_summaries(&self) -> Result<(Millis, Vec<LeaseSummary>), LimitError> {
+    /// Every configured lease resource, its parameters and its set as the
+    /// store holds it without the leases lapsed at the store's time (which
+    /// comes first): what the page, the metrics and a tree's parent asks
+    /// are made of. A snapshot, not a decision.
+    async fn live_lease_sets(
+        &self,
+    ) -> Result<(Millis, Vec<(String, LeaseParams, LeaseSet)>), LimitError> {
         let config = self.config();
         let (now, sets) = self.store().lease_sets().await?;
         let mut sets: std::collections::HashMap<String, LeaseSet> = sets.into_iter().collect();
@@ -270,9 +266,21 @@ impl Limiter {
             let ResourceKind::Lease(l) = &r.kind else {
                 continue;
             };
-            let capacity = self.parent_capacity.of(&r.name, l.params());
             let mut set = sets.remove(&r.name).unwrap_or_default();
             charon_core::lease::expire(&mut set, now);
+            out.push((r.name.clone(), *l.params(), set));
+        }
+        Ok((now, out))
+    }
+
+    /// Every configured lease resource with its live leases (those not
+    /// lapsed at the store's time), for the leases page and `/metrics`.
+    /// The store's time comes first.
+    pub async fn lease_summaries(&self) -> Result<(Millis, Vec<LeaseSummary>), LimitError> {
+        let (now, sets) = self.live_lease_sets().await?;
+        let mut out = Vec::new();
+        for (resource, params, set) in sets {
+            let capacity = self.parent_capacity.of(&resource, &params);
             let leases: Vec<LeaseEntry> = set
                 .iter()
                 .map(|(client, l)| LeaseEntry {
@@ -284,9 +292,9 @@ impl Limiter {
                 })
                 .collect();
             out.push(LeaseSummary {
-                resource: r.name.clone(),
+                resource,
                 capacity,
-                algorithm: l.params().algorithm().name(),
+                algorithm: params.algorithm().name(),
                 leased: Quantity::saturating_from_total(set.sum_has_micros()),
                 wanted: Quantity::saturating_from_total(set.sum_wants_micros()),
                 clients: leases.len(),

@@ -17,8 +17,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use charon_core::Clock;
 use charon_core::lease::Quantity;
 use charon_proto::v1;
 use charon_proto::v1::capacity_client::CapacityClient;
@@ -79,6 +80,7 @@ pub(crate) fn spawn(
             client_id,
             granted: HashMap::new(),
             every: MOST_BETWEEN_ASKS,
+            clock: charon_store::SystemClock::new(),
         };
         loop {
             follower.ask(&state).await;
@@ -97,6 +99,8 @@ struct Follower {
     client_id: String,
     granted: HashMap<String, Granted>,
     every: Duration,
+    /// The wall clock, which the parent's Unix-time expiries are on too.
+    clock: charon_store::SystemClock,
 }
 
 impl Follower {
@@ -138,7 +142,7 @@ impl Follower {
                     let mut every = MOST_BETWEEN_ASKS;
                     for lease in reply.into_inner().leases {
                         let left = Duration::from_millis(
-                            lease.expires_at_ms.saturating_sub(unix_now_ms()),
+                            lease.expires_at_ms.saturating_sub(self.clock.now()),
                         );
                         every = every.min(Duration::from_millis(lease.refresh_interval_ms.max(10)));
                         let granted = Granted {
@@ -191,13 +195,4 @@ impl Follower {
         let all: Vec<String> = self.granted.drain().map(|(r, _)| r).collect();
         self.release(all).await;
     }
-}
-
-/// Unix time in milliseconds: the parent's expiry is on its clock, and the
-/// wall clock is what the two share.
-#[allow(clippy::disallowed_methods)]
-fn unix_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -41,6 +41,7 @@ use crate::config_file::{self, FileServerSettings};
 use crate::{ConfigReport, ServerOptions, ServerState, file_reload};
 
 pub use embedded::token_file;
+pub use store::server_id;
 
 /// The gRPC address when neither the settings nor the file name one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
@@ -445,10 +446,7 @@ async fn serve(
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let state = ServerState::new(limiter, options);
     if let Some(parent) = &settings.lease_parent {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "charon".to_owned());
-        lease_parent::spawn(&state, parent, format!("{host}/{}", std::process::id()))?;
+        lease_parent::spawn(&state, parent, server_id())?;
     }
     started(state.clone());
     if !matches!(source, Source::File(_) | Source::Inline) {

@@ -77,9 +77,10 @@ fn tls(settings: &StoreSettings) -> anyhow::Result<RedisTls> {
     Ok(RedisTls { ca_pem, client })
 }
 
-/// This server's name in the Redis membership: host and process id, so an
-/// operator can tell whose holds were cleaned up.
-fn server_id() -> String {
+/// This process's name where others see it (the Redis membership, a lease
+/// parent, a lease holder): host and process id, so an operator can tell
+/// whose holds or leases they are.
+pub fn server_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     format!("{}-{}", host.trim(), std::process::id())
 }

@@ -4,6 +4,7 @@ mod bench;
 mod client_cmd;
 mod config_cmd;
 mod config_remote;
+mod extras;
 mod import;
 mod lines;
 mod serve;
@@ -12,7 +13,7 @@ mod simulate;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// mimalloc rather than the system allocator: a burst of large requests
 /// (an oversized configuration write, a simulator replay) frees what it
@@ -60,6 +61,12 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Print a shell completion script on stdout (bash, zsh, fish, elvish,
+    /// powershell); `scripts/install-extras` installs them.
+    Completions(extras::CompletionsArgs),
+    /// Write the man pages: `charon.1` on stdout, or with --out DIR that
+    /// and one page per subcommand.
+    Man(extras::ManArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -111,6 +118,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Client { command } => client_cmd::run(command),
         Command::Simulate { config } => simulate::run(&config),
+        Command::Completions(args) => extras::completions(&args, Cli::command()),
+        Command::Man(args) => extras::man(&args, Cli::command()),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => config_cmd::check(&file),

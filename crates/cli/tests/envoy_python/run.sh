@@ -22,7 +22,7 @@ mkdir -p "$target"
 exec 9>"$target/envoy-python-venv.lock"
 flock 9
 if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt" 2>/dev/null; then
-    echo "installing xds-protos, grpcio, pytest into $venv" >&2
+    echo "installing xds-protos, grpcio, pytest, pyyaml into $venv" >&2
     rm -rf "$venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"

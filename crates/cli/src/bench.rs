@@ -37,7 +37,9 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use tokio::sync::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use crate::tls_args::TlsArgs;
 
 /// How `charon bench` sends Charon rate requests.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct BenchArgs {
     /// The server's gRPC address.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:7070")]
     server: String,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// The resource to request.
     #[arg(long, default_value = "bench/api")]
     resource: String,
@@ -130,11 +134,12 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             clients.push(Client::Session(session_client(&args).await?));
             continue;
         }
-        let channel: Channel = Endpoint::from_shared(args.server.clone())?
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", args.server))?;
+        let channel: Channel =
+            charon_client::endpoint(&args.tls.url(&args.server), args.tls.client()?.as_ref())?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", args.server))?;
         clients.push(match args.envoy {
             None if args.mode == Mode::Lease => Client::Capacity(CapacityClient::new(channel)),
             None => Client::Charon(LimiterClient::new(channel)),
@@ -278,8 +283,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
 /// in flight is the concurrency asked for (open loop: high enough never to
 /// hold the schedule back).
 async fn session_client(args: &BenchArgs) -> anyhow::Result<charon_client::Client> {
-    let mut options = charon_client::ClientOptions::new(args.server.clone());
+    let mut options = charon_client::ClientOptions::new(args.tls.url(&args.server));
     options.fail_open = false;
+    options.tls = args.tls.client()?;
     options.request_timeout = Duration::from_secs(30);
     options.max_in_flight = match args.rate {
         None => args.concurrency.max(1),

@@ -11,6 +11,8 @@ use charon_proto::v1;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
+use crate::tls_args::TlsArgs;
+
 /// Where one operation goes and on whose behalf: the flags every client
 /// command shares (`charge` and `refund` take only these: a cost has no
 /// `min_copies`).
@@ -24,6 +26,8 @@ pub struct CostTarget {
         env = "CHARON_SERVER"
     )]
     server: String,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// The resource (charge: a bucket, window or queue; refund: a bucket).
     resource: String,
     /// The domain on whose behalf to ask or to record the cost.
@@ -95,6 +99,8 @@ pub struct LeaseArgs {
         env = "CHARON_SERVER"
     )]
     server: String,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// A `kind: lease` resource.
     resource: String,
     /// The capacity wanted (units per second; fractions allowed); with
@@ -138,7 +144,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                 max_wait,
                 dry_run,
             } => {
-                let client = connect(&target.base.server)?;
+                let client = connect(&target.base.server, &target.base.tls)?;
                 let grant = client
                     .request(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -183,7 +189,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
             ClientCommand::Charge { target } => cost(target, false).await,
             ClientCommand::Refund { target } => cost(target, true).await,
             ClientCommand::Hold { target } => {
-                let client = connect(&target.base.server)?;
+                let client = connect(&target.base.server, &target.base.tls)?;
                 let hold = client
                     .reserve(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -212,7 +218,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
 
 /// `client lease`: holds the lease and prints it until stopped.
 async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
-    let client = connect(&args.server)?;
+    let client = connect(&args.server, &args.tls)?;
     let client_id = args
         .client_id
         .clone()
@@ -275,7 +281,7 @@ async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
 /// `charge` or `refund`: prints the reply as `client request` prints a
 /// bucket's, window's or queue's.
 async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
-    let client = connect(&target.server)?;
+    let client = connect(&target.server, &target.tls)?;
     let reply = if refund {
         client
             .refund(&target.resource, &target.domain, target.copies)
@@ -341,9 +347,10 @@ fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
     out
 }
 
-fn connect(server: &str) -> anyhow::Result<Client> {
-    let mut options = ClientOptions::new(server.to_owned());
+fn connect(server: &str, tls: &TlsArgs) -> anyhow::Result<Client> {
+    let mut options = ClientOptions::new(tls.url(server));
     options.fail_open = false;
+    options.tls = tls.client()?;
     Ok(Client::connect(options)?)
 }
 

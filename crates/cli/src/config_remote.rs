@@ -17,6 +17,8 @@ use charon_config_service::wire::{DiffEntry, ImportOutcome};
 use clap::Args;
 use serde_json::Value;
 
+use crate::tls_args::TlsArgs;
+
 /// Where the configuration service is.
 #[derive(Args, Debug)]
 pub struct RemoteArgs {
@@ -39,6 +41,8 @@ pub struct RemoteArgs {
         hide_env_values = true
     )]
     token: Option<String>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 impl RemoteArgs {
@@ -48,10 +52,11 @@ impl RemoteArgs {
                 .ok()
                 .map(|t| t.trim().to_owned())
         });
-        Ok(ConfigClient::new(
-            &self.url,
+        Ok(ConfigClient::with_tls(
+            &self.tls.url(&self.url),
             token,
             Duration::from_secs(30),
+            &self.tls.config()?,
         )?)
     }
 }

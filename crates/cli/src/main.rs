@@ -9,6 +9,7 @@ mod import;
 mod lines;
 mod serve;
 mod simulate;
+mod tls_args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -17,7 +17,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use charon_server::{ConfigSource, EmbeddedService, Listeners, Settings, StoreSettings};
+use charon_server::{
+    ClientTlsFiles, ConfigSource, EmbeddedService, Listeners, Settings, StoreSettings, TlsSettings,
+};
 use clap::Args;
 
 /// Flags of `charon serve`.
@@ -132,6 +134,89 @@ pub struct ServeArgs {
     /// clients' wants in all, instead of the configured capacity.
     #[arg(long, value_name = "URL", env = "CHARON_LEASE_PARENT")]
     pub lease_parent: Option<String>,
+    /// Boxed: the command enum stays small (clippy's
+    /// `large_enum_variant`).
+    #[command(flatten)]
+    pub tls: Box<TlsFlags>,
+}
+
+/// TLS flags of `charon serve` (docs/tls.md): the server's own
+/// certificate on both listeners, and what it trusts and presents when it
+/// calls a configuration service at an `https://` URL.
+#[derive(Args, Debug)]
+pub struct TlsFlags {
+    /// Serve gRPC and HTTP over TLS with this PEM certificate chain
+    /// (server certificate first); with --tls-key. Reloaded on SIGHUP and
+    /// when the file changes; a file that cannot be used is refused and
+    /// the previous certificate stays in force.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: require a client certificate signed by a CA in this
+    /// PEM file, on both listeners (a client without one is refused at
+    /// the handshake).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_TLS_CLIENT_CA",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With an `https://` --config-url: trust the CA certificates in this
+    /// PEM file instead of the system's roots.
+    #[arg(long, value_name = "FILE", env = "CHARON_CONFIG_CA")]
+    pub config_ca: Option<PathBuf>,
+    /// With an `https://` --config-url: present this PEM client
+    /// certificate (a service that requires one); with --config-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_CONFIG_CERT",
+        requires = "config_key"
+    )]
+    pub config_cert: Option<PathBuf>,
+    /// The PEM private key of --config-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_CONFIG_KEY",
+        requires = "config_cert"
+    )]
+    pub config_key: Option<PathBuf>,
+    /// With an `https://` --lease-parent: trust the CA certificates in
+    /// this PEM file instead of the system's roots.
+    #[arg(long, value_name = "FILE", env = "CHARON_LEASE_PARENT_CA")]
+    pub lease_parent_ca: Option<PathBuf>,
+    /// With an `https://` --lease-parent: present this PEM client
+    /// certificate (a parent run with --tls-client-ca); with
+    /// --lease-parent-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_LEASE_PARENT_CERT",
+        requires = "lease_parent_key"
+    )]
+    pub lease_parent_cert: Option<PathBuf>,
+    /// The PEM private key of --lease-parent-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_LEASE_PARENT_KEY",
+        requires = "lease_parent_cert"
+    )]
+    pub lease_parent_key: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -150,12 +235,18 @@ impl ServeArgs {
                 token: self.config_token.clone(),
                 refresh: self.config_refresh,
                 cache: self.config_cache.clone(),
+                tls: ClientTlsFiles {
+                    ca: self.tls.config_ca.clone(),
+                    cert: self.tls.config_cert.clone(),
+                    key: self.tls.config_key.clone(),
+                },
             },
             (None, None, true) => ConfigSource::ApiOnly(embedded()),
             (None, None, false) => ConfigSource::Embedded(embedded()),
         };
         // Settings this command has no flag for keep their defaults.
         let defaults = Settings::new(source);
+        let tls = *self.tls;
         Settings {
             listen: self.listen,
             http_listen: self.http_listen,
@@ -172,6 +263,19 @@ impl ServeArgs {
             keepalive: self.keepalive,
             shutdown_grace: self.shutdown_grace,
             lease_parent: self.lease_parent,
+            tls: tls
+                .tls_cert
+                .zip(tls.tls_key)
+                .map(|(cert, key)| TlsSettings {
+                    cert,
+                    key,
+                    client_ca: tls.tls_client_ca,
+                }),
+            lease_parent_tls: ClientTlsFiles {
+                ca: tls.lease_parent_ca,
+                cert: tls.lease_parent_cert,
+                key: tls.lease_parent_key,
+            },
             ..defaults
         }
     }

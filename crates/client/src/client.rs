@@ -11,7 +11,7 @@ use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::debug;
 
 use crate::backoff::next_sleep;
@@ -108,8 +108,7 @@ impl Client {
     /// while the server is down works (degraded) and recovers by itself.
     pub fn connect(options: ClientOptions) -> Result<Self, Error> {
         let half = options.keepalive / 2;
-        let channel = Endpoint::from_shared(options.endpoint.clone())
-            .map_err(|e| Error::Client(format!("bad endpoint {:?}: {e}", options.endpoint)))?
+        let channel = crate::options::endpoint(&options.endpoint, options.tls.as_ref())?
             .connect_timeout(options.connect_timeout)
             .http2_keep_alive_interval(half)
             .keep_alive_timeout(half)

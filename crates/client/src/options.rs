@@ -54,6 +54,105 @@ pub struct ClientOptions {
     /// as one is answered, so a bound above the server's keeps it busy.
     /// Default 256; 0 counts as 1.
     pub max_in_flight: usize,
+    /// TLS: what to trust and what to present. `None` with an `https://`
+    /// endpoint trusts the system's roots; with an `http://` one, plain
+    /// text.
+    pub tls: Option<ClientTls>,
+}
+
+/// TLS of a client's connection (a server run with `charon serve
+/// --tls-cert`): the CA that signed the server's certificate and, for a
+/// server that requires one (`--tls-client-ca`), a client certificate.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    /// PEM CA certificates to trust; `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A PEM client certificate (chain) and its PEM private key.
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the server's certificate must carry, when it is not the
+    /// endpoint's host (a server reached through an IP address or a
+    /// tunnel).
+    pub domain: Option<String>,
+}
+
+// By hand: no key material in logs.
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("identity_pem", &self.identity_pem.is_some())
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+impl ClientTls {
+    /// Reads the PEM files: the CA to trust (`None`: the system's roots)
+    /// and a client certificate with its key (both or neither).
+    pub fn from_files(
+        ca: Option<&std::path::Path>,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> std::io::Result<Self> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        };
+        let identity_pem = match (cert, key) {
+            (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+            (None, None) => None,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a client certificate needs its key, and a key its certificate",
+                ));
+            }
+        };
+        Ok(Self {
+            ca_pem: ca.map(read).transpose()?,
+            identity_pem,
+            domain: None,
+        })
+    }
+
+    /// tonic's form of these settings (ALPN `h2`, ring).
+    pub fn to_tonic(&self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca_pem {
+            Some(pem) => config.ca_certificate(Certificate::from_pem(pem)),
+            None => config.with_native_roots(),
+        };
+        if let Some((cert, key)) = &self.identity_pem {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &self.domain {
+            config = config.domain_name(domain.clone());
+        }
+        config
+    }
+}
+
+/// A tonic endpoint for `url` with `tls` (or the system's roots for an
+/// `https://` URL without it), the same way [`crate::Client`] connects:
+/// for other gRPC clients of a Charon server (benchmarks, a lease tree).
+pub fn endpoint(
+    url: &str,
+    tls: Option<&ClientTls>,
+) -> Result<tonic::transport::Endpoint, crate::Error> {
+    let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .map_err(|e| crate::Error::Client(format!("bad endpoint {url:?}: {e}")))?;
+    let tls = match tls {
+        Some(t) => Some(t.to_tonic()),
+        None if url.starts_with("https://") => Some(ClientTls::default().to_tonic()),
+        None => None,
+    };
+    match tls {
+        Some(t) => endpoint
+            .tls_config(t)
+            .map_err(|e| crate::Error::Client(format!("TLS settings for {url:?}: {e}"))),
+        None => Ok(endpoint),
+    }
 }
 
 impl ClientOptions {
@@ -68,6 +167,7 @@ impl ClientOptions {
             fail_open: true,
             rate_transport: RateTransport::Session,
             max_in_flight: 256,
+            tls: None,
         }
     }
 }

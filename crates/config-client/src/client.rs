@@ -54,6 +54,63 @@ impl ConfigClientError {
     }
 }
 
+/// TLS of the calls to a configuration service at an `https://` URL:
+/// which certificates to trust and which to present. The default trusts
+/// the built-in web roots and presents none.
+#[derive(Clone, Default)]
+pub struct ConfigTls {
+    /// PEM CA certificates to trust instead of the built-in roots (a
+    /// private CA).
+    pub ca_pem: Option<Vec<u8>>,
+    /// A PEM client certificate (chain) and its PEM private key, for a
+    /// service that requires one (mutual TLS).
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+    /// A whole rustls client configuration instead of the two above: the
+    /// embedded service's feed, which trusts exactly its own server's
+    /// certificate.
+    pub rustls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+// By hand: no key material in logs.
+impl std::fmt::Debug for ConfigTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("identity_pem", &self.identity_pem.is_some())
+            .field("rustls", &self.rustls.is_some())
+            .finish()
+    }
+}
+
+impl ConfigTls {
+    /// The client's TLS settings on `builder`.
+    fn apply(&self, mut builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, String> {
+        if let Some(config) = &self.rustls {
+            return Ok(builder.use_preconfigured_tls(rustls::ClientConfig::clone(config)));
+        }
+        if let Some(pem) = &self.ca_pem {
+            let cas = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("the CA file is not PEM certificates: {e}"))?;
+            if cas.is_empty() {
+                return Err("the CA file holds no certificate".to_owned());
+            }
+            builder = builder.tls_built_in_root_certs(false);
+            for ca in cas {
+                builder = builder.add_root_certificate(ca);
+            }
+        }
+        if let Some((cert, key)) = &self.identity_pem {
+            let mut pem = cert.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            let identity = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| format!("the client certificate or key cannot be used: {e}"))?;
+            builder = builder.identity(identity);
+        }
+        Ok(builder)
+    }
+}
+
 /// A client of one configuration service.
 #[derive(Debug, Clone)]
 pub struct ConfigClient {
@@ -71,6 +128,16 @@ impl ConfigClient {
         token: Option<String>,
         timeout: Duration,
     ) -> Result<Self, ConfigClientError> {
+        Self::with_tls(base_url, token, timeout, &ConfigTls::default())
+    }
+
+    /// [`ConfigClient::new`], with `tls` for an `https://` URL.
+    pub fn with_tls(
+        base_url: &str,
+        token: Option<String>,
+        timeout: Duration,
+        tls: &ConfigTls,
+    ) -> Result<Self, ConfigClientError> {
         let bad = |message: String| ConfigClientError::BadUrl {
             url: base_url.to_owned(),
             message,
@@ -85,9 +152,12 @@ impl ConfigClient {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .connect_timeout(timeout.min(Duration::from_secs(5)));
+        let http = tls
+            .apply(builder)
+            .map_err(&bad)?
             .build()
             .map_err(|e| bad(e.to_string()))?;
         Ok(Self { http, base, token })

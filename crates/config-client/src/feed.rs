@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{ConfigClient, ConfigClientError};
+use crate::client::{ConfigClient, ConfigClientError, ConfigTls};
 
 /// How a feed talks to the service.
 #[derive(Debug, Clone)]
@@ -51,6 +51,9 @@ pub struct FeedOptions {
     /// keeps its epoch, and a delta cannot tell that history was rewound).
     /// None: only when the service says so. Default 15 minutes.
     pub resync_every: Option<Duration>,
+    /// TLS of an `https://` service: the CA to trust, the client
+    /// certificate to present.
+    pub tls: ConfigTls,
 }
 
 impl Default for FeedOptions {
@@ -60,6 +63,7 @@ impl Default for FeedOptions {
             timeout: Duration::from_secs(5),
             cache_file: None,
             resync_every: Some(Duration::from_secs(15 * 60)),
+            tls: ConfigTls::default(),
         }
     }
 }
@@ -111,7 +115,8 @@ impl ConfigFeed {
     /// one is configured and readable, else from an empty view at version
     /// 0 (not loaded; nothing is fetched until the first refresh).
     pub fn new(base_url: &str, options: FeedOptions) -> Result<Self, FeedError> {
-        let client = ConfigClient::new(base_url, options.token, options.timeout)?;
+        let client =
+            ConfigClient::with_tls(base_url, options.token, options.timeout, &options.tls)?;
         let mut feed = Self {
             client,
             cache_file: options.cache_file,

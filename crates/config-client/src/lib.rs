@@ -19,5 +19,5 @@
 mod client;
 mod feed;
 
-pub use client::{ConfigClient, ConfigClientError};
+pub use client::{ConfigClient, ConfigClientError, ConfigTls};
 pub use feed::{ConfigFeed, FeedError, FeedHandle, FeedOptions, FeedStatus};

@@ -131,6 +131,13 @@ async fn ready(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
     if let Some(problem) = &config.problem {
         about.push_str(&format!(" (still in force: {problem})"));
     }
+    // A refused certificate reload is no reason to stop serving: the
+    // previous certificate is, and this says why the new one is not.
+    if let Some(problem) = state.options.tls.as_ref().and_then(|t| t.problem()) {
+        about.push_str(&format!(
+            "\ntls: the files were refused ({problem}); the previous certificate is served"
+        ));
+    }
     let unavailable = |why: String| (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n{about}\n"));
     if state.shutdown.is_triggered() {
         return unavailable("shutting down".to_owned());

@@ -24,7 +24,9 @@ pub mod http;
 pub mod metrics;
 mod root;
 mod shutdown;
+pub mod tls;
 
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,10 +42,12 @@ pub use grpc::envoy::EnvoyService;
 
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 pub use root::{
-    ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error, Exit, GrpcIncoming,
-    Listeners, Settings, StoreSettings, run, run_observed, server_id, terminated, token_file,
+    ClientTlsFiles, ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error,
+    Exit, GrpcIncoming, Listeners, Settings, StoreSettings, run, run_observed, server_id,
+    terminated, token_file,
 };
 pub use shutdown::Shutdown;
+pub use tls::TlsSettings;
 
 /// How the server behaves on the network.
 #[derive(Debug, Clone)]
@@ -63,6 +67,9 @@ pub struct ServerOptions {
     /// order). The server reads no further on the stream until one is
     /// answered.
     pub session_concurrency: usize,
+    /// TLS on both listeners (`None`: plain text), its certificate
+    /// replaced while serving by [`tls::ServerTls::spawn_reloader`].
+    pub tls: Option<Arc<tls::ServerTls>>,
 }
 
 impl Default for ServerOptions {
@@ -72,6 +79,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(10),
             max_message_bytes: 1 << 20,
             session_concurrency: 64,
+            tls: None,
         }
     }
 }
@@ -280,7 +288,7 @@ where
             .max_decoding_message_size(options.max_message_bytes),
     );
     let shutdown = state.shutdown.clone();
-    let grpc_server = tonic::transport::Server::builder()
+    let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(half))
         .http2_keepalive_timeout(Some(half))
         .initial_stream_window_size(Some(STREAM_WINDOW))
@@ -289,17 +297,36 @@ where
         .add_service(reflection)
         .add_service(limiter_service)
         .add_service(envoy_service)
-        .add_service(capacity_service)
-        .serve_with_incoming_shutdown(grpc, async move { shutdown.wait().await });
+        .add_service(capacity_service);
+    let stop = async move { shutdown.wait().await };
+    // Under TLS, the same connections after their handshake (each in a
+    // task of its own, so one that stalls blocks no other).
+    let grpc_server: Served<tonic::transport::Error> = match &options.tls {
+        None => Box::pin(grpc_router.serve_with_incoming_shutdown(grpc, stop)),
+        Some(tls) => Box::pin(
+            grpc_router.serve_with_incoming_shutdown(tls::grpc_incoming(tls.clone(), grpc), stop),
+        ),
+    };
 
     let app = http::router(state.clone()).merge(extra_routes);
     let shutdown = state.shutdown.clone();
-    let http_server =
-        axum::serve(http, app).with_graceful_shutdown(async move { shutdown.wait().await });
+    let stop = async move { shutdown.wait().await };
+    let http_server: Served<std::io::Error> = match &options.tls {
+        None => Box::pin(
+            axum::serve(http, app)
+                .with_graceful_shutdown(stop)
+                .into_future(),
+        ),
+        Some(tls) => Box::pin(
+            axum::serve(tls::HttpListener::new(tls.clone(), http)?, app)
+                .with_graceful_shutdown(stop)
+                .into_future(),
+        ),
+    };
 
     tracing::debug!(%grpc_addr, %http_addr, "serving");
     let mut grpc_task = tokio::spawn(grpc_server);
-    let mut http_task = tokio::spawn(async move { http_server.await });
+    let mut http_task = tokio::spawn(http_server);
     let (mut grpc_ended, mut http_ended) = (false, false);
     // A server that ended *because* shutdown was asked (their graceful
     // shutdown waits on the same trigger) is no failure: `select!` may see
@@ -354,6 +381,9 @@ where
     }
     failure.map_or(Ok(()), |reason| Err(std::io::Error::other(reason)))
 }
+
+/// A server's future, whichever listener it serves (plain or TLS).
+type Served<E> = std::pin::Pin<Box<dyn Future<Output = Result<(), E>> + Send>>;
 
 /// Why a server task ended although nobody asked it to.
 fn why_stopped<E: std::fmt::Display>(

@@ -16,6 +16,10 @@
 //! - `charon_sessions_open`, `charon_copies_held` (by this server's
 //!   sessions), `charon_transfers_staged_copies` (read from the store);
 //! - `charon_config_reloads_total{result}`, `charon_config_version`;
+//! - TLS (`charon serve --tls-cert`): `charon_tls_reloads_total{result}`
+//!   (`applied`, `refused`), `charon_tls_reload_failing` (1 while the
+//!   files on disk are refused) and
+//!   `charon_tls_handshake_failures_total{listener}`;
 //! - capacity leases (SPEC §12), per configured lease resource, read from
 //!   the store at each scrape: `charon_lease_capacity{resource}`,
 //!   `charon_lease_leased{resource}` (the sum of live leases),
@@ -334,6 +338,38 @@ pub fn transfers_staged(copies: u64) {
 pub fn config_reload(applied: bool) {
     let result = if applied { "applied" } else { "refused" };
     counter!("charon_config_reloads_total", "result" => result).increment(1);
+}
+
+/// The TLS files were read again (SIGHUP or a change) and used
+/// (`true`) or refused (the previous certificate stays in force).
+pub fn tls_reload(applied: bool) {
+    metrics::describe_counter!(
+        "charon_tls_reloads_total",
+        "TLS certificate reloads (SIGHUP or changed files), by result: applied or refused"
+    );
+    metrics::describe_gauge!(
+        "charon_tls_reload_failing",
+        "1 while the TLS files on disk were refused and the previous certificate is still served"
+    );
+    let result = if applied { "applied" } else { "refused" };
+    counter!("charon_tls_reloads_total", "result" => result).increment(1);
+    tls_reload_failing(!applied);
+}
+
+/// Whether the TLS files on disk are refused (the previous certificate
+/// still served).
+pub fn tls_reload_failing(failing: bool) {
+    gauge!("charon_tls_reload_failing").set(if failing { 1.0 } else { 0.0 });
+}
+
+/// A TLS handshake on `listener` (`gRPC`, `HTTP`) failed or timed out.
+pub fn tls_handshake_failed(listener: &'static str) {
+    metrics::describe_counter!(
+        "charon_tls_handshake_failures_total",
+        "TLS handshakes that failed or timed out, by listener (grpc, http)"
+    );
+    let listener = if listener == "gRPC" { "grpc" } else { "http" };
+    counter!("charon_tls_handshake_failures_total", "listener" => listener).increment(1);
 }
 
 /// The version of the configuration in force (0 for a file).

@@ -451,6 +451,7 @@ async fn no_configuration_loaded_is_a_server_error_and_not_ready() {
             token: None,
             refresh: Duration::from_secs(60),
             cache: None,
+            tls: Default::default(),
         };
     })
     .await;

@@ -6,9 +6,38 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use tempfile::TempDir;
 
 use crate::free_port;
+
+/// How a test reaches a server's HTTP side: plain HTTP by default,
+/// HTTPS for a server under TLS (`TestPki::probe`, feature `tls`).
+#[derive(Clone)]
+pub struct HttpProbe(Arc<Get>);
+
+/// A GET on a port and path: (status, body), or `None`.
+type Get = dyn Fn(u16, &str) -> Option<(u16, String)> + Send + Sync;
+
+impl HttpProbe {
+    /// A probe that GETs a path on a port: (status, body), or `None`.
+    pub fn new(get: impl Fn(u16, &str) -> Option<(u16, String)> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(get))
+    }
+}
+
+impl Default for HttpProbe {
+    fn default() -> Self {
+        Self::new(http_get)
+    }
+}
+
+impl std::fmt::Debug for HttpProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpProbe")
+    }
+}
 
 /// `charon serve` on free ports with a configuration file in a temporary
 /// directory; its log goes to a file there. Killed on drop.
@@ -22,6 +51,8 @@ pub struct CharonProcess {
     dir: TempDir,
     /// What [`CharonProcess::restart`] starts again.
     started: Option<(PathBuf, Vec<String>, String)>,
+    /// How readiness and [`CharonProcess::http_get`] reach the HTTP side.
+    probe: HttpProbe,
 }
 
 impl CharonProcess {
@@ -40,7 +71,27 @@ impl CharonProcess {
     /// waits until `ready_path` answers 200. `{dir}` in an argument is
     /// replaced by the process's temporary directory.
     pub fn start_args(bin: &Path, args: &[&str], ready_path: &str) -> Self {
-        let process = Self::unstarted();
+        Self::start_probed(bin, args, ready_path, HttpProbe::default())
+    }
+
+    /// [`CharonProcess::start_args`] for a server whose HTTP side `probe`
+    /// reaches (HTTPS under TLS).
+    pub fn start_probed(bin: &Path, args: &[&str], ready_path: &str, probe: HttpProbe) -> Self {
+        Self::start_probed_with(bin, args, ready_path, probe, |_| {})
+    }
+
+    /// [`CharonProcess::start_probed`], after `prepare` has put what the
+    /// server reads at start (certificates, say) in its directory.
+    pub fn start_probed_with(
+        bin: &Path,
+        args: &[&str],
+        ready_path: &str,
+        probe: HttpProbe,
+        prepare: impl FnOnce(&Path),
+    ) -> Self {
+        let mut process = Self::unstarted();
+        process.probe = probe;
+        prepare(process.dir());
         let dir = process.dir().display().to_string();
         let args: Vec<String> = args.iter().map(|a| a.replace("{dir}", &dir)).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -54,6 +105,7 @@ impl CharonProcess {
             http_port: free_port(),
             dir: tempfile::tempdir().expect("temp dir"),
             started: None,
+            probe: HttpProbe::default(),
         }
     }
 
@@ -183,7 +235,7 @@ impl CharonProcess {
     /// A GET on the HTTP side: (status, body), or `None` if it cannot
     /// connect.
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(self.http_port, path)
+        (self.probe.0)(self.http_port, path)
     }
 
     /// Sends a signal (`TERM`, `HUP`, `STOP`, `CONT`, `KILL`).
@@ -301,7 +353,12 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     .ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw);
+    parse_response(&raw)
+}
+
+/// (status, body) of a whole HTTP/1.1 response.
+pub(crate) fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
+    let text = String::from_utf8_lossy(raw);
     let (head, body) = text.split_once("\r\n\r\n")?;
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     let body = if head

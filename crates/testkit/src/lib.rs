@@ -22,7 +22,7 @@ mod tls;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-pub use charon::{CharonProcess, http_get, signal};
+pub use charon::{CharonProcess, HttpProbe, http_get, signal};
 #[cfg(feature = "server")]
 pub use in_process::InProcessServer;
 pub use postgres::Postgres;
@@ -30,7 +30,7 @@ pub use redis::{RedisServer, RedisSetup, RedisTlsSetup};
 pub use redis_cluster::RedisCluster;
 pub use small_fs::SmallFs;
 #[cfg(feature = "tls")]
-pub use tls::TestPki;
+pub use tls::{TestPki, https_get, presented_certificate};
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {

@@ -97,13 +97,16 @@ pub fn token_file(db: &str) -> PathBuf {
     PathBuf::from(format!("{file}.token"))
 }
 
-pub(super) fn loopback_url(addr: SocketAddr) -> String {
+/// The URL of this server's own HTTP listener, for the embedded
+/// service's feed (`https://` under TLS).
+pub(super) fn loopback_url(addr: SocketAddr, tls: bool) -> String {
     let ip = if addr.ip().is_unspecified() {
         "127.0.0.1".parse().unwrap_or(addr.ip())
     } else {
         addr.ip()
     };
-    format!("http://{}", SocketAddr::new(ip, addr.port()))
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
 }
 
 /// The limiter's feed, for the embedded service's answers (set once the

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_config_client::{ConfigFeed, FeedHandle, FeedOptions};
+use charon_config_client::{ConfigFeed, ConfigTls, FeedHandle, FeedOptions};
 use charon_core::config::Config;
 use tracing::{error, info};
 
@@ -21,10 +21,12 @@ pub(super) fn follow(
     token: Option<String>,
     refresh: Duration,
     cache_file: Option<PathBuf>,
+    tls: ConfigTls,
 ) -> anyhow::Result<Arc<FeedHandle>> {
     let options = FeedOptions {
         token,
         cache_file,
+        tls,
         ..FeedOptions::default()
     };
     let feed = ConfigFeed::new(url, options)

@@ -23,7 +23,7 @@ use charon_core::Clock;
 use charon_core::lease::Quantity;
 use charon_proto::v1;
 use charon_proto::v1::capacity_client::CapacityClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::{info, warn};
 
 use crate::ServerState;
@@ -61,14 +61,22 @@ impl Granted {
 }
 
 /// Starts following `parent`: the limiter shares what it grants from now
-/// on. `client_id` names this server at the parent.
+/// on. `client_id` names this server at the parent; `tls` is what it
+/// trusts and presents over `https://` (the system's roots without a CA).
 pub(crate) fn spawn(
     state: &Arc<ServerState>,
     parent: &str,
+    tls: &super::ClientTlsFiles,
     client_id: String,
 ) -> anyhow::Result<()> {
-    let channel = Endpoint::from_shared(parent.to_owned())
-        .map_err(|e| anyhow::anyhow!("--lease-parent {parent:?}: {e}"))?
+    let mut endpoint = Endpoint::from_shared(parent.to_owned())
+        .map_err(|e| anyhow::anyhow!("--lease-parent {parent:?}: {e}"))?;
+    if parent.starts_with("https://") || *tls != super::ClientTlsFiles::default() {
+        endpoint = endpoint
+            .tls_config(tonic_tls(tls)?)
+            .map_err(|e| anyhow::anyhow!("--lease-parent {parent:?}: {e}"))?;
+    }
+    let channel = endpoint
         .connect_timeout(Duration::from_secs(1))
         .connect_lazy();
     state.limiter.take_capacity_from_parent();
@@ -92,6 +100,27 @@ pub(crate) fn spawn(
         follower.release_all().await;
     });
     Ok(())
+}
+
+/// tonic's TLS settings from the PEM files.
+fn tonic_tls(files: &super::ClientTlsFiles) -> anyhow::Result<ClientTlsConfig> {
+    use anyhow::Context;
+    let read = |p: &std::path::PathBuf| {
+        std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))
+    };
+    let mut config = ClientTlsConfig::new();
+    config = match &files.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca)?)),
+        None => config.with_native_roots(),
+    };
+    match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        (None, None) => {}
+        _ => anyhow::bail!("--lease-parent-cert needs --lease-parent-key, and the other way"),
+    }
+    Ok(config)
 }
 
 struct Follower {

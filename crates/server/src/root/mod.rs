@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use charon_config_client::ConfigTls;
 use charon_config_service::AppState;
 use charon_core::config::Config;
 use charon_limiter::Limiter;
@@ -38,6 +39,7 @@ use tokio_stream::Stream;
 use tracing::{error, info, warn};
 
 use crate::config_file::{self, FileServerSettings};
+use crate::tls::{ServerTls, TlsSettings};
 use crate::{ConfigReport, ServerOptions, ServerState, file_reload};
 
 pub use embedded::token_file;
@@ -77,6 +79,13 @@ pub struct Settings {
     /// resources share what it grants instead of their configured
     /// capacity. `None`: this server is a root.
     pub lease_parent: Option<String>,
+    /// TLS (and, with a client CA, mutual TLS) on both listeners, the
+    /// certificate reloaded on SIGHUP and when its files change; `None`:
+    /// plain text.
+    pub tls: Option<TlsSettings>,
+    /// What this server trusts and presents when it calls its lease
+    /// parent over `https://`.
+    pub lease_parent_tls: ClientTlsFiles,
 }
 
 impl Settings {
@@ -94,6 +103,8 @@ impl Settings {
             max_message_bytes: options.max_message_bytes,
             session_concurrency: options.session_concurrency,
             lease_parent: None,
+            tls: None,
+            lease_parent_tls: ClientTlsFiles::default(),
         }
     }
 
@@ -104,6 +115,7 @@ impl Settings {
             shutdown_grace: self.shutdown_grace,
             max_message_bytes: self.max_message_bytes,
             session_concurrency: self.session_concurrency,
+            tls: None,
         }
     }
 }
@@ -126,6 +138,9 @@ pub enum ConfigSource {
         /// Where to keep the last view, so a server that starts while the
         /// service is down still has limits.
         cache: Option<PathBuf>,
+        /// TLS of an `https://` URL: the CA to trust, the client
+        /// certificate to present.
+        tls: ClientTlsFiles,
     },
     /// A configuration given by value, never reloaded (tests and embedders
     /// that change it through the limiter).
@@ -135,6 +150,37 @@ pub enum ConfigSource {
     /// Only the embedded configuration service (on the HTTP address): no
     /// limiter, no gRPC, no store.
     ApiOnly(EmbeddedService),
+}
+
+/// The PEM files of a TLS client: what this server trusts and presents
+/// when it calls a configuration service or a lease parent at an
+/// `https://` URL. Read at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTlsFiles {
+    /// CA certificates to trust instead of the built-in roots.
+    pub ca: Option<PathBuf>,
+    /// A client certificate (chain) to present (mutual TLS); with `key`.
+    pub cert: Option<PathBuf>,
+    /// The private key of `cert`.
+    pub key: Option<PathBuf>,
+}
+
+impl ClientTlsFiles {
+    /// The files' contents, for the configuration client.
+    fn read(&self) -> anyhow::Result<ConfigTls> {
+        let read =
+            |p: &PathBuf| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
+        let identity_pem = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            (None, None) => None,
+            _ => anyhow::bail!("a client certificate needs its key, and a key its certificate"),
+        };
+        Ok(ConfigTls {
+            ca_pem: self.ca.as_ref().map(read).transpose()?,
+            identity_pem,
+            rustls: None,
+        })
+    }
 }
 
 /// The embedded configuration service.
@@ -394,6 +440,7 @@ enum Source {
         token: Option<String>,
         refresh: Duration,
         cache: Option<PathBuf>,
+        tls: ConfigTls,
     },
     Embedded(AppState, EmbeddedService),
 }
@@ -404,7 +451,9 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(Arc<ServerState>) + Send,
 ) -> anyhow::Result<Exit> {
-    let options = settings.server_options();
+    let mut options = settings.server_options();
+    let tls = open_tls(settings.tls.clone())?;
+    options.tls.clone_from(&tls);
     let (source, initial, file_settings) = match settings.source {
         ConfigSource::File(path) => {
             let (config, from_file) = config_file::load_file(&path)
@@ -419,12 +468,16 @@ async fn serve(
             token,
             refresh,
             cache,
+            tls,
         } => (
             Source::Service {
                 url,
                 token,
                 refresh,
                 cache,
+                tls: tls
+                    .read()
+                    .context("--config-ca/--config-cert/--config-key")?,
             },
             None,
             FileServerSettings::default(),
@@ -445,8 +498,11 @@ async fn serve(
     let store = store::open(&store_url, &settings.store).await?;
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let state = ServerState::new(limiter, options);
+    if let Some(tls) = &tls {
+        tls.spawn_reloader(state.shutdown.clone());
+    }
     if let Some(parent) = &settings.lease_parent {
-        lease_parent::spawn(&state, parent, server_id())?;
+        lease_parent::spawn(&state, parent, &settings.lease_parent_tls, server_id())?;
     }
     started(state.clone());
     if !matches!(source, Source::File(_) | Source::Inline) {
@@ -501,8 +557,9 @@ async fn serve(
         }
     };
     info!(
-        "charon listening on {} (gRPC) and {http_addr} (HTTP), store {}, {described}",
+        "charon listening on {} (gRPC) and {http_addr} (HTTP){}, store {}, {described}",
         grpc.local_addr()?,
+        tls_described(tls.as_deref()),
         store.kind(),
     );
     let server = match grpc {
@@ -523,20 +580,33 @@ async fn serve(
             token,
             refresh,
             cache,
+            tls,
         } => Some(feed::follow(
             &state,
             url,
             token.clone(),
             *refresh,
             cache.clone(),
+            tls.clone(),
         )?),
         Source::Embedded(_, service) => {
+            // Under TLS the feed connects to this server's own HTTP
+            // listener with its own certificate, trusting only that one
+            // (see `ServerTls::loopback_client`).
+            let loopback_tls = match &tls {
+                Some(tls) => ConfigTls {
+                    rustls: Some(Arc::new(tls.loopback_client().map_err(anyhow::Error::msg)?)),
+                    ..ConfigTls::default()
+                },
+                None => ConfigTls::default(),
+            };
             let feed = feed::follow(
                 &state,
-                &embedded::loopback_url(http_addr),
+                &embedded::loopback_url(http_addr, tls.is_some()),
                 None,
                 service.refresh,
                 service.cache.clone(),
+                loopback_tls,
             )?;
             let _ = embedded_feed.set(feed.clone());
             Some(feed)
@@ -603,6 +673,22 @@ async fn serve(
     Ok(Exit::Stopped)
 }
 
+/// Reads and checks the TLS files, if any: a problem is an error at start.
+fn open_tls(settings: Option<TlsSettings>) -> anyhow::Result<Option<Arc<ServerTls>>> {
+    settings
+        .map(|s| ServerTls::load(s).map_err(|e| anyhow::anyhow!("TLS: {e}")))
+        .transpose()
+}
+
+/// How the log line at start says what TLS is on.
+fn tls_described(tls: Option<&ServerTls>) -> &'static str {
+    match tls {
+        None => "",
+        Some(t) if t.mutual() => " over mutual TLS",
+        Some(_) => " over TLS",
+    }
+}
+
 async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
@@ -616,6 +702,7 @@ async fn api_only(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Exit> {
+    let tls = open_tls(settings.tls.clone())?;
     let app = embedded::open(service).await?;
     let http = match listeners {
         Listeners::Bound { grpc, http } => {
@@ -636,19 +723,35 @@ async fn api_only(
         }
     };
     info!(
-        "charon configuration service listening on {} (HTTP), database {}",
+        "charon configuration service listening on {} (HTTP){}, database {}",
         http.local_addr()?,
+        tls_described(tls.as_deref()),
         service.db
     );
-    let shutdown = async {
-        shutdown.await;
-        info!("shutting down");
+    let stopping = crate::Shutdown::new();
+    let shutdown = {
+        let stopping = stopping.clone();
+        async move {
+            shutdown.await;
+            info!("shutting down");
+            stopping.trigger();
+        }
     };
     let routes = charon_config_service::router(app.clone())
         .route("/healthz", axum::routing::get(|| async { "ok\n" }));
-    axum::serve(http, routes)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    match tls {
+        None => {
+            axum::serve(http, routes)
+                .with_graceful_shutdown(shutdown)
+                .await?;
+        }
+        Some(tls) => {
+            tls.spawn_reloader(stopping);
+            axum::serve(crate::tls::HttpListener::new(tls, http)?, routes)
+                .with_graceful_shutdown(shutdown)
+                .await?;
+        }
+    }
     app.close().await;
     info!("stopped");
     Ok(Exit::Stopped)

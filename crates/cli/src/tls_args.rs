@@ -1,0 +1,69 @@
+//! `--ca`, `--cert`, `--key`: the TLS flags of every command that talks
+//! to a server (`charon client …`, `charon bench`, `charon config
+//! apply/export`), named after `charon serve`'s `--redis-ca`,
+//! `--redis-cert` and `--redis-key`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// What a client trusts and presents over TLS.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// TLS: trust the CA certificates in this PEM file (the server's
+    /// `--tls-cert` was signed by one of them) instead of the system's
+    /// roots. Implies TLS, also with an `http://` address.
+    #[arg(long, value_name = "FILE", env = "CHARON_CA")]
+    pub ca: Option<PathBuf>,
+    /// TLS: present this PEM client certificate (a server run with
+    /// `--tls-client-ca`); with --key.
+    #[arg(long, value_name = "FILE", env = "CHARON_CERT", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// TLS: the PEM private key of --cert.
+    #[arg(long, value_name = "FILE", env = "CHARON_KEY", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Whether any TLS flag was given.
+    pub fn any(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some()
+    }
+
+    /// The client library's TLS settings, or `None` when no flag was given
+    /// (an `https://` address then trusts the system's roots).
+    pub fn client(&self) -> anyhow::Result<Option<charon_client::ClientTls>> {
+        if !self.any() {
+            return Ok(None);
+        }
+        Ok(Some(charon_client::ClientTls::from_files(
+            self.ca.as_deref(),
+            self.cert.as_deref(),
+            self.key.as_deref(),
+        )?))
+    }
+
+    /// `url` as the client connects to it: `https://` once a TLS flag is
+    /// given, so `--ca` alone is enough with the default address.
+    pub fn url(&self, url: &str) -> String {
+        match url.strip_prefix("http://") {
+            Some(rest) if self.any() => format!("https://{rest}"),
+            _ => url.to_owned(),
+        }
+    }
+
+    /// The configuration client's TLS settings.
+    pub fn config(&self) -> anyhow::Result<charon_config_client::ConfigTls> {
+        let read = |p: &PathBuf| -> anyhow::Result<Vec<u8>> {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
+        };
+        Ok(charon_config_client::ConfigTls {
+            ca_pem: self.ca.as_ref().map(read).transpose()?,
+            identity_pem: match (&self.cert, &self.key) {
+                (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+                _ => None,
+            },
+            rustls: None,
+        })
+    }
+}

@@ -8,6 +8,7 @@ mod import;
 mod lines;
 mod serve;
 mod simulate;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -24,6 +24,7 @@ pub mod http;
 pub mod metrics;
 mod root;
 mod shutdown;
+pub mod trace;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -133,6 +134,7 @@ impl ServerState {
     /// Records where the configuration in force came from.
     pub fn report_config(&self, report: ConfigReport) {
         metrics::config_version(report.version);
+        metrics::config_state(report.loaded, report.problem.is_some());
         self.config.store(Arc::new(report));
     }
 

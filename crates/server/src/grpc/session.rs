@@ -41,7 +41,7 @@ use charon_proto::v1::session_request::Op;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use super::{error_outcome, observed_charge, observed_request, ops, record, status};
 use crate::ServerState;
@@ -245,64 +245,96 @@ async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
         record(state, "session", "", error_outcome(&e), started);
         return Reply::Error(status::to_error(&e));
     }
-    let (operation, resource, asked, result) = match op {
-        Op::Reserve(req) => {
-            let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
-            ("reserve", req.resource, req.copies.unwrap_or(1), r)
+    let span = copy_span(&op);
+    let (operation, resource, asked, result) = async {
+        match op {
+            Op::Reserve(req) => {
+                let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
+                ("reserve", req.resource, req.copies.unwrap_or(1), r)
+            }
+            Op::Release(req) => {
+                let resource = req.resource.clone();
+                (
+                    "release",
+                    resource,
+                    1,
+                    ops::release::run(session, req).await.map(Reply::Release),
+                )
+            }
+            Op::Transfer(req) => {
+                let resource = req.resource.clone();
+                (
+                    "transfer",
+                    resource,
+                    1,
+                    ops::transfer::run(session, req).await.map(Reply::Transfer),
+                )
+            }
+            Op::Seize(req) => {
+                let r = ops::seize::run(session, &req).await;
+                let resource = r.as_ref().map(|s| s.resource.clone()).unwrap_or_default();
+                ("seize", resource, 1, r.map(Reply::Seize))
+            }
+            // The driver runs rate requests itself; should one get here, it is
+            // still answered correctly.
+            Op::Request(req) => {
+                let r = ops::request::run(&state.limiter, &req)
+                    .await
+                    .map(Reply::Request);
+                ("request", req.resource, req.copies.unwrap_or(1), r)
+            }
+            // The driver runs charges and refunds itself too.
+            Op::Charge(req) => {
+                let r = ops::charge::run(&state.limiter, &req, false)
+                    .await
+                    .map(Reply::Charge);
+                ("charge", req.resource, req.copies, r)
+            }
+            Op::Refund(req) => {
+                let r = ops::charge::run(&state.limiter, &req, true)
+                    .await
+                    .map(Reply::Refund);
+                ("refund", req.resource, req.copies, r)
+            }
         }
-        Op::Release(req) => {
-            let resource = req.resource.clone();
-            (
-                "release",
-                resource,
-                1,
-                ops::release::run(session, req).await.map(Reply::Release),
-            )
-        }
-        Op::Transfer(req) => {
-            let resource = req.resource.clone();
-            (
-                "transfer",
-                resource,
-                1,
-                ops::transfer::run(session, req).await.map(Reply::Transfer),
-            )
-        }
-        Op::Seize(req) => {
-            let r = ops::seize::run(session, &req).await;
-            let resource = r.as_ref().map(|s| s.resource.clone()).unwrap_or_default();
-            ("seize", resource, 1, r.map(Reply::Seize))
-        }
-        // The driver runs rate requests itself; should one get here, it is
-        // still answered correctly.
-        Op::Request(req) => {
-            let r = ops::request::run(&state.limiter, &req)
-                .await
-                .map(Reply::Request);
-            ("request", req.resource, req.copies.unwrap_or(1), r)
-        }
-        // The driver runs charges and refunds itself too.
-        Op::Charge(req) => {
-            let r = ops::charge::run(&state.limiter, &req, false)
-                .await
-                .map(Reply::Charge);
-            ("charge", req.resource, req.copies, r)
-        }
-        Op::Refund(req) => {
-            let r = ops::charge::run(&state.limiter, &req, true)
-                .await
-                .map(Reply::Refund);
-            ("refund", req.resource, req.copies, r)
-        }
+    }
+    .instrument(span.clone())
+    .await;
+    let (outcome, granted, reply) = match result {
+        Ok(Reply::Reserve(r)) => (
+            Outcome::of_grant(r.granted, asked),
+            Some(r.granted),
+            Reply::Reserve(r),
+        ),
+        Ok(Reply::Request(r)) => (
+            Outcome::of_grant(r.granted, asked),
+            Some(r.granted),
+            Reply::Request(r),
+        ),
+        Ok(reply) => (Outcome::Granted, None, reply),
+        Err(e) => (error_outcome(&e), None, Reply::Error(status::to_error(&e))),
     };
-    let (outcome, reply) = match result {
-        Ok(Reply::Reserve(r)) => (Outcome::of_grant(r.granted, asked), Reply::Reserve(r)),
-        Ok(Reply::Request(r)) => (Outcome::of_grant(r.granted, asked), Reply::Request(r)),
-        Ok(reply) => (Outcome::Granted, reply),
-        Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
-    };
+    if operation == "seize" && !span.is_disabled() {
+        span.record("charon.resource", resource.as_str());
+    }
+    crate::trace::outcome(&span, outcome, granted);
     record(state, operation, &resource, outcome, started);
     reply
+}
+
+/// The decision span of a copy operation (a seize learns its resource
+/// from the store: recorded once known).
+fn copy_span(op: &Op) -> tracing::Span {
+    let (operation, resource, domain) = match op {
+        Op::Reserve(r) => ("reserve", r.resource.as_str(), r.domain.as_str()),
+        Op::Release(r) => ("release", r.resource.as_str(), r.domain.as_str()),
+        Op::Transfer(r) => ("transfer", r.resource.as_str(), r.domain.as_str()),
+        Op::Seize(_) => ("seize", "", ""),
+        Op::Request(r) => ("request", r.resource.as_str(), r.domain.as_str()),
+        Op::Charge(r) => ("charge", r.resource.as_str(), r.domain.as_str()),
+        Op::Refund(r) => ("refund", r.resource.as_str(), r.domain.as_str()),
+    };
+    crate::trace::decision(operation, resource, domain)
 }
 
 /// Keeps trying to release holds a session could not give back when it

@@ -404,6 +404,9 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(Arc<ServerState>) + Send,
 ) -> anyhow::Result<Exit> {
+    // Before the store opens: what it counts from the start (at zero)
+    // must reach the recorder that /metrics renders.
+    crate::metrics::install();
     let options = settings.server_options();
     let (source, initial, file_settings) = match settings.source {
         ConfigSource::File(path) => {

@@ -241,7 +241,7 @@ async fn a_server_whose_collector_is_gone_keeps_deciding() {
             let mut granted = 0;
             for _ in 0..700 {
                 let g = client
-                    .request("api/tight", &format!("d{c}"))
+                    .request("api/tight", format!("d{c}"))
                     .send()
                     .await
                     .expect("the server keeps answering");

@@ -736,16 +736,74 @@ pub fn config_refresh_failed() {
 }
 
 /// Registers `charon_warnings_total` and `charon_banned_total` at zero for
-/// the rate requests of every configured resource that can warn or ban
-/// (every rate-like kind), so an alert on their increase sees the first.
+/// the rate requests of every configured resource that can warn (a
+/// `soft_limit`) or ban (a `ban`), on itself or for a domain, so an alert
+/// on their increase sees the first. Only those: a configuration of many
+/// resources without either adds no series.
 pub fn flags_at_zero(config: &Config) {
-    use charon_core::config::ResourceKind;
+    use charon_core::config::{MeterFields, MeterResource, ResourceKind};
+    use charon_core::meter::Policy;
+    fn meter<F: MeterFields>(r: &MeterResource<F>) -> Vec<Policy> {
+        std::iter::once(r.spec().policy)
+            .chain(r.domains().values().map(|o| o.spec().policy))
+            .collect()
+    }
     for r in config.resources() {
-        if matches!(r.kind, ResourceKind::Copy(_) | ResourceKind::Lease(_)) {
-            continue;
+        let policies = match &r.kind {
+            ResourceKind::Rate(r) => std::iter::once(r.policy)
+                .chain(r.domains.values().map(|o| o.policy))
+                .collect(),
+            ResourceKind::Bucket(r) => meter(r),
+            ResourceKind::Window(r) => meter(r),
+            ResourceKind::Queue(r) => meter(r),
+            ResourceKind::Copy(_) | ResourceKind::Lease(_) => Vec::new(),
+        };
+        let labels = || {
+            [
+                ("operation", "request".to_owned()),
+                ("resource", r.name.clone()),
+            ]
+        };
+        if policies.iter().any(|p| p.soft_limit.is_some()) {
+            counter!("charon_warnings_total", &labels()).increment(0);
         }
-        for name in ["charon_warnings_total", "charon_banned_total"] {
-            counter!(name, "operation" => "request", "resource" => r.name.clone()).increment(0);
+        if policies.iter().any(|p| p.ban.is_some()) {
+            counter!("charon_banned_total", &labels()).increment(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::METRICS;
+
+    #[test]
+    fn every_metric_is_described_once_and_documented() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/observability.md"
+        ))
+        .expect("docs/observability.md");
+        let mut names: Vec<&str> = METRICS.iter().map(|d| d.name).collect();
+        for name in &names {
+            assert!(
+                docs.contains(&format!("| `{name}` |")),
+                "{name} is not in the table of docs/observability.md"
+            );
+            assert!(name.starts_with("charon_"), "{name}");
+        }
+        names.sort_unstable();
+        let all = names.len();
+        names.dedup();
+        assert_eq!(names.len(), all, "a metric is described twice");
+        for d in METRICS {
+            assert!(!d.help.is_empty(), "{}", d.name);
+            assert_eq!(
+                d.name.ends_with("_total"),
+                d.kind == super::Kind::Counter,
+                "{}: counters, and only they, end in _total",
+                d.name
+            );
         }
     }
 }

@@ -400,3 +400,35 @@ async fn the_dashboard_and_the_alert_rules_query_only_exported_metrics() {
         assert!(used.contains(name), "{name} is on no panel or rule");
     }
 }
+
+/// The sum of the samples of `name` on `server`'s `/metrics`, if any.
+fn sample(server: &CharonProcess, name: &str) -> Option<f64> {
+    let (_, text) = server.http_get("/metrics")?;
+    Exposition::parse(&text).samples.get(name).copied()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_configuration_service_shows_as_failed_reloads_and_no_configuration() {
+    // Nothing listens there.
+    let url = format!("http://127.0.0.1:{}", charon_testkit::free_port());
+    let server = CharonProcess::start_args(
+        bin(),
+        &["--config-url", &url, "--config-refresh", "100ms"],
+        "/healthz",
+    );
+    let seen = support::within(std::time::Duration::from_secs(10), async || {
+        sample(&server, "charon_config_stale") == Some(1.0)
+            && sample(&server, "charon_config_reloads_total").is_some_and(|n| n >= 2.0)
+    })
+    .await;
+    let (_, text) = server.http_get("/metrics").unwrap();
+    assert!(seen.is_some(), "{text}");
+    assert!(
+        text.contains("charon_config_loaded 0\n"),
+        "never loaded: {text}"
+    );
+    assert!(
+        text.contains(r#"charon_config_reloads_total{result="applied"} 0"#),
+        "{text}"
+    );
+}

@@ -39,6 +39,31 @@ pub(crate) fn outcome(span: &Span, outcome: Outcome, granted: Option<u64>) {
     }
 }
 
+/// Records how a copy operation (or a request sent on the copy lane)
+/// ended: its outcome, the copies granted by a reserve or request, and
+/// the resource of a seize, which only the store knew.
+pub(crate) fn copy_outcome(
+    span: &Span,
+    operation: &str,
+    resource: &str,
+    outcome: Outcome,
+    reply: &charon_proto::v1::session_reply::Result,
+) {
+    use charon_proto::v1::session_reply::Result as Reply;
+    if span.is_disabled() {
+        return;
+    }
+    if operation == "seize" {
+        span.record("charon.resource", resource);
+    }
+    let granted = match reply {
+        Reply::Reserve(r) => Some(r.granted),
+        Reply::Request(r) => Some(r.granted),
+        _ => None,
+    };
+    self::outcome(span, outcome, granted);
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -221,7 +221,10 @@ async fn copy_lane(
     let mut session = state.limiter.session();
     while let Some((id, op, permit)) = ops.recv().await {
         let before = session.held_copies();
-        let result = copy_op(&state, &mut session, op).await;
+        let span = copy_span(&op);
+        let result = copy_op(&state, &mut session, op, &span)
+            .instrument(span.clone())
+            .await;
         metrics::copies_held(session.held_copies() as i64 - before as i64);
         // A client that went away still has its operations applied; their
         // holds are released below with the rest.
@@ -239,85 +242,76 @@ async fn copy_lane(
     }
 }
 
-async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
+/// Runs one copy operation (inside its decision `span`, whose outcome it
+/// records) and counts it.
+async fn copy_op(
+    state: &ServerState,
+    session: &mut Session,
+    op: Op,
+    span: &tracing::Span,
+) -> Reply {
     let started = Instant::now();
     if let Err(e) = state.check_configured() {
         record(state, "session", "", error_outcome(&e), started);
         return Reply::Error(status::to_error(&e));
     }
-    let span = copy_span(&op);
-    let (operation, resource, asked, result) = async {
-        match op {
-            Op::Reserve(req) => {
-                let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
-                ("reserve", req.resource, req.copies.unwrap_or(1), r)
-            }
-            Op::Release(req) => {
-                let resource = req.resource.clone();
-                (
-                    "release",
-                    resource,
-                    1,
-                    ops::release::run(session, req).await.map(Reply::Release),
-                )
-            }
-            Op::Transfer(req) => {
-                let resource = req.resource.clone();
-                (
-                    "transfer",
-                    resource,
-                    1,
-                    ops::transfer::run(session, req).await.map(Reply::Transfer),
-                )
-            }
-            Op::Seize(req) => {
-                let r = ops::seize::run(session, &req).await;
-                let resource = r.as_ref().map(|s| s.resource.clone()).unwrap_or_default();
-                ("seize", resource, 1, r.map(Reply::Seize))
-            }
-            // The driver runs rate requests itself; should one get here, it is
-            // still answered correctly.
-            Op::Request(req) => {
-                let r = ops::request::run(&state.limiter, &req)
-                    .await
-                    .map(Reply::Request);
-                ("request", req.resource, req.copies.unwrap_or(1), r)
-            }
-            // The driver runs charges and refunds itself too.
-            Op::Charge(req) => {
-                let r = ops::charge::run(&state.limiter, &req, false)
-                    .await
-                    .map(Reply::Charge);
-                ("charge", req.resource, req.copies, r)
-            }
-            Op::Refund(req) => {
-                let r = ops::charge::run(&state.limiter, &req, true)
-                    .await
-                    .map(Reply::Refund);
-                ("refund", req.resource, req.copies, r)
-            }
+    let (operation, resource, asked, result) = match op {
+        Op::Reserve(req) => {
+            let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
+            ("reserve", req.resource, req.copies.unwrap_or(1), r)
         }
-    }
-    .instrument(span.clone())
-    .await;
-    let (outcome, granted, reply) = match result {
-        Ok(Reply::Reserve(r)) => (
-            Outcome::of_grant(r.granted, asked),
-            Some(r.granted),
-            Reply::Reserve(r),
-        ),
-        Ok(Reply::Request(r)) => (
-            Outcome::of_grant(r.granted, asked),
-            Some(r.granted),
-            Reply::Request(r),
-        ),
-        Ok(reply) => (Outcome::Granted, None, reply),
-        Err(e) => (error_outcome(&e), None, Reply::Error(status::to_error(&e))),
+        Op::Release(req) => {
+            let resource = req.resource.clone();
+            (
+                "release",
+                resource,
+                1,
+                ops::release::run(session, req).await.map(Reply::Release),
+            )
+        }
+        Op::Transfer(req) => {
+            let resource = req.resource.clone();
+            (
+                "transfer",
+                resource,
+                1,
+                ops::transfer::run(session, req).await.map(Reply::Transfer),
+            )
+        }
+        Op::Seize(req) => {
+            let r = ops::seize::run(session, &req).await;
+            let resource = r.as_ref().map(|s| s.resource.clone()).unwrap_or_default();
+            ("seize", resource, 1, r.map(Reply::Seize))
+        }
+        // The driver runs rate requests itself; should one get here, it is
+        // still answered correctly.
+        Op::Request(req) => {
+            let r = ops::request::run(&state.limiter, &req)
+                .await
+                .map(Reply::Request);
+            ("request", req.resource, req.copies.unwrap_or(1), r)
+        }
+        // The driver runs charges and refunds itself too.
+        Op::Charge(req) => {
+            let r = ops::charge::run(&state.limiter, &req, false)
+                .await
+                .map(Reply::Charge);
+            ("charge", req.resource, req.copies, r)
+        }
+        Op::Refund(req) => {
+            let r = ops::charge::run(&state.limiter, &req, true)
+                .await
+                .map(Reply::Refund);
+            ("refund", req.resource, req.copies, r)
+        }
     };
-    if operation == "seize" && !span.is_disabled() {
-        span.record("charon.resource", resource.as_str());
-    }
-    crate::trace::outcome(&span, outcome, granted);
+    let (outcome, reply) = match result {
+        Ok(Reply::Reserve(r)) => (Outcome::of_grant(r.granted, asked), Reply::Reserve(r)),
+        Ok(Reply::Request(r)) => (Outcome::of_grant(r.granted, asked), Reply::Request(r)),
+        Ok(reply) => (Outcome::Granted, reply),
+        Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
+    };
+    crate::trace::copy_outcome(span, operation, &resource, outcome, &reply);
     record(state, operation, &resource, outcome, started);
     reply
 }

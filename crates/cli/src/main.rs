@@ -10,6 +10,7 @@ mod lines;
 mod serve;
 mod simulate;
 mod tls_args;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,7 +40,8 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a limiting server (gRPC + HTTP).
-    Serve(serve::ServeArgs),
+    // Boxed: its many flags would make every other variant as large.
+    Serve(Box<serve::ServeArgs>),
     /// Replay JSON-line events against a configuration on a virtual clock.
     ///
     /// Reads one event per line on stdin and writes one JSON reply per event
@@ -115,7 +117,7 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::Client { command } => client_cmd::run(command),
         Command::Simulate { config } => simulate::run(&config),

@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// clients' wants in all, instead of the configured capacity.
     #[arg(long, value_name = "URL", env = "CHARON_LEASE_PARENT")]
     pub lease_parent: Option<String>,
+    /// Export OpenTelemetry traces (a span per decision and per Redis
+    /// script call) to this OTLP/gRPC collector, e.g.
+    /// `http://127.0.0.1:4317`. Off by default.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Boxed: the command enum stays small (clippy's
     /// `large_enum_variant`).
     #[command(flatten)]
@@ -284,22 +289,20 @@ impl ServeArgs {
 /// Runs the server until SIGTERM or SIGINT (exit 0), a resignation from
 /// the store (exit 3), or an error (exit 1, with the reason).
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let telemetry = {
+        let _in_runtime = runtime.enter();
+        crate::telemetry::init(args.otlp_endpoint.as_deref())?
+    };
     // The listeners are bound by `run` once the store is open (nothing
     // listens before it can answer), at the flags' or the file's addresses.
     let exit = runtime.block_on(charon_server::run(
         args.settings(),
         Listeners::AtSettings,
         charon_server::terminated(),
-    ))?;
-    Ok(ExitCode::from(exit.code()))
+    ));
+    telemetry.shutdown();
+    Ok(ExitCode::from(exit?.code()))
 }

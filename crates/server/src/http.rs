@@ -37,6 +37,11 @@ async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoRespo
     {
         metrics::leases(&summaries);
     }
+    let up = matches!(
+        tokio::time::timeout(Duration::from_secs(1), store.ping()).await,
+        Ok(Ok(()))
+    );
+    metrics::store_up(up);
     let handle = metrics::install();
     handle.run_upkeep();
     (

@@ -25,6 +25,7 @@ pub mod metrics;
 mod root;
 mod shutdown;
 pub mod tls;
+pub mod trace;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -141,6 +142,7 @@ impl ServerState {
     /// Records where the configuration in force came from.
     pub fn report_config(&self, report: ConfigReport) {
         metrics::config_version(report.version);
+        metrics::config_state(report.loaded, report.problem.is_some());
         self.config.store(Arc::new(report));
     }
 

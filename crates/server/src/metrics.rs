@@ -35,13 +35,26 @@
 //!   `charon_envoy_invalid_addresses_total{domain, node}` (a masked value
 //!   that was not an IP address), `charon_envoy_calls_total{domain, code}`
 //!   (`ok`, `over_limit`), `charon_envoy_errors_total{class}` and
-//!   `charon_envoy_call_duration_seconds` (a histogram).
+//!   `charon_envoy_call_duration_seconds` (a histogram);
+//! - the store: `charon_store_up` (1 when it answered a ping at the last
+//!   scrape), `charon_store_errors_total{kind}` (server errors of the
+//!   store: `unavailable`, `bad_data`, `denied`, `resigned`) and, Redis
+//!   store, `charon_store_dead_servers_removed_total` (servers whose
+//!   liveness lapsed and whose holds this server removed: a crash or a
+//!   resignation elsewhere);
+//! - the configuration: `charon_config_loaded` and `charon_config_stale`
+//!   (the last attempt to get a newer configuration failed).
+//!
+//! Each is described once, in [`METRICS`]: its `# HELP` line, its type and
+//! its unit. Counters that alerts watch are registered at zero when the
+//! server starts (where their labels are known), so that `increase()` sees
+//! their first event and a dashboard shows 0 rather than no data.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use charon_core::config::Config;
-use metrics::{Counter, Histogram, counter, gauge, histogram};
+use metrics::{Counter, Histogram, KeyName, SharedString, Unit, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Latency buckets from 10 µs (in-memory decisions) to 1 s (a struggling
@@ -50,6 +63,309 @@ const BUCKETS: &[f64] = &[
     0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
     0.05, 0.1, 0.25, 0.5, 1.0,
 ];
+
+/// The type of an exported metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (`_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// A Prometheus histogram (`_bucket`, `_sum`, `_count`).
+    Histogram,
+}
+
+impl Kind {
+    /// As the `# TYPE` line writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One exported metric: what `# HELP` and `# TYPE` say about it.
+#[derive(Debug, Clone, Copy)]
+pub struct Described {
+    /// The metric's name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: Kind,
+    /// Its labels, as documentation (the recorder does not check them).
+    pub labels: &'static str,
+    /// Its unit, if it has one.
+    pub unit: Option<Unit>,
+    /// What it means (the `# HELP` text).
+    pub help: &'static str,
+}
+
+const fn m(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static str,
+    unit: Option<Unit>,
+    help: &'static str,
+) -> Described {
+    Described {
+        name,
+        kind,
+        labels,
+        unit,
+        help,
+    }
+}
+
+/// Every metric the server exports (the decision event stream describes
+/// its own `charon_events_*`), described once: [`install`] gives the
+/// recorder these descriptions, so every family on `/metrics` has its
+/// `# HELP` and `# TYPE` lines, and docs/observability.md lists them.
+pub const METRICS: &[Described] = &[
+    m(
+        "charon_decisions_total",
+        Kind::Counter,
+        "operation, resource, outcome",
+        Some(Unit::Count),
+        "Operations decided, by operation (request, dry_run, charge, refund, reserve, release, transfer, seize, get_capacity, release_capacity), resource ((unconfigured), (unknown) for names not configured) and outcome (granted, partial, rejected, client_error, server_error).",
+    ),
+    m(
+        "charon_decision_duration_seconds",
+        Kind::Histogram,
+        "operation",
+        Some(Unit::Seconds),
+        "Time from reading an operation to its answer, by operation.",
+    ),
+    m(
+        "charon_errors_total",
+        Kind::Counter,
+        "operation, class",
+        Some(Unit::Count),
+        "Operations answered with an error, by operation and SPEC 5 class (client: the request is wrong; server: Charon could not decide, clients degrade).",
+    ),
+    m(
+        "charon_warnings_total",
+        Kind::Counter,
+        "operation, resource",
+        Some(Unit::Count),
+        "Replies over a soft limit (SPEC 10), by operation and resource.",
+    ),
+    m(
+        "charon_banned_total",
+        Kind::Counter,
+        "operation, resource",
+        Some(Unit::Count),
+        "Replies to a banned domain (SPEC 10), by operation and resource.",
+    ),
+    m(
+        "charon_sessions_open",
+        Kind::Gauge,
+        "",
+        Some(Unit::Count),
+        "Session streams open on this server.",
+    ),
+    m(
+        "charon_copies_held",
+        Kind::Gauge,
+        "",
+        Some(Unit::Count),
+        "Copies held by the sessions of this server.",
+    ),
+    m(
+        "charon_transfers_staged_copies",
+        Kind::Gauge,
+        "",
+        Some(Unit::Count),
+        "Copies waiting in transfer staging areas, read from the store at each scrape.",
+    ),
+    m(
+        "charon_config_reloads_total",
+        Kind::Counter,
+        "result",
+        Some(Unit::Count),
+        "Attempts to put a newer configuration in force, by result: applied, refused (an invalid file; the previous one stays), failed (the configuration service could not be reached or answered something invalid).",
+    ),
+    m(
+        "charon_config_version",
+        Kind::Gauge,
+        "",
+        None,
+        "Version of the configuration in force (0 for a file).",
+    ),
+    m(
+        "charon_config_loaded",
+        Kind::Gauge,
+        "",
+        None,
+        "1 once a configuration is in force; 0 while a server fed by a configuration service has never reached it (it answers server errors).",
+    ),
+    m(
+        "charon_config_stale",
+        Kind::Gauge,
+        "",
+        None,
+        "1 while the configuration in force may be outdated: the last reload was refused or the configuration service could not be reached.",
+    ),
+    m(
+        "charon_store_up",
+        Kind::Gauge,
+        "",
+        None,
+        "1 if the store answered a ping within a second at this scrape, else 0.",
+    ),
+    m(
+        "charon_store_errors_total",
+        Kind::Counter,
+        "kind",
+        Some(Unit::Count),
+        "Operations that failed in the store, by kind: unavailable (unreachable or timed out), bad_data, denied (credentials, rights, certificates), resigned (this server left the Redis membership).",
+    ),
+    m(
+        charon_store::DEAD_SERVERS_REMOVED,
+        Kind::Counter,
+        "",
+        Some(Unit::Count),
+        "Redis store: other servers whose liveness lapsed and whose holds this server removed (a server crashed, stalled or resigned).",
+    ),
+    m(
+        "charon_lease_capacity",
+        Kind::Gauge,
+        "resource",
+        None,
+        "Capacity of a lease resource (SPEC 12), or what its parent granted.",
+    ),
+    m(
+        "charon_lease_leased",
+        Kind::Gauge,
+        "resource",
+        None,
+        "Capacity held by live leases of a resource, in all.",
+    ),
+    m(
+        "charon_lease_wanted",
+        Kind::Gauge,
+        "resource",
+        None,
+        "Capacity wanted by the clients of a lease resource, in all.",
+    ),
+    m(
+        "charon_lease_clients",
+        Kind::Gauge,
+        "resource",
+        Some(Unit::Count),
+        "Clients holding a live lease of a resource.",
+    ),
+    m(
+        "charon_envoy_descriptors_total",
+        Kind::Counter,
+        "domain, node",
+        Some(Unit::Count),
+        "Descriptors of Envoy calls, by Envoy domain and matched node.",
+    ),
+    m(
+        "charon_envoy_over_limit_total",
+        Kind::Counter,
+        "domain, node",
+        Some(Unit::Count),
+        "Envoy descriptors over their limit (shadowed ones included).",
+    ),
+    m(
+        "charon_envoy_near_limit_total",
+        Kind::Counter,
+        "domain, node",
+        Some(Unit::Count),
+        "Envoy descriptors over their soft limit.",
+    ),
+    m(
+        "charon_envoy_shadow_total",
+        Kind::Counter,
+        "domain, node",
+        Some(Unit::Count),
+        "Envoy descriptors over their limit but in shadow mode (answered OK).",
+    ),
+    m(
+        "charon_envoy_invalid_addresses_total",
+        Kind::Counter,
+        "domain, node",
+        Some(Unit::Count),
+        "Masked Envoy descriptor values that were not IP addresses.",
+    ),
+    m(
+        "charon_envoy_calls_total",
+        Kind::Counter,
+        "domain, code",
+        Some(Unit::Count),
+        "Envoy ShouldRateLimit calls answered, by domain and overall code (ok, over_limit).",
+    ),
+    m(
+        "charon_envoy_errors_total",
+        Kind::Counter,
+        "class",
+        Some(Unit::Count),
+        "Envoy calls answered with an error status, by SPEC 5 class.",
+    ),
+    m(
+        "charon_envoy_call_duration_seconds",
+        Kind::Histogram,
+        "",
+        Some(Unit::Seconds),
+        "Time to answer an Envoy ShouldRateLimit call.",
+    ),
+];
+
+/// Gives the recorder every description of [`METRICS`].
+fn describe_all() {
+    metrics::with_recorder(|recorder| {
+        for d in METRICS {
+            let (name, help) = (
+                KeyName::from_const_str(d.name),
+                SharedString::const_str(d.help),
+            );
+            match d.kind {
+                Kind::Counter => recorder.describe_counter(name, d.unit, help),
+                Kind::Gauge => recorder.describe_gauge(name, d.unit, help),
+                Kind::Histogram => recorder.describe_histogram(name, d.unit, help),
+            }
+        }
+    });
+}
+
+/// The operations whose errors are counted from the start (at zero).
+const OPERATIONS: &[&str] = &[
+    "request",
+    "dry_run",
+    "charge",
+    "refund",
+    "reserve",
+    "release",
+    "transfer",
+    "seize",
+    "get_capacity",
+    "release_capacity",
+];
+
+/// The kinds of [`store_error`].
+const STORE_ERROR_KINDS: [&str; 4] = ["unavailable", "bad_data", "denied", "resigned"];
+
+/// Registers at zero the series whose labels are known before anything
+/// happens, so that alerts (`increase(...)`) see their first event and
+/// dashboards show 0 rather than no data.
+fn register_at_zero() {
+    for operation in OPERATIONS {
+        for class in ["client", "server"] {
+            counter!("charon_errors_total", "operation" => *operation, "class" => class)
+                .increment(0);
+        }
+    }
+    for kind in STORE_ERROR_KINDS {
+        counter!("charon_store_errors_total", "kind" => kind).increment(0);
+    }
+    for result in ["applied", "refused", "failed"] {
+        counter!("charon_config_reloads_total", "result" => result).increment(0);
+    }
+    gauge!("charon_sessions_open").increment(0.0);
+    gauge!("charon_copies_held").increment(0.0);
+}
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -77,7 +393,10 @@ pub fn install() -> &'static PrometheusHandle {
         let handle = recorder.handle();
         // Fails only if another recorder was installed first; then ours
         // renders nothing, which the tests of /metrics would catch.
-        let _ = metrics::set_global_recorder(recorder);
+        if metrics::set_global_recorder(recorder).is_ok() {
+            describe_all();
+            register_at_zero();
+        }
         handle
     })
 }
@@ -107,7 +426,8 @@ impl Outcome {
         }
     }
 
-    fn label(self) -> &'static str {
+    /// As the `outcome` label (and the decision span) says it.
+    pub fn label(self) -> &'static str {
         match self {
             Outcome::Granted => "granted",
             Outcome::Partial => "partial",
@@ -197,6 +517,7 @@ impl Decisions {
         // A handle taken before the recorder is installed would count
         // nothing for the life of these handles.
         install();
+        flags_at_zero(&config);
         let configured = std::iter::repeat_with(OnceLock::new)
             .take(config.resources().len())
             .collect();
@@ -414,4 +735,111 @@ pub fn envoy_error(class: &'static str) {
 /// How long an Envoy call took.
 pub fn envoy_duration(elapsed: Duration) {
     histogram!("charon_envoy_call_duration_seconds").record(elapsed.as_secs_f64());
+}
+
+/// An operation failed in the store (`charon_store_errors_total`); other
+/// errors count nothing here. Called where errors become gRPC statuses
+/// and session `Error` messages, so each failed operation counts once.
+pub fn store_error(e: &charon_limiter::LimitError) {
+    use charon_store::StoreError;
+    let kind = match e {
+        charon_limiter::LimitError::Server(StoreError::Unavailable(_)) => STORE_ERROR_KINDS[0],
+        charon_limiter::LimitError::Server(StoreError::BadData(_)) => STORE_ERROR_KINDS[1],
+        charon_limiter::LimitError::Server(StoreError::Denied(_)) => STORE_ERROR_KINDS[2],
+        charon_limiter::LimitError::Server(StoreError::Resigned(_)) => STORE_ERROR_KINDS[3],
+        charon_limiter::LimitError::Server(StoreError::Refused(_))
+        | charon_limiter::LimitError::Client(_) => return,
+    };
+    counter!("charon_store_errors_total", "kind" => kind).increment(1);
+}
+
+/// Whether the store answered its ping at this scrape.
+pub fn store_up(up: bool) {
+    gauge!("charon_store_up").set(if up { 1.0 } else { 0.0 });
+}
+
+/// Whether a configuration is in force, and whether it may be outdated
+/// (its last reload refused, its service unreachable).
+pub fn config_state(loaded: bool, stale: bool) {
+    gauge!("charon_config_loaded").set(if loaded { 1.0 } else { 0.0 });
+    gauge!("charon_config_stale").set(if stale { 1.0 } else { 0.0 });
+}
+
+/// The configuration service could not be reached, or answered something
+/// invalid: the view in force stays.
+pub fn config_refresh_failed() {
+    counter!("charon_config_reloads_total", "result" => "failed").increment(1);
+}
+
+/// Registers `charon_warnings_total` and `charon_banned_total` at zero for
+/// the rate requests of every configured resource that can warn (a
+/// `soft_limit`) or ban (a `ban`), on itself or for a domain, so an alert
+/// on their increase sees the first. Only those: a configuration of many
+/// resources without either adds no series.
+pub fn flags_at_zero(config: &Config) {
+    use charon_core::config::{MeterFields, MeterResource, ResourceKind};
+    use charon_core::meter::Policy;
+    fn meter<F: MeterFields>(r: &MeterResource<F>) -> Vec<Policy> {
+        std::iter::once(r.spec().policy)
+            .chain(r.domains().values().map(|o| o.spec().policy))
+            .collect()
+    }
+    for r in config.resources() {
+        let policies = match &r.kind {
+            ResourceKind::Rate(r) => std::iter::once(r.policy)
+                .chain(r.domains.values().map(|o| o.policy))
+                .collect(),
+            ResourceKind::Bucket(r) => meter(r),
+            ResourceKind::Window(r) => meter(r),
+            ResourceKind::Queue(r) => meter(r),
+            ResourceKind::Copy(_) | ResourceKind::Lease(_) => Vec::new(),
+        };
+        let labels = || {
+            [
+                ("operation", "request".to_owned()),
+                ("resource", r.name.clone()),
+            ]
+        };
+        if policies.iter().any(|p| p.soft_limit.is_some()) {
+            counter!("charon_warnings_total", &labels()).increment(0);
+        }
+        if policies.iter().any(|p| p.ban.is_some()) {
+            counter!("charon_banned_total", &labels()).increment(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::METRICS;
+
+    #[test]
+    fn every_metric_is_described_once_and_documented() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/observability.md"
+        ))
+        .expect("docs/observability.md");
+        let mut names: Vec<&str> = METRICS.iter().map(|d| d.name).collect();
+        for name in &names {
+            assert!(
+                docs.contains(&format!("| `{name}` |")),
+                "{name} is not in the table of docs/observability.md"
+            );
+            assert!(name.starts_with("charon_"), "{name}");
+        }
+        names.sort_unstable();
+        let all = names.len();
+        names.dedup();
+        assert_eq!(names.len(), all, "a metric is described twice");
+        for d in METRICS {
+            assert!(!d.help.is_empty(), "{}", d.name);
+            assert_eq!(
+                d.name.ends_with("_total"),
+                d.kind == super::Kind::Counter,
+                "{}: counters, and only they, end in _total",
+                d.name
+            );
+        }
+    }
 }

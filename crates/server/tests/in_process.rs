@@ -1093,11 +1093,17 @@ async fn scrape(server: &InProcessServer) -> String {
         .expect("body")
 }
 
-/// Whether `metrics` has a sample of `name` with every one of `labels`.
+/// Whether `metrics` has a sample of `name` with every one of `labels`
+/// and a value above zero (counters that alerts watch start at zero).
 fn has_sample(metrics: &str, name: &str, labels: &[&str]) -> bool {
-    metrics
-        .lines()
-        .any(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
+    metrics.lines().any(|l| {
+        l.starts_with(name)
+            && labels.iter().all(|label| l.contains(label))
+            && l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(|v| v > 0.0)
+    })
 }
 
 fn charge(resource: &str, domain: &str, copies: u64) -> v1::ChargeRequest {

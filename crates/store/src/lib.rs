@@ -13,6 +13,12 @@ mod holds;
 pub mod memory;
 pub mod redis;
 
+/// The `tracing` target of the spans meant for OpenTelemetry (a decision,
+/// a Redis call): `TRACE` spans that no log filter enables, so they cost
+/// nothing unless `charon serve --otlp-endpoint` adds an exporter that
+/// takes this target.
+pub const TRACE_TARGET: &str = "charon::otel";
+
 use async_trait::async_trait;
 use charon_core::Millis;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
@@ -22,7 +28,9 @@ use charon_core::meter::{Meter, Op, Policy, Reply};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 
-pub use self::redis::{ClientCertificate, CopyLog, RedisOptions, RedisStore, RedisTls, redacted};
+pub use self::redis::{
+    ClientCertificate, CopyLog, DEAD_SERVERS_REMOVED, RedisOptions, RedisStore, RedisTls, redacted,
+};
 pub use clock::SystemClock;
 pub use error::StoreError;
 pub use holds::{HoldSnapshot, HoldSource};

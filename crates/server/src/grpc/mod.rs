@@ -15,6 +15,7 @@ use charon_limiter::LimitError;
 use charon_proto::v1;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use crate::ServerState;
 use crate::metrics::{self, Outcome};
@@ -38,15 +39,21 @@ async fn observed_request(
     req: &v1::RateRequest,
 ) -> Result<v1::RateReply, LimitError> {
     let started = Instant::now();
+    let operation = if req.dry_run { "dry_run" } else { "request" };
+    let span = crate::trace::decision(operation, &req.resource, &req.domain);
     let result = match state.check_configured() {
-        Ok(()) => ops::request::run(&state.limiter, req).await,
+        Ok(()) => {
+            ops::request::run(&state.limiter, req)
+                .instrument(span.clone())
+                .await
+        }
         Err(e) => Err(e),
     };
-    let operation = if req.dry_run { "dry_run" } else { "request" };
     let outcome = match &result {
         Ok(r) => Outcome::of_grant(r.granted, req.copies.unwrap_or(1)),
         Err(e) => error_outcome(e),
     };
+    crate::trace::outcome(&span, outcome, result.as_ref().ok().map(|r| r.granted));
     record_reply(state, operation, &req.resource, outcome, &result);
     record(state, operation, &req.resource, outcome, started);
     result
@@ -59,15 +66,21 @@ async fn observed_charge(
     refund: bool,
 ) -> Result<v1::RateReply, LimitError> {
     let started = Instant::now();
+    let operation = if refund { "refund" } else { "charge" };
+    let span = crate::trace::decision(operation, &req.resource, &req.domain);
     let result = match state.check_configured() {
-        Ok(()) => ops::charge::run(&state.limiter, req, refund).await,
+        Ok(()) => {
+            ops::charge::run(&state.limiter, req, refund)
+                .instrument(span.clone())
+                .await
+        }
         Err(e) => Err(e),
     };
-    let operation = if refund { "refund" } else { "charge" };
     let outcome = match &result {
         Ok(_) => Outcome::Granted,
         Err(e) => error_outcome(e),
     };
+    crate::trace::outcome(&span, outcome, result.as_ref().ok().map(|r| r.granted));
     record_reply(state, operation, &req.resource, outcome, &result);
     record(state, operation, &req.resource, outcome, started);
     result

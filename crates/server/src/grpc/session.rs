@@ -41,7 +41,7 @@ use charon_proto::v1::session_request::Op;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use super::{error_outcome, observed_charge, observed_request, ops, record, status};
 use crate::ServerState;
@@ -221,7 +221,10 @@ async fn copy_lane(
     let mut session = state.limiter.session();
     while let Some((id, op, permit)) = ops.recv().await {
         let before = session.held_copies();
-        let result = copy_op(&state, &mut session, op).await;
+        let span = copy_span(&op);
+        let result = copy_op(&state, &mut session, op, &span)
+            .instrument(span.clone())
+            .await;
         metrics::copies_held(session.held_copies() as i64 - before as i64);
         // A client that went away still has its operations applied; their
         // holds are released below with the rest.
@@ -239,7 +242,14 @@ async fn copy_lane(
     }
 }
 
-async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
+/// Runs one copy operation (inside its decision `span`, whose outcome it
+/// records) and counts it.
+async fn copy_op(
+    state: &ServerState,
+    session: &mut Session,
+    op: Op,
+    span: &tracing::Span,
+) -> Reply {
     let started = Instant::now();
     if let Err(e) = state.check_configured() {
         record(state, "session", "", error_outcome(&e), started);
@@ -301,8 +311,24 @@ async fn copy_op(state: &ServerState, session: &mut Session, op: Op) -> Reply {
         Ok(reply) => (Outcome::Granted, reply),
         Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
     };
+    crate::trace::copy_outcome(span, operation, &resource, outcome, &reply);
     record(state, operation, &resource, outcome, started);
     reply
+}
+
+/// The decision span of a copy operation (a seize learns its resource
+/// from the store: recorded once known).
+fn copy_span(op: &Op) -> tracing::Span {
+    let (operation, resource, domain) = match op {
+        Op::Reserve(r) => ("reserve", r.resource.as_str(), r.domain.as_str()),
+        Op::Release(r) => ("release", r.resource.as_str(), r.domain.as_str()),
+        Op::Transfer(r) => ("transfer", r.resource.as_str(), r.domain.as_str()),
+        Op::Seize(_) => ("seize", "", ""),
+        Op::Request(r) => ("request", r.resource.as_str(), r.domain.as_str()),
+        Op::Charge(r) => ("charge", r.resource.as_str(), r.domain.as_str()),
+        Op::Refund(r) => ("refund", r.resource.as_str(), r.domain.as_str()),
+    };
+    crate::trace::decision(operation, resource, domain)
 }
 
 /// Keeps trying to release holds a session could not give back when it

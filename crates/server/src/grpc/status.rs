@@ -43,6 +43,7 @@ fn client_code(e: &ClientError) -> Code {
 }
 
 pub fn to_status(e: &LimitError) -> Status {
+    crate::metrics::store_error(e);
     let mut status = Status::new(code(e), e.to_string());
     if let Ok(v) = e.class().parse() {
         status.metadata_mut().insert(CLASS_KEY, v);
@@ -51,6 +52,7 @@ pub fn to_status(e: &LimitError) -> Status {
 }
 
 pub fn to_error(e: &LimitError) -> v1::Error {
+    crate::metrics::store_error(e);
     let class = match e.class() {
         "client" => v1::error::Class::Client,
         _ => v1::error::Class::Server,

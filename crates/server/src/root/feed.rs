@@ -46,8 +46,24 @@ pub(super) fn follow(
     let mut status = handle.subscribe();
     let reporter = state.clone();
     tokio::spawn(async move {
+        let (mut version, mut failures) = (feed_version(&status), 0);
         while status.changed().await.is_ok() {
             let s = status.borrow_and_update().clone();
+            // Refreshes failed since the last look (several may pass
+            // between two looks; a success in between resets the count).
+            let failed = if s.consecutive_failures >= failures {
+                s.consecutive_failures - failures
+            } else {
+                s.consecutive_failures
+            };
+            for _ in 0..failed {
+                crate::metrics::config_refresh_failed();
+            }
+            failures = s.consecutive_failures;
+            if s.version != version {
+                crate::metrics::config_reload(true);
+                version = s.version;
+            }
             reporter.report_config(ConfigReport {
                 source: source.clone(),
                 version: s.version,
@@ -60,6 +76,11 @@ pub(super) fn follow(
     });
     refresh_on_sighup(state.clone(), handle.clone());
     Ok(handle)
+}
+
+/// The version a feed's status starts from.
+fn feed_version(status: &tokio::sync::watch::Receiver<charon_config_client::FeedStatus>) -> u64 {
+    status.borrow().version
 }
 
 /// SIGHUP refreshes the configuration from its service (a file source has

@@ -451,6 +451,9 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(Arc<ServerState>) + Send,
 ) -> anyhow::Result<Exit> {
+    // Before the store opens: what it counts from the start (at zero)
+    // must reach the recorder that /metrics renders.
+    crate::metrics::install();
     let mut options = settings.server_options();
     let tls = open_tls(settings.tls.clone())?;
     options.tls.clone_from(&tls);

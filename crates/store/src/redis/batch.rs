@@ -30,6 +30,7 @@ use redis::Value;
 use redis::cluster_routing::Slot;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::conn::Conn;
 use super::decision_clock::DecisionClock;
@@ -66,6 +67,10 @@ pub(crate) struct Operation {
 struct Job {
     op: Operation,
     reply: oneshot::Sender<Result<Value, StoreError>>,
+    /// The span of the decision waiting for it (none unless traces are
+    /// exported): the script call that carries it is its child, although
+    /// it runs in the batcher's task.
+    parent: tracing::Span,
 }
 
 /// How many calls carried more than one operation, and how many
@@ -126,9 +131,14 @@ impl Batcher {
         // The batcher fails every operation of a call that fails, so this
         // bound is only reached if the batcher itself is stuck: two
         // operation timeouts (one for the call ahead, one for our own).
+        let parent = if tracing::level_enabled!(tracing::Level::TRACE) {
+            tracing::Span::current()
+        } else {
+            tracing::Span::none()
+        };
         let wait = async {
             self.jobs
-                .send(Job { op, reply })
+                .send(Job { op, reply, parent })
                 .await
                 .map_err(|_| gone())?;
             rx.await.map_err(|_| gone())?
@@ -232,12 +242,17 @@ async fn send(shared: Arc<Shared>, slot: Slot, mut jobs: Vec<Job>) -> (Slot, boo
         0 => false,
         1 => {
             let job = jobs.remove(0);
-            let result = shared.alone(&job.op).await;
+            let result = shared.alone(&job.op).instrument(job.parent.clone()).await;
             let failed = matches!(result, Err(StoreError::Unavailable(_)));
             let _ = job.reply.send(result);
             failed
         }
-        _ => match shared.together(&jobs).await {
+        // The call's span is a child of the first decision it carries.
+        _ => match shared
+            .together(&jobs)
+            .instrument(jobs[0].parent.clone())
+            .await
+        {
             Ok(replies) => {
                 for (job, reply) in jobs.into_iter().zip(replies) {
                     let _ = job.reply.send(reply);

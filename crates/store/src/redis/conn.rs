@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ServerError, ServerErrorKind, Value};
+use tracing::Instrument;
 
 use super::cluster::{self, ClusterLink};
 
@@ -190,11 +191,13 @@ impl Conn {
         args: &[String],
         before: &[Cmd],
     ) -> Result<(Vec<Value>, Value), StoreError> {
+        let span = script_span(script, keys.len());
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
         if let Link::Cluster(c) = &self.link {
             return self
                 .limited(cluster_eval(c, script, keys, &evalsha, before, None))
+                .instrument(span)
                 .await;
         }
         let work = async {
@@ -232,7 +235,7 @@ impl Conn {
                 }
             }
         };
-        self.limited(work).await
+        self.limited(work).instrument(span).await
     }
 
     /// Runs one plain command.
@@ -301,6 +304,7 @@ impl Conn {
             before,
             Some(wait_ms),
         ))
+        .instrument(script_span(script, keys.len()))
         .await
     }
 
@@ -344,6 +348,19 @@ impl Conn {
                 )))
             })
     }
+}
+
+/// The span of one script call (see [`crate::TRACE_TARGET`]): a child of
+/// the decision it serves when there is one.
+fn script_span(script: &Script, keys: usize) -> tracing::Span {
+    tracing::trace_span!(
+        target: "charon::otel",
+        "redis.evalsha",
+        db.system = "redis",
+        db.operation = "EVALSHA",
+        charon.script = script.name,
+        charon.keys = keys,
+    )
 }
 
 /// A failed command: a refusal of the user is a denial, what waiting may

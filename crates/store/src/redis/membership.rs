@@ -29,6 +29,11 @@ use super::reply::Reply;
 use super::{RedisStore, same_generation};
 use crate::StoreError;
 
+/// The counter of other members whose holds this member removed after
+/// their liveness lapsed: a crash, a stall or a resignation elsewhere,
+/// which operators alert on (described with the server's metrics).
+pub const DEAD_SERVERS_REMOVED: &str = "charon_store_dead_servers_removed_total";
+
 /// Resources handled between refreshes of the start lock.
 const RESET_BATCH: usize = 64;
 
@@ -85,6 +90,9 @@ impl RedisStore {
     /// Joins the membership: waits while a lone starter cleans up, and
     /// cleans up itself if it is alone.
     pub(super) async fn join(&self) -> Result<(), StoreError> {
+        // At zero from the start, so an alert on its increase sees the
+        // first removal.
+        metrics::counter!(DEAD_SERVERS_REMOVED).increment(0);
         let deadline = Instant::now() + (self.ttl * 3).max(Duration::from_secs(5));
         loop {
             let registered: Vec<String> = self
@@ -766,6 +774,7 @@ impl RedisStore {
         for m in &fenced {
             self.check_member(false)?;
             self.clean_member(m).await?;
+            metrics::counter!(DEAD_SERVERS_REMOVED).increment(1);
         }
         Ok(fenced.len())
     }

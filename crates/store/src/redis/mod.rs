@@ -21,6 +21,7 @@ mod cluster;
 mod conn;
 
 pub use self::conn::redacted;
+pub use self::membership::DEAD_SERVERS_REMOVED;
 mod decision_clock;
 mod keys;
 mod lease;

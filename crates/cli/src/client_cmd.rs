@@ -24,6 +24,16 @@ pub struct CostTarget {
         env = "CHARON_SERVER"
     )]
     server: String,
+    /// The limiting API's bearer token, for a server started with
+    /// `--api-tokens` (prefer the environment variable: command lines are
+    /// visible to other users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CHARON_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     /// The resource (charge: a bucket, window or queue; refund: a bucket).
     resource: String,
     /// The domain on whose behalf to ask or to record the cost.
@@ -95,6 +105,16 @@ pub struct LeaseArgs {
         env = "CHARON_SERVER"
     )]
     server: String,
+    /// The limiting API's bearer token, for a server started with
+    /// `--api-tokens` (prefer the environment variable: command lines are
+    /// visible to other users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CHARON_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     /// A `kind: lease` resource.
     resource: String,
     /// The capacity wanted (units per second; fractions allowed); with
@@ -138,7 +158,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                 max_wait,
                 dry_run,
             } => {
-                let client = connect(&target.base.server)?;
+                let client = connect(&target.base.server, target.base.token.as_deref())?;
                 let grant = client
                     .request(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -183,7 +203,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
             ClientCommand::Charge { target } => cost(target, false).await,
             ClientCommand::Refund { target } => cost(target, true).await,
             ClientCommand::Hold { target } => {
-                let client = connect(&target.base.server)?;
+                let client = connect(&target.base.server, target.base.token.as_deref())?;
                 let hold = client
                     .reserve(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -212,7 +232,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
 
 /// `client lease`: holds the lease and prints it until stopped.
 async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
-    let client = connect(&args.server)?;
+    let client = connect(&args.server, args.token.as_deref())?;
     let client_id = args
         .client_id
         .clone()
@@ -275,7 +295,7 @@ async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
 /// `charge` or `refund`: prints the reply as `client request` prints a
 /// bucket's, window's or queue's.
 async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
-    let client = connect(&target.server)?;
+    let client = connect(&target.server, target.token.as_deref())?;
     let reply = if refund {
         client
             .refund(&target.resource, &target.domain, target.copies)
@@ -341,9 +361,12 @@ fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
     out
 }
 
-fn connect(server: &str) -> anyhow::Result<Client> {
+fn connect(server: &str, token: Option<&str>) -> anyhow::Result<Client> {
     let mut options = ClientOptions::new(server.to_owned());
     options.fail_open = false;
+    if let Some(t) = token {
+        options = options.with_token(t);
+    }
     Ok(Client::connect(options)?)
 }
 

@@ -102,7 +102,14 @@ pub fn apply(
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let client = remote.client()?;
     let rt = runtime()?;
-    replace(&rt, &client, &yaml, &file.display().to_string(), yes, dry_run)
+    replace(
+        &rt,
+        &client,
+        &yaml,
+        &file.display().to_string(),
+        yes,
+        dry_run,
+    )
 }
 
 /// Replaces the service's configuration with `yaml` (named `label` in

@@ -20,7 +20,9 @@ const BOB: &str = "bob-audit-secret";
 const VIEWER: &str = "viewer-audit-secret";
 
 fn limits(limit: u64) -> String {
-    format!("resources:\n  - name: api\n    kind: rate\n    tiers: [ {{ limit: {limit}, window: 10s }} ]\n")
+    format!(
+        "resources:\n  - name: api\n    kind: rate\n    tiers: [ {{ limit: {limit}, window: 10s }} ]\n"
+    )
 }
 
 /// Runs `charon ARGS` against `server`'s configuration API with `stdin`.
@@ -75,11 +77,8 @@ fn section<'a>(log: &'a str, version: u64) -> &'a str {
 
 async fn log_and_rollback(db: &str) {
     let tokens = format!("write:alice={ALICE},write:bob={BOB},read:viewer={VIEWER}");
-    let server = CharonProcess::start_args(
-        bin(),
-        &["--db", db, "--config-token", &tokens],
-        "/healthz",
-    );
+    let server =
+        CharonProcess::start_args(bin(), &["--db", db, "--config-token", &tokens], "/healthz");
     let first = server.dir().join("first.yaml");
     let second = server.dir().join("second.yaml");
     std::fs::write(&first, limits(3)).expect("write");
@@ -113,12 +112,18 @@ async fn log_and_rollback(db: &str) {
     let v2 = section(&log, 2);
     assert!(v1.contains("token alice"), "{v1}");
     assert!(v2.contains("token bob"), "{v2}");
-    assert!(v1.contains("+++ b/config.yaml") && v1.contains("+- name: api"), "{v1}");
+    assert!(
+        v1.contains("+++ b/config.yaml") && v1.contains("+- name: api"),
+        "{v1}"
+    );
     let changed = |s: &str, sign: char, text: &str| {
         s.lines()
             .any(|l| l.trim_start().starts_with(sign) && l.contains(text))
     };
-    assert!(changed(v2, '-', "limit: 3") && changed(v2, '+', "limit: 7"), "{v2}");
+    assert!(
+        changed(v2, '-', "limit: 3") && changed(v2, '+', "limit: 7"),
+        "{v2}"
+    );
     for secret in [ALICE, BOB, VIEWER] {
         assert!(!log.contains(secret), "{log}");
     }
@@ -126,18 +131,28 @@ async fn log_and_rollback(db: &str) {
     // A read token may read the log but not roll back.
     let (ok, _, err) = run(
         &server,
-        &["config", "rollback", "--to", "1", "--yes", "--token", VIEWER],
+        &[
+            "config", "rollback", "--to", "1", "--yes", "--token", VIEWER,
+        ],
         "",
     );
     assert!(!ok, "a read token rolled back: {err}");
-    assert!(err.contains("may read the configuration but not change it"), "{err}");
+    assert!(
+        err.contains("may read the configuration but not change it"),
+        "{err}"
+    );
     // A version that was never committed: a clear client error.
     let (ok, _, err) = run(
         &server,
-        &["config", "rollback", "--to", "99", "--yes", "--token", ALICE],
+        &[
+            "config", "rollback", "--to", "99", "--yes", "--token", ALICE,
+        ],
         "",
     );
-    assert!(!ok && err.contains("version 99 is not in the audit trail"), "{err}");
+    assert!(
+        !ok && err.contains("version 99 is not in the audit trail"),
+        "{err}"
+    );
     // Declined at the prompt: nothing happens.
     let (ok, shown, err) = run(
         &server,
@@ -155,22 +170,38 @@ async fn log_and_rollback(db: &str) {
         "y\n",
     );
     assert!(ok, "{err}");
-    assert!(err.contains("Rolling back to version 1") && err.contains("token alice"), "{err}");
+    assert!(
+        err.contains("Rolling back to version 1") && err.contains("token alice"),
+        "{err}"
+    );
     assert!(shown.contains("1 change(s) against version 2"), "{shown}");
-    assert!(changed(&shown, '-', "limit: 7") && changed(&shown, '+', "limit: 3"), "{shown}");
+    assert!(
+        changed(&shown, '-', "limit: 7") && changed(&shown, '+', "limit: 3"),
+        "{shown}"
+    );
     assert!(err.contains("now at version 3"), "{err}");
     let three = within(Duration::from_secs(5), async || {
         tier_limit(&c).await == Some(3)
     })
     .await;
-    assert!(three.is_some(), "the limiter enforces the rolled-back limit");
+    assert!(
+        three.is_some(),
+        "the limiter enforces the rolled-back limit"
+    );
     let mut granted = 0;
     for _ in 0..5 {
-        if c.request("api", "probe-2").send().await.is_ok_and(|g| g.granted > 0) {
+        if c.request("api", "probe-2")
+            .send()
+            .await
+            .is_ok_and(|g| g.granted > 0)
+        {
             granted += 1;
         }
     }
-    assert_eq!(granted, 3, "three requests in the 10 s window, as version 1 says");
+    assert_eq!(
+        granted, 3,
+        "three requests in the 10 s window, as version 1 says"
+    );
 
     let (ok, log, err) = run(
         &server,
@@ -179,7 +210,10 @@ async fn log_and_rollback(db: &str) {
     );
     assert!(ok, "{err}");
     let v3 = section(&log, 3);
-    assert!(v3.contains("token alice") && changed(v3, '+', "limit: 3"), "{v3}");
+    assert!(
+        v3.contains("token alice") && changed(v3, '+', "limit: 3"),
+        "{v3}"
+    );
     assert!(!log.contains("version 2 "), "{log}");
     assert!(log.contains("(older commits: before version 3"), "{log}");
 }

@@ -54,9 +54,30 @@ pub struct ClientOptions {
     /// as one is answered, so a bound above the server's keeps it busy.
     /// Default 256; 0 counts as 1.
     pub max_in_flight: usize,
+    /// The limiting API's bearer token (issue 16), sent as `authorization:
+    /// Bearer TOKEN` metadata on every call, for a server started with
+    /// `--api-tokens`. `None`: no token (a server without tokens needs
+    /// none). Never printed by `Debug`.
+    pub token: Option<Token>,
+}
+
+/// A bearer token: its `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(…)")
+    }
 }
 
 impl ClientOptions {
+    /// These options with the bearer token `token`.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(Token(token.into()));
+        self
+    }
+
     /// Options for `endpoint` with the defaults.
     pub fn new(endpoint: impl Into<String>) -> Self {
         Self {
@@ -68,6 +89,7 @@ impl ClientOptions {
             fail_open: true,
             rate_transport: RateTransport::Session,
             max_in_flight: 256,
+            token: None,
         }
     }
 }

@@ -57,7 +57,10 @@ mod tests {
     #[test]
     fn diffs_are_unified() {
         let d = unified("a: 1\nb: 2\n", "a: 1\nb: 3\n");
-        assert!(d.starts_with("--- a/config.yaml\n+++ b/config.yaml\n@@"), "{d}");
+        assert!(
+            d.starts_with("--- a/config.yaml\n+++ b/config.yaml\n@@"),
+            "{d}"
+        );
         assert!(d.contains("\n-b: 2\n+b: 3\n"), "{d}");
         assert_eq!(unified("x\n", "x\n"), "");
     }

@@ -40,7 +40,11 @@ fn entries(reply: &support::Reply) -> Vec<Value> {
 async fn named_tokens_are_recorded_with_their_diffs(db: TestDb) {
     let app = db.app_with(tokens(), StoreOptions::default()).await;
     let path = resource_path("api/search");
-    app.put(&path).token(ALICE).json(rate(100)).expect(201).await;
+    app.put(&path)
+        .token(ALICE)
+        .json(rate(100))
+        .expect(201)
+        .await;
     app.put(&path).token(BOB).json(rate(80)).expect(200).await;
     // The same again changes nothing: no version, no audit entry.
     let same = app.put(&path).token(BOB).json(rate(80)).expect(200).await;
@@ -70,7 +74,10 @@ async fn named_tokens_are_recorded_with_their_diffs(db: TestDb) {
         assert!(time.len() == 24 && time.ends_with('Z'), "{time}");
         assert!(entry.get("config").is_none());
         let change = entry["change"].as_str().unwrap();
-        assert!(change.starts_with("--- a/config.yaml\n+++ b/config.yaml\n@@"), "{change}");
+        assert!(
+            change.starts_with("--- a/config.yaml\n+++ b/config.yaml\n@@"),
+            "{change}"
+        );
         for secret in [ALICE, BOB, VIEWER] {
             assert!(!log.text.contains(secret));
         }
@@ -101,9 +108,17 @@ async fn named_tokens_are_recorded_with_their_diffs(db: TestDb) {
     assert_eq!(export.text, config);
     let log = app.get("/v1/audit?limit=1").expect(200).await;
     let newest = &entries(&log)[0];
-    assert_eq!((newest["version"].as_u64(), newest["token"].as_str()), (Some(4), Some("bob")));
+    assert_eq!(
+        (newest["version"].as_u64(), newest["token"].as_str()),
+        (Some(4), Some("bob"))
+    );
     // Version 4 undid version 3: its diff is 3's reversed.
-    assert!(newest["change"].as_str().unwrap().contains("+- name: api/search"));
+    assert!(
+        newest["change"]
+            .as_str()
+            .unwrap()
+            .contains("+- name: api/search")
+    );
 }
 
 async fn audit_reads_follow_the_read_rules(db: TestDb) {
@@ -165,7 +180,10 @@ async fn a_refused_commit_leaves_no_audit_entry(db: TestDb) {
     app.put(&path).token(BOB).json(rate(30)).expect(200).await;
     let log = app.get("/v1/audit?limit=1").expect(200).await;
     let change = entries(&log)[0]["change"].as_str().unwrap().to_owned();
-    assert!(change.contains("-  hard_limit: 10\n+  hard_limit: 30"), "{change}");
+    assert!(
+        change.contains("-  hard_limit: 10\n+  hard_limit: 30"),
+        "{change}"
+    );
     assert_eq!(entries(&log)[0]["version"], 2);
 }
 
@@ -182,7 +200,11 @@ async fn audit_paging_and_bounds(db: TestDb) {
     let mut url = "/v1/audit?limit=2".to_owned();
     loop {
         let page = app.get(&url).expect(200).await;
-        seen.extend(entries(&page).iter().map(|e| e["version"].as_u64().unwrap()));
+        seen.extend(
+            entries(&page)
+                .iter()
+                .map(|e| e["version"].as_u64().unwrap()),
+        );
         match page.json["next_before"].as_u64() {
             Some(b) => url = format!("/v1/audit?limit=2&before={b}"),
             None => break,

@@ -17,6 +17,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::ServerState;
+use crate::api_auth;
 use crate::metrics::{self, Outcome};
 
 /// The `Limiter` service.
@@ -29,6 +30,16 @@ impl LimiterService {
     /// A service deciding with `state.limiter`.
     pub fn new(state: Arc<ServerState>) -> Self {
         Self { state }
+    }
+}
+
+/// Checks a unary call's token and its right to `resource`: the API
+/// tokens' `UNAUTHENTICATED` or `PERMISSION_DENIED`, or nothing.
+fn allowed<T>(state: &ServerState, request: &Request<T>, resource: &str) -> Result<(), Status> {
+    let caller = state.api_auth.authenticate(request.metadata())?;
+    match api_auth::refusal(&caller, resource) {
+        Some(why) => Err(api_auth::denied_status(why)),
+        None => Ok(()),
     }
 }
 
@@ -115,6 +126,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         &self,
         request: Request<v1::RateRequest>,
     ) -> Result<Response<v1::RateReply>, Status> {
+        allowed(&self.state, &request, &request.get_ref().resource)?;
         let req = request.into_inner();
         observed_request(&self.state, &req)
             .await
@@ -126,6 +138,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         &self,
         request: Request<v1::ChargeRequest>,
     ) -> Result<Response<v1::RateReply>, Status> {
+        allowed(&self.state, &request, &request.get_ref().resource)?;
         let req = request.into_inner();
         observed_charge(&self.state, &req, false)
             .await
@@ -137,6 +150,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         &self,
         request: Request<v1::ChargeRequest>,
     ) -> Result<Response<v1::RateReply>, Status> {
+        allowed(&self.state, &request, &request.get_ref().resource)?;
         let req = request.into_inner();
         observed_charge(&self.state, &req, true)
             .await
@@ -153,8 +167,12 @@ impl v1::limiter_server::Limiter for LimiterService {
         if self.state.shutdown.is_triggered() {
             return Err(Status::unavailable("shutting down"));
         }
+        // The stream's token is checked once; each operation's resource
+        // against it as the operation comes (a forbidden one fails alone).
+        let caller = self.state.api_auth.authenticate(request.metadata())?;
         Ok(Response::new(session::start(
             self.state.clone(),
+            caller,
             request.into_inner(),
         )))
     }

@@ -77,6 +77,10 @@ pub struct Settings {
     /// resources share what it grants instead of their configured
     /// capacity. `None`: this server is a root.
     pub lease_parent: Option<String>,
+    /// The limiting API's tokens file (issue 16, see [`crate::api_auth`]):
+    /// every call then needs a token of it, allowed the resource's
+    /// namespace. `None`: the limiting API is open.
+    pub api_tokens: Option<PathBuf>,
 }
 
 impl Settings {
@@ -94,6 +98,7 @@ impl Settings {
             max_message_bytes: options.max_message_bytes,
             session_concurrency: options.session_concurrency,
             lease_parent: None,
+            api_tokens: None,
         }
     }
 
@@ -445,6 +450,17 @@ async fn serve(
     let store = store::open(&store_url, &settings.store).await?;
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let state = ServerState::new(limiter, options);
+    if let Some(path) = &settings.api_tokens {
+        let tokens = crate::api_auth::ApiTokens::load(path)
+            .map_err(|e| anyhow::anyhow!("--api-tokens: {e}"))?;
+        tracing::info!(
+            file = %path.display(),
+            tokens = tokens.len(),
+            "the limiting API needs a token"
+        );
+        state.api_auth.set(tokens);
+        crate::api_auth::spawn_reloader(state.clone(), path.clone());
+    }
     if let Some(parent) = &settings.lease_parent {
         lease_parent::spawn(&state, parent, server_id())?;
     }

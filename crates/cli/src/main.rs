@@ -35,6 +35,10 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; the serve flags are the big one"
+)]
 enum Command {
     /// Run a limiting server (gRPC + HTTP).
     Serve(serve::ServeArgs),

@@ -65,7 +65,7 @@ async fn tier_limit(c: &Client) -> Option<u64> {
 }
 
 /// The section of `charon config log`'s output about `version`.
-fn section<'a>(log: &'a str, version: u64) -> &'a str {
+fn section(log: &str, version: u64) -> &str {
     let head = format!("version {version} ");
     let start = log
         .find(&head)

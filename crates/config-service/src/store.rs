@@ -301,6 +301,17 @@ impl Db {
     }
 }
 
+/// The wall clock in milliseconds since the Unix epoch, for the audit
+/// trail's timestamps: a record for people, which no rule decides by (the
+/// rules read time through `charon_core::Clock`), and which this crate,
+/// without a store, has no `SystemClock` for.
+#[allow(clippy::disallowed_methods, reason = "a timestamp for people, no rule reads it")]
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 fn to_u64(column: &str, v: i64) -> Result<u64> {
     u64::try_from(v).map_err(|_| ConfigDbError::Corrupt(format!("{column} is negative: {v}")))
 }
@@ -939,9 +950,7 @@ impl WriteTx {
         }
         let after = self.read.normalized_yaml().await?;
         let diff = crate::audit::unified(&self.before, &after);
-        let unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let unix_ms = wall_clock_ms();
         let (version, token) = (to_i64(self.next), self.token.clone());
         self.read
             .tx

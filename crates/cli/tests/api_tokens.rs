@@ -9,6 +9,10 @@ mod support;
 use std::time::Duration;
 
 use charon_client::{Client, ClientOptions};
+use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
 use charon_testkit::CharonProcess;
 use support::{bin, charon, grpc, within};
@@ -24,7 +28,19 @@ resources:
   - name: a/api
     kind: rate
     tiers: [ { limit: 100, window: 1s } ]
+  - { name: b/qps, kind: lease, capacity: 60, algorithm: fair_share,
+      lease_length: 3s, refresh_interval: 500ms, learning_mode: 0s }
 ";
+
+/// `request` with `authorization: Bearer token`.
+fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("ascii"),
+    );
+    request
+}
 
 fn tokens(a_namespaces: &str) -> String {
     format!(
@@ -132,6 +148,63 @@ async fn tenants_use_their_own_namespaces_only() {
         .await
         .expect("b's own");
     assert_eq!(theirs.copies(), 5);
+
+    // Capacity: a lease of b's resource is b's.
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut capacity = v1::capacity_client::CapacityClient::new(channel.clone());
+    let ask = |token: &str| {
+        with_token(
+            token,
+            v1::GetCapacityRequest {
+                client_id: "c1".to_owned(),
+                resources: vec![v1::ResourceWant {
+                    resource: "b/qps".to_owned(),
+                    wants: 10.0,
+                    has: 0.0,
+                    subclients: 0,
+                }],
+            },
+        )
+    };
+    let refused = capacity.get_capacity(ask(A)).await.expect_err("a's token");
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let lease = capacity.get_capacity(ask(B)).await.expect("b's token");
+    assert_eq!(lease.into_inner().leases.len(), 1);
+    let anonymous = capacity
+        .get_capacity(tonic::Request::new(ask(B).into_inner()))
+        .await
+        .expect_err("no token");
+    assert_eq!(anonymous.code(), Code::Unauthenticated);
+
+    // Envoy: the domain stands for the namespace (this configuration has
+    // no envoy: section, so an allowed call is answered OK).
+    let mut envoy = RateLimitServiceClient::new(channel.clone());
+    let call = |token: &str, domain: &str| {
+        with_token(
+            token,
+            RateLimitRequest {
+                domain: domain.to_owned(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "user".to_owned(),
+                        value: "ann".to_owned(),
+                    }],
+                    ..RateLimitDescriptor::default()
+                }],
+                hits_addend: 1,
+            },
+        )
+    };
+    let refused = envoy
+        .should_rate_limit(call(A, "b"))
+        .await
+        .expect_err("a on b");
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    envoy.should_rate_limit(call(A, "a")).await.expect("a on a");
 
     // Without a token the client is refused, as a client error.
     let anonymous = client(&server, None);

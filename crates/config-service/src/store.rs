@@ -305,7 +305,10 @@ impl Db {
 /// trail's timestamps: a record for people, which no rule decides by (the
 /// rules read time through `charon_core::Clock`), and which this crate,
 /// without a store, has no `SystemClock` for.
-#[allow(clippy::disallowed_methods, reason = "a timestamp for people, no rule reads it")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a timestamp for people, no rule reads it"
+)]
 fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

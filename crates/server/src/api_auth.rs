@@ -216,7 +216,10 @@ impl ApiAuth {
     /// `UNAUTHENTICATED` (class client) when a token is needed and missing,
     /// malformed or unknown.
     pub fn authenticate(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
-        let Some(tokens) = self.tokens.load_full() else {
+        // A guard, not a clone of the Arc: the open API's check is one
+        // atomic load on the decision path.
+        let tokens = self.tokens.load();
+        let Some(tokens) = tokens.as_deref() else {
             return Ok(None);
         };
         let Some(value) = metadata.get("authorization") else {

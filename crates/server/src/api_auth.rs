@@ -248,6 +248,8 @@ fn unauthenticated(message: &str) -> Status {
 
 /// Why `caller` may not use `resource`, if it may not.
 pub fn refusal(caller: &Caller, resource: &str) -> Option<String> {
+    // The open API looks at nothing.
+    caller.as_ref()?;
     refusal_in(caller, namespace_of(resource))
 }
 

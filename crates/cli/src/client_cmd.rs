@@ -28,6 +28,16 @@ pub struct CostTarget {
     server: String,
     #[command(flatten)]
     tls: TlsArgs,
+    /// The limiting API's bearer token, for a server started with
+    /// `--api-tokens` (prefer the environment variable: command lines are
+    /// visible to other users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CHARON_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     /// The resource (charge: a bucket, window or queue; refund: a bucket).
     resource: String,
     /// The domain on whose behalf to ask or to record the cost.
@@ -101,6 +111,16 @@ pub struct LeaseArgs {
     server: String,
     #[command(flatten)]
     tls: TlsArgs,
+    /// The limiting API's bearer token, for a server started with
+    /// `--api-tokens` (prefer the environment variable: command lines are
+    /// visible to other users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CHARON_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     /// A `kind: lease` resource.
     resource: String,
     /// The capacity wanted (units per second; fractions allowed); with
@@ -144,7 +164,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                 max_wait,
                 dry_run,
             } => {
-                let client = connect(&target.base.server, &target.base.tls)?;
+                let client = connect(&target.base.server, &target.base.tls, target.base.token.as_deref())?;
                 let grant = client
                     .request(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -189,7 +209,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
             ClientCommand::Charge { target } => cost(target, false).await,
             ClientCommand::Refund { target } => cost(target, true).await,
             ClientCommand::Hold { target } => {
-                let client = connect(&target.base.server, &target.base.tls)?;
+                let client = connect(&target.base.server, &target.base.tls, target.base.token.as_deref())?;
                 let hold = client
                     .reserve(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -218,7 +238,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
 
 /// `client lease`: holds the lease and prints it until stopped.
 async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
-    let client = connect(&args.server, &args.tls)?;
+    let client = connect(&args.server, &args.tls, args.token.as_deref())?;
     let client_id = args
         .client_id
         .clone()
@@ -281,7 +301,7 @@ async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
 /// `charge` or `refund`: prints the reply as `client request` prints a
 /// bucket's, window's or queue's.
 async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
-    let client = connect(&target.server, &target.tls)?;
+    let client = connect(&target.server, &target.tls, target.token.as_deref())?;
     let reply = if refund {
         client
             .refund(&target.resource, &target.domain, target.copies)
@@ -347,10 +367,13 @@ fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
     out
 }
 
-fn connect(server: &str, tls: &TlsArgs) -> anyhow::Result<Client> {
+fn connect(server: &str, tls: &TlsArgs, token: Option<&str>) -> anyhow::Result<Client> {
     let mut options = ClientOptions::new(tls.url(server));
     options.fail_open = false;
     options.tls = tls.client()?;
+    if let Some(t) = token {
+        options = options.with_token(t);
+    }
     Ok(Client::connect(options)?)
 }
 

@@ -1,10 +1,13 @@
-//! `charon config apply` and `charon config export`: the whole
+//! `charon config apply`, `export`, `log` and `rollback`: the whole
 //! configuration of a configuration service, from and to a SPEC §6 file.
 //!
 //! `apply` asks the service for the difference first (a dry run), shows it,
 //! and applies it with `If-Match` set to the version the difference was
 //! computed against, so what is applied is exactly what was shown: if
 //! someone changed the configuration in between, nothing is applied.
+//!
+//! `log` prints the service's audit trail; `rollback --to V` takes the
+//! configuration commit V left from it and goes the way of `apply`.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -30,7 +33,7 @@ pub struct RemoteArgs {
         value_name = "URL"
     )]
     url: String,
-    /// Bearer token (a write token for `apply`). Prefer the environment
+    /// Bearer token (a write token for `apply` and `rollback`). Prefer the environment
     /// variable: command lines are visible to other users. Without one,
     /// the token `charon serve` made for its embedded service is used if
     /// `charon.db.token` is in the current directory.
@@ -104,7 +107,30 @@ pub fn apply(
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let client = remote.client()?;
     let rt = runtime()?;
-    let preview = match rt.block_on(client.import_yaml(&yaml, true, None)) {
+    replace(
+        &rt,
+        &client,
+        &yaml,
+        &file.display().to_string(),
+        yes,
+        dry_run,
+    )
+}
+
+/// Replaces the service's configuration with `yaml` (named `label` in
+/// messages): the difference first (a dry run), then, confirmed, the
+/// import with `If-Match` set to the version the difference was computed
+/// against. `apply` and `rollback` both go this way.
+fn replace(
+    rt: &tokio::runtime::Runtime,
+    client: &ConfigClient,
+    yaml: &str,
+    label: &str,
+    yes: bool,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let file = Path::new(label);
+    let preview = match rt.block_on(client.import_yaml(yaml, true, None)) {
         Ok(p) => p,
         Err(e) => {
             report(&e, Some(file));
@@ -112,7 +138,7 @@ pub fn apply(
         }
     };
     for a in &preview.adjustments {
-        eprintln!("{}: normalized: {}: {}", file.display(), a.path, a.change);
+        eprintln!("{label}: normalized: {}: {}", a.path, a.change);
     }
     if !preview.changed {
         eprintln!(
@@ -132,7 +158,7 @@ pub fn apply(
         eprintln!("Nothing was applied.");
         return Ok(ExitCode::FAILURE);
     }
-    match rt.block_on(client.import_yaml(&yaml, false, Some(preview.base_version))) {
+    match rt.block_on(client.import_yaml(yaml, false, Some(preview.base_version))) {
         Ok(done) => {
             eprintln!(
                 "Applied as one commit: the configuration is now at version {}.",
@@ -154,6 +180,81 @@ pub fn apply(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `charon config log [--limit N]`: the audit trail, newest first: each
+/// commit's version, time, token name and diff.
+pub fn log(remote: &RemoteArgs, limit: u64) -> anyhow::Result<ExitCode> {
+    let client = remote.client()?;
+    let page = match runtime()?.block_on(client.audit(limit, None)) {
+        Ok(page) => page,
+        Err(e) => {
+            report(&e, None);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if page.entries.is_empty() {
+        writeln!(out, "No commits in the audit trail.")?;
+    }
+    for e in &page.entries {
+        writeln!(out, "version {}  {}  token {}", e.version, e.time, e.token)?;
+        for line in e.change.lines() {
+            writeln!(out, "    {line}")?;
+        }
+        writeln!(out)?;
+    }
+    if let Some(before) = page.next_before {
+        writeln!(
+            out,
+            "(older commits: before version {before}; raise --limit to see them)"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `charon config rollback --to VERSION`: restores the configuration that
+/// commit VERSION left, as a new commit (through the whole-configuration
+/// import, so limiting servers follow it through their feed), showing the
+/// difference first as `apply` does.
+pub fn rollback(
+    remote: &RemoteArgs,
+    version: u64,
+    yes: bool,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let client = remote.client()?;
+    let rt = runtime()?;
+    let entry = match rt.block_on(client.audit_entry(version)) {
+        Ok(entry) => entry,
+        Err(ConfigClientError::Api { status: 404, .. }) => {
+            eprintln!(
+                "charon: version {version} is not in the audit trail (never committed, or \
+                 committed before the service kept one); see `charon config log`"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(e) => {
+            report(&e, None);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let Some(yaml) = entry.config else {
+        eprintln!("charon: the service sent version {version} without its configuration");
+        return Ok(ExitCode::FAILURE);
+    };
+    eprintln!(
+        "Rolling back to version {version} (committed {} by token {}).",
+        entry.time, entry.token
+    );
+    replace(
+        &rt,
+        &client,
+        &yaml,
+        &format!("version {version}"),
+        yes,
+        dry_run,
+    )
 }
 
 fn confirm() -> anyhow::Result<bool> {

@@ -9,8 +9,8 @@ mod import;
 mod lines;
 mod serve;
 mod simulate;
-mod tls_args;
 mod telemetry;
+mod tls_args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +38,10 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; the serve flags are the big one"
+)]
 enum Command {
     /// Run a limiting server (gRPC + HTTP).
     // Boxed: its many flags would make every other variant as large.
@@ -112,6 +116,31 @@ enum ConfigCommand {
         #[command(flatten)]
         remote: config_remote::RemoteArgs,
     },
+    /// Print a configuration service's audit trail, newest first: each
+    /// commit's version, time, token name and diff.
+    Log {
+        #[command(flatten)]
+        remote: config_remote::RemoteArgs,
+        /// How many commits (1 to 1000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
+    },
+    /// Restore the configuration an earlier commit left, as a new commit:
+    /// shows the difference, then applies it (limiting servers follow
+    /// through their feed).
+    Rollback {
+        /// The version to restore (see `charon config log`).
+        #[arg(long, value_name = "VERSION")]
+        to: u64,
+        #[command(flatten)]
+        remote: config_remote::RemoteArgs,
+        /// Roll back without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Only show the difference.
+        #[arg(long, conflicts_with = "yes")]
+        dry_run: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -141,6 +170,18 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Import { from, files },
         } => config_cmd::import(from, &files),
+        Command::Config {
+            command: ConfigCommand::Log { remote, limit },
+        } => config_remote::log(&remote, limit),
+        Command::Config {
+            command:
+                ConfigCommand::Rollback {
+                    to,
+                    remote,
+                    yes,
+                    dry_run,
+                },
+        } => config_remote::rollback(&remote, to, yes, dry_run),
     };
     match result {
         Ok(code) => code,

@@ -134,6 +134,13 @@ pub struct ServeArgs {
     /// clients' wants in all, instead of the configured capacity.
     #[arg(long, value_name = "URL", env = "CHARON_LEASE_PARENT")]
     pub lease_parent: Option<String>,
+    /// The limiting API's tokens (issue 16; docs/security.md): a YAML list
+    /// of `{name, secret | secret_file, namespaces: [ns…] | ["*"]}`. Every
+    /// gRPC call then needs `authorization: Bearer SECRET`, allowed the
+    /// resource's namespace (health and reflection stay open). Reloaded on
+    /// SIGHUP and when it changes; a bad file keeps the previous tokens.
+    #[arg(long, value_name = "FILE", env = "CHARON_API_TOKENS")]
+    pub api_tokens: Option<PathBuf>,
     /// Export OpenTelemetry traces (a span per decision and per Redis
     /// script call) to this OTLP/gRPC collector, e.g.
     /// `http://127.0.0.1:4317`. Off by default.
@@ -268,6 +275,7 @@ impl ServeArgs {
             keepalive: self.keepalive,
             shutdown_grace: self.shutdown_grace,
             lease_parent: self.lease_parent,
+            api_tokens: self.api_tokens,
             tls: tls
                 .tls_cert
                 .zip(tls.tls_key)

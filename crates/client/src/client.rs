@@ -11,6 +11,9 @@ use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
 use tokio::sync::{Semaphore, SemaphorePermit};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tracing::debug;
 
@@ -31,9 +34,9 @@ pub struct Client {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    grpc: LimiterClient<Channel>,
+    grpc: LimiterClient<Transport>,
     /// `charon.v1.Capacity` on the same connection (leases).
-    pub(crate) capacity: v1::capacity_client::CapacityClient<Channel>,
+    pub(crate) capacity: v1::capacity_client::CapacityClient<Transport>,
     pub(crate) options: ClientOptions,
     /// The live session, if one is open: looked up by every operation, so
     /// a plain lock held for a pointer copy (never across an await).
@@ -103,6 +106,47 @@ fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// The channel every call goes through: the connection, with the bearer
+/// token (if any) added to each call's metadata.
+pub(crate) type Transport = InterceptedService<Channel, Bearer>;
+
+/// Adds `authorization: Bearer TOKEN` to every call (issue 16), or nothing.
+#[derive(Clone)]
+pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Bearer(…)")
+    }
+}
+
+impl Bearer {
+    fn new(token: Option<&crate::options::Token>) -> Result<Self, Error> {
+        token
+            .map(|t| {
+                MetadataValue::try_from(format!("Bearer {}", t.0)).map_err(|_| {
+                    Error::Client(
+                        "the token must be printable ASCII without line breaks".to_owned(),
+                    )
+                })
+            })
+            .transpose()
+            .map(Bearer)
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            request.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(request)
+    }
+}
+
 impl Client {
     /// A client for `options.endpoint`. Connects lazily: a client made
     /// while the server is down works (degraded) and recovers by itself.
@@ -116,10 +160,14 @@ impl Client {
             .tcp_nodelay(true)
             .connect_lazy();
         let in_flight = Semaphore::new(options.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
+        let bearer = Bearer::new(options.token.as_ref())?;
         Ok(Self {
             inner: Arc::new(Inner {
-                capacity: v1::capacity_client::CapacityClient::new(channel.clone()),
-                grpc: LimiterClient::new(channel),
+                capacity: v1::capacity_client::CapacityClient::with_interceptor(
+                    channel.clone(),
+                    bearer.clone(),
+                ),
+                grpc: LimiterClient::with_interceptor(channel, bearer),
                 options,
                 session: Mutex::new(None),
                 opening: tokio::sync::Mutex::new(Opening::default()),

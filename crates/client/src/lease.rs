@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::client::Transport;
 use charon_proto::v1;
 use charon_proto::v1::capacity_client::CapacityClient;
 use tokio::sync::Notify;
-use tonic::transport::Channel;
 
 use crate::{Client, Error};
 
@@ -186,7 +186,7 @@ impl Shared {
 pub struct Lease {
     shared: Arc<Shared>,
     refresher: tokio::task::JoinHandle<()>,
-    grpc: CapacityClient<Channel>,
+    grpc: CapacityClient<Transport>,
     timeout: Duration,
 }
 
@@ -243,7 +243,7 @@ impl Client {
 /// One refresh: asks for `wants`, saying what is held; updates the state.
 async fn refresh(
     shared: &Shared,
-    grpc: &CapacityClient<Channel>,
+    grpc: &CapacityClient<Transport>,
     timeout: Duration,
     wants: f64,
 ) -> Result<(), Error> {
@@ -315,7 +315,7 @@ async fn refresh(
 }
 
 /// The bottom half: refreshes every refresh interval until aborted.
-async fn refresh_loop(shared: Arc<Shared>, grpc: CapacityClient<Channel>, timeout: Duration) {
+async fn refresh_loop(shared: Arc<Shared>, grpc: CapacityClient<Transport>, timeout: Duration) {
     let mut last = Instant::now();
     loop {
         let interval = shared.lock().refresh_interval;

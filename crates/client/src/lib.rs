@@ -196,4 +196,4 @@ pub use grant::{RateGrant, Source};
 pub use hold::Hold;
 pub use lease::{Lease, LeaseMode, LeaseOptions, LeaseSource, LeaseStatus};
 pub use multi::{MultiCall, MultiGrant};
-pub use options::{ClientOptions, ClientTls, RateTransport, endpoint};
+pub use options::{ClientOptions, ClientTls, RateTransport, Token, endpoint};

@@ -58,6 +58,21 @@ pub struct ClientOptions {
     /// endpoint trusts the system's roots; with an `http://` one, plain
     /// text.
     pub tls: Option<ClientTls>,
+    /// The limiting API's bearer token (issue 16), sent as `authorization:
+    /// Bearer TOKEN` metadata on every call, for a server started with
+    /// `--api-tokens`. `None`: no token (a server without tokens needs
+    /// none). Never printed by `Debug`.
+    pub token: Option<Token>,
+}
+
+/// A bearer token: its `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(…)")
+    }
 }
 
 /// TLS of a client's connection (a server run with `charon serve
@@ -156,6 +171,12 @@ pub fn endpoint(
 }
 
 impl ClientOptions {
+    /// These options with the bearer token `token`.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(Token(token.into()));
+        self
+    }
+
     /// Options for `endpoint` with the defaults.
     pub fn new(endpoint: impl Into<String>) -> Self {
         Self {
@@ -168,6 +189,7 @@ impl ClientOptions {
             rate_transport: RateTransport::Session,
             max_in_flight: 256,
             tls: None,
+            token: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::client::Transport;
 use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
@@ -23,7 +24,6 @@ use charon_proto::v1::session_request::Op;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
 use crate::Error;
 
@@ -53,7 +53,7 @@ impl SessionConn {
     /// the client's bound on operations waiting for an answer: the outgoing
     /// queue is sized so that sending never waits behind it.
     pub async fn open(
-        mut grpc: LimiterClient<Channel>,
+        mut grpc: LimiterClient<Transport>,
         generation: u64,
         deadline: Instant,
         max_in_flight: usize,

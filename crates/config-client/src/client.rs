@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use charon_config_service::wire::{Changes, ErrorBody, ImportOutcome};
+use charon_config_service::wire::{AuditEntry, AuditLog, Changes, ErrorBody, ImportOutcome};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, IF_MATCH};
 use reqwest::{RequestBuilder, Response, Url};
 
@@ -268,6 +268,31 @@ impl ConfigClient {
             request = request.header(IF_MATCH, format!("\"{v}\""));
         }
         let response = self.send(request).await?;
+        Self::json(response).await
+    }
+
+    /// `GET /v1/audit?limit=…&before=…`: a page of the audit trail, newest
+    /// first.
+    pub async fn audit(
+        &self,
+        limit: u64,
+        before: Option<u64>,
+    ) -> Result<AuditLog, ConfigClientError> {
+        let mut url = self.url("v1/audit")?;
+        url.query_pairs_mut()
+            .append_pair("limit", &limit.to_string());
+        if let Some(b) = before {
+            url.query_pairs_mut().append_pair("before", &b.to_string());
+        }
+        let response = self.send(self.http.get(url)).await?;
+        Self::json(response).await
+    }
+
+    /// `GET /v1/audit/{version}`: one commit with the whole configuration
+    /// it left (normalized YAML in `config`).
+    pub async fn audit_entry(&self, version: u64) -> Result<AuditEntry, ConfigClientError> {
+        let url = self.url(&format!("v1/audit/{version}"))?;
+        let response = self.send(self.http.get(url)).await?;
         Self::json(response).await
     }
 }

@@ -26,6 +26,7 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 mod api;
+mod audit;
 mod auth;
 mod edit;
 mod error;

@@ -250,8 +250,9 @@ impl Db {
         Ok(ReadTx { tx })
     }
 
-    /// Starts a write: takes the write lock and bumps the version.
-    pub async fn write(&self) -> Result<WriteTx> {
+    /// Starts a write by the token named `token` (recorded in the audit
+    /// trail if it commits): takes the write lock and bumps the version.
+    pub async fn write(&self, token: &str) -> Result<WriteTx> {
         let begin = match self.backend {
             // The UPDATE below takes the meta row's lock.
             Backend::Postgres => "BEGIN",
@@ -273,13 +274,24 @@ impl Db {
             .await?;
         let next = to_u64("version", version)?;
         let history_floor = to_u64("history_floor", history_floor)?;
+        let base = next - 1;
+        let mut read = ReadTx { tx };
+        // What the audit diff starts from: the configuration the last
+        // commit recorded, or (no row: the first commit, or one after an
+        // upgrade from before the audit trail) what the tables hold now.
+        let before = match read.audit_config(base).await? {
+            Some(config) => config,
+            None => read.normalized_yaml().await?,
+        };
         Ok(WriteTx {
-            read: ReadTx { tx },
-            base: next - 1,
+            read,
+            base,
             next,
             history_floor,
             history_versions: self.history_versions,
             changed: BTreeSet::new(),
+            token: token.to_owned(),
+            before,
         })
     }
 
@@ -287,6 +299,20 @@ impl Db {
     pub async fn close(&self) {
         self.pools.close().await;
     }
+}
+
+/// The wall clock in milliseconds since the Unix epoch, for the audit
+/// trail's timestamps: a record for people, which no rule decides by (the
+/// rules read time through `charon_core::Clock`), and which this crate,
+/// without a store, has no `SystemClock` for.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a timestamp for people, no rule reads it"
+)]
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn to_u64(column: &str, v: i64) -> Result<u64> {
@@ -394,6 +420,45 @@ struct ChangedNamespaceRow {
     name: String,
     allow_unconfigured: Option<i64>,
     ignore_configured: Option<i64>,
+}
+
+/// A row of `charon_audit`; `config` only when asked for.
+#[derive(Debug, sqlx::FromRow)]
+struct AuditRow {
+    version: i64,
+    unix_ms: i64,
+    token: String,
+    diff: String,
+    config: Option<String>,
+}
+
+/// One commit as the audit trail recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AuditEntry {
+    /// The version the commit made.
+    pub version: u64,
+    /// When, in milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// The name of the token that made it.
+    pub token: String,
+    /// The unified diff of the normalized YAML, before → after.
+    pub diff: String,
+    /// The normalized YAML after the commit, when asked for.
+    pub config: Option<String>,
+}
+
+impl TryFrom<AuditRow> for AuditEntry {
+    type Error = ConfigDbError;
+
+    fn try_from(row: AuditRow) -> Result<Self> {
+        Ok(AuditEntry {
+            version: to_u64("audit version", row.version)?,
+            unix_ms: to_u64("audit unix_ms", row.unix_ms)?,
+            token: row.token,
+            diff: row.diff,
+            config: row.config,
+        })
+    }
 }
 
 /// The row of `charon_envoy`.
@@ -616,6 +681,68 @@ impl ReadTx {
             .run(async |c| changed_namespaces(c, since).await)
             .await
     }
+
+    /// The whole configuration as this transaction sees it, as normalized
+    /// YAML.
+    pub async fn normalized_yaml(&mut self) -> Result<String> {
+        let resources = self.resources().await?;
+        let namespaces = self.namespaces().await?;
+        let envoy = self.envoy().await?;
+        crate::audit::build(resources, &namespaces, envoy)
+            .map(|config| config.to_yaml())
+            .map_err(|e| ConfigDbError::Corrupt(e.to_string()))
+    }
+
+    /// The configuration the audit trail recorded for `version`.
+    async fn audit_config(&mut self, version: u64) -> Result<Option<String>> {
+        self.tx
+            .run(async |c| {
+                Ok(
+                    sqlx::query_scalar("SELECT config FROM charon_audit WHERE version = $1")
+                        .bind(to_i64(version))
+                        .fetch_optional(c)
+                        .await?,
+                )
+            })
+            .await
+    }
+
+    /// Up to `limit` audit entries (without their configurations), newest
+    /// first, of versions below `before` (all if `None`).
+    pub async fn audit(&mut self, before: Option<u64>, limit: u64) -> Result<Vec<AuditEntry>> {
+        let before = before.map_or(i64::MAX, to_i64);
+        let rows = self
+            .tx
+            .run(async |c| {
+                Ok(sqlx::query_as::<_, AuditRow>(
+                    "SELECT version, unix_ms, token, diff, NULL AS config FROM charon_audit \
+                     WHERE version < $1 ORDER BY version DESC LIMIT $2",
+                )
+                .bind(before)
+                .bind(to_i64(limit))
+                .fetch_all(c)
+                .await?)
+            })
+            .await?;
+        rows.into_iter().map(AuditEntry::try_from).collect()
+    }
+
+    /// The audit entry of `version`, with its configuration.
+    pub async fn audit_entry(&mut self, version: u64) -> Result<Option<AuditEntry>> {
+        self.tx
+            .run(async |c| {
+                Ok(sqlx::query_as::<_, AuditRow>(
+                    "SELECT version, unix_ms, token, diff, config FROM charon_audit \
+                     WHERE version = $1",
+                )
+                .bind(to_i64(version))
+                .fetch_optional(c)
+                .await?)
+            })
+            .await?
+            .map(AuditEntry::try_from)
+            .transpose()
+    }
 }
 
 /// One commit in the making. Dropped without [`WriteTx::commit`], it rolls
@@ -632,6 +759,10 @@ pub(crate) struct WriteTx {
     history_floor: u64,
     history_versions: u64,
     changed: BTreeSet<(Entity, String)>,
+    /// The name of the token making this commit.
+    token: String,
+    /// The normalized YAML before this commit, for the audit diff.
+    before: String,
 }
 
 impl std::ops::Deref for WriteTx {
@@ -807,9 +938,11 @@ impl WriteTx {
         .await
     }
 
-    /// Commits if anything changed (pruning history beyond what is kept);
-    /// rolls back otherwise, leaving the version where it was. `Ok` only
-    /// once the commit is durable; on error nothing of it was committed.
+    /// Commits if anything changed (pruning history beyond what is kept,
+    /// and writing the audit row in the same transaction); rolls back
+    /// otherwise, leaving the version where it was and the audit trail as
+    /// it was. `Ok` only once the commit is durable; on error nothing of it
+    /// was committed, audit row included.
     pub async fn commit(mut self) -> Result<Committed> {
         if self.changed.is_empty() {
             self.read.tx.rollback().await?;
@@ -818,6 +951,27 @@ impl WriteTx {
                 changed: false,
             });
         }
+        let after = self.read.normalized_yaml().await?;
+        let diff = crate::audit::unified(&self.before, &after);
+        let unix_ms = wall_clock_ms();
+        let (version, token) = (to_i64(self.next), self.token.clone());
+        self.read
+            .tx
+            .run(async |c| {
+                sqlx::query(
+                    "INSERT INTO charon_audit (version, unix_ms, token, diff, config) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(version)
+                .bind(unix_ms)
+                .bind(token)
+                .bind(diff)
+                .bind(after)
+                .execute(c)
+                .await?;
+                Ok(())
+            })
+            .await?;
         let cutoff = to_i64(self.next.saturating_sub(self.history_versions));
         if cutoff > to_i64(self.history_floor) {
             self.read

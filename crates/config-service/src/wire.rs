@@ -192,3 +192,38 @@ pub struct ImportOutcome {
     #[schema(value_type = Vec<schema::Adjustment>)]
     pub adjustments: Vec<Adjustment>,
 }
+
+/// One commit in the audit trail (`GET /v1/audit`, `GET /v1/audit/{version}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntry {
+    /// The version the commit made.
+    #[schema(value_type = schema::Version)]
+    pub version: u64,
+    /// When it was committed: RFC 3339, UTC, milliseconds
+    /// (`2026-11-26T12:00:00.123Z`).
+    pub time: String,
+    /// The name of the token that made it (never the secret).
+    pub token: String,
+    /// A unified diff of the whole configuration as normalized YAML, before
+    /// → after (`--- a/config.yaml`, `+++ b/config.yaml`, hunks).
+    pub change: String,
+    /// The whole configuration after the commit, normalized YAML (only from
+    /// `GET /v1/audit/{version}`): what a rollback to it imports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+}
+
+/// `GET /v1/audit`: a page of the audit trail, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditLog {
+    /// The configuration version now.
+    #[schema(value_type = schema::Version)]
+    pub version: u64,
+    /// Commits, newest first.
+    pub entries: Vec<AuditEntry>,
+    /// Pass as `before` to get the next (older) page; absent when this page
+    /// holds the oldest entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::Version>)]
+    pub next_before: Option<u64>,
+}

@@ -17,6 +17,7 @@
 
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod api_auth;
 pub mod config_file;
 pub mod file_reload;
 mod grpc;
@@ -99,6 +100,8 @@ pub struct ServerState {
     /// The decision counters of the configuration in force, rebuilt by the
     /// first decision after a reload ([`ServerState::decisions`]).
     decisions: arc_swap::ArcSwap<metrics::Decisions>,
+    /// Who may use the limiting API (off unless `--api-tokens`).
+    pub api_auth: api_auth::ApiAuth,
 }
 
 /// Where the configuration in force came from, for `/readyz` and
@@ -123,6 +126,7 @@ impl ServerState {
         let decisions = metrics::Decisions::for_config(limiter.config());
         Arc::new(Self {
             decisions: arc_swap::ArcSwap::from_pointee(decisions),
+            api_auth: api_auth::ApiAuth::default(),
             limiter,
             options,
             shutdown: Shutdown::new(),

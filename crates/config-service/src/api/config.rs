@@ -9,12 +9,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use charon_core::config::{Config, NamespaceSettings};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::extract::{IfMatch, QueryParams, RawBody};
 use super::schema::{ConfigDocument, ExportFormat, ExportedConfig};
 use super::{Target, etag, precondition, snapshot, versioned};
 use crate::AppState;
+use crate::audit::build;
 use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
 use crate::store::{ConfigDbError, ENVOY, Meta, StoredNamespace, StoredResource, WriteTx};
@@ -71,31 +72,6 @@ fn assemble(
 ) -> Result<Config, ApiError> {
     build(resources, namespaces, envoy)
         .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
-}
-
-fn build(
-    resources: BTreeMap<String, StoredResource>,
-    namespaces: &BTreeMap<String, StoredNamespace>,
-    envoy: Option<Value>,
-) -> Result<Config, charon_core::config::ConfigErrors> {
-    let nss: Map<String, Value> = namespaces
-        .iter()
-        .map(|(n, s)| {
-            (
-                n.clone(),
-                json!({
-                    "allow_unconfigured": s.settings.allow_unconfigured,
-                    "ignore_configured": s.settings.ignore_configured,
-                }),
-            )
-        })
-        .collect();
-    let docs: Vec<Value> = resources.into_values().map(|r| r.document).collect();
-    let mut doc = json!({ "namespaces": nss, "resources": docs });
-    if let Some(e) = envoy {
-        doc["envoy"] = e;
-    }
-    Config::from_value(&doc).map(|(config, _)| config)
 }
 
 /// Checks, inside a write, that the stored `envoy:` section still holds
@@ -327,7 +303,11 @@ pub(super) async fn import(
         return Ok(versioned(version, &outcome));
     }
 
-    let mut tx = state.db().write().await?;
+    let token = access.token_name();
+    let mut tx = state
+        .db()
+        .write(token.as_deref().unwrap_or(super::UNNAMED))
+        .await?;
     precondition(&mut tx, if_match.as_ref(), Target::Whole).await?;
     let base = tx.base;
     let resources = tx.resources().await?;

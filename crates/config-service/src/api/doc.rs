@@ -20,7 +20,7 @@ use utoipa::openapi::{
 };
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use super::{changes, config, namespaces, resources};
+use super::{audit, changes, config, namespaces, resources};
 use crate::wire::ErrorBody;
 
 /// The configuration API as utoipa sees it.
@@ -31,7 +31,7 @@ use crate::wire::ErrorBody;
         version = "1",
         description = "Resources (rate- and copy-limited), per-domain overrides, groups and \
             membership, namespace settings, whole-configuration import/export and the change \
-            feed of limiting servers. Every change is validated and normalized (SPEC §2) before \
+            feed of limiting servers, and the audit trail of commits. Every change is validated and normalized (SPEC §2) before \
             it is committed; every commit bumps one global version, returned in `ETag`. Writes \
             accept `If-Match`. Mutating requests need a bearer token with write access; reads \
             are open unless the service requires a token for them. See docs/config-service.md."
@@ -60,6 +60,8 @@ use crate::wire::ErrorBody;
         config::export,
         config::import,
         changes::changes,
+        audit::list,
+        audit::get,
     ),
     components(schemas(ErrorBody)),
     modifiers(&Shared),

@@ -5,6 +5,7 @@
 //! segment (`/v1/resources/api%2Fsearch`). Domain, group and namespace
 //! names in URLs are encoded the same way.
 
+mod audit;
 mod changes;
 mod config;
 mod doc;
@@ -17,7 +18,7 @@ mod resources;
 )]
 pub(crate) mod schema;
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts};
@@ -34,6 +35,10 @@ use crate::store::{Committed, Entity, Meta, ReadTx, WriteTx};
 use crate::wire::DeleteCommit;
 use extract::IfMatch;
 use resources::{Group, Override, Part};
+
+/// The audit trail's name for a commit made without a named token (none
+/// is: every write needs a token; kept for safety).
+pub(crate) const UNNAMED: &str = "unknown";
 
 /// The largest request body accepted (a whole configuration on import).
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -74,6 +79,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/config", get(config::export).put(config::import))
         .route("/v1/changes", get(changes::changes))
+        .route("/v1/audit", get(audit::list))
+        .route("/v1/audit/{version}", get(audit::get))
         .route("/v1/{*rest}", any(not_found))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -151,16 +158,19 @@ impl FromRequestParts<AppState> for Snapshot {
 struct Editor {
     state: AppState,
     if_match: Option<IfMatch>,
+    /// The name of the write token, for the audit trail.
+    token: Arc<str>,
 }
 
 impl FromRequestParts<AppState> for Editor {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        Writer::from_request_parts(parts, state).await?;
+        let crate::auth::Allowed(token) = Writer::from_request_parts(parts, state).await?;
         Ok(Editor {
             state: state.clone(),
             if_match: IfMatch::from_headers(&parts.headers)?,
+            token: token.unwrap_or_else(|| Arc::from(UNNAMED)),
         })
     }
 }
@@ -168,7 +178,7 @@ impl FromRequestParts<AppState> for Editor {
 impl Editor {
     /// Starts the commit: takes the write lock.
     async fn begin(&self) -> Result<WriteTx, ApiError> {
-        Ok(self.state.db().write().await?)
+        Ok(self.state.db().write(&self.token).await?)
     }
 
     /// Checks `If-Match` against `target`, inside the commit.

@@ -59,6 +59,8 @@ scalars! {
         ObjectBuilder::new().schema_type(Type::Number).minimum(Some(0)).maximum(Some(9_007_199_254.740_991));
     Version: "A global configuration version." =
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0));
+    AuditLimit: "How many audit entries a page holds, 1 to 1000." =
+        ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(1000));
 }
 
 /// A human duration: `250ms`, `1s`, `15m`, `24h`, `1h 30m` (whole

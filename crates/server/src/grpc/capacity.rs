@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::{error_outcome, status};
 use crate::ServerState;
+use crate::api_auth;
 use crate::metrics::Outcome;
 
 /// The `Capacity` service.
@@ -23,6 +24,20 @@ impl CapacityService {
     /// A service deciding with `state.limiter`.
     pub fn new(state: Arc<ServerState>) -> Self {
         Self { state }
+    }
+
+    /// Checks the call's token and its right to every resource it names:
+    /// one it may not use refuses the whole call (`PERMISSION_DENIED`).
+    fn allowed<'a, T>(
+        &self,
+        request: &Request<T>,
+        mut resources: impl Iterator<Item = &'a str>,
+    ) -> Result<(), Status> {
+        let caller = self.state.api_auth.authenticate(request.metadata())?;
+        match resources.find_map(|r| api_auth::refusal(&caller, r)) {
+            Some(why) => Err(api_auth::denied_status(why)),
+            None => Ok(()),
+        }
     }
 
     /// Counts one call per resource it named, as decisions are counted.
@@ -54,6 +69,14 @@ impl v1::capacity_server::Capacity for CapacityService {
         request: Request<v1::GetCapacityRequest>,
     ) -> Result<Response<v1::GetCapacityReply>, Status> {
         let started = Instant::now();
+        self.allowed(
+            &request,
+            request
+                .get_ref()
+                .resources
+                .iter()
+                .map(|w| w.resource.as_str()),
+        )?;
         let req = request.into_inner();
         let asks: Vec<CapacityAsk> = req
             .resources
@@ -95,6 +118,10 @@ impl v1::capacity_server::Capacity for CapacityService {
         request: Request<v1::ReleaseCapacityRequest>,
     ) -> Result<Response<v1::ReleaseCapacityReply>, Status> {
         let started = Instant::now();
+        self.allowed(
+            &request,
+            request.get_ref().resources.iter().map(String::as_str),
+        )?;
         let req = request.into_inner();
         let result = match self.state.check_configured() {
             Ok(()) => {

@@ -36,6 +36,7 @@ use tonic::{Request, Response, Status};
 
 use super::status;
 use crate::ServerState;
+use crate::api_auth;
 use crate::metrics;
 
 /// The most descriptors one call may carry: Envoy sends one per rate-limit
@@ -430,6 +431,12 @@ impl RateLimitService for EnvoyService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
+        // The Envoy domain stands for the namespace: a token may call for
+        // the domains named like its namespaces.
+        let caller = self.state.api_auth.authenticate(request.metadata())?;
+        if let Some(why) = api_auth::refusal_in(&caller, &request.get_ref().domain) {
+            return Err(api_auth::denied_status(why));
+        }
         let req = request.into_inner();
         let result = match self.state.check_configured() {
             Ok(()) => {

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::ServerState;
+use crate::api_auth;
 use crate::metrics::{self, Outcome};
 
 /// The `Limiter` service.
@@ -30,6 +31,16 @@ impl LimiterService {
     /// A service deciding with `state.limiter`.
     pub fn new(state: Arc<ServerState>) -> Self {
         Self { state }
+    }
+}
+
+/// Checks a unary call's token and its right to `resource`: the API
+/// tokens' `UNAUTHENTICATED` or `PERMISSION_DENIED`, or nothing.
+fn allowed<T>(state: &ServerState, request: &Request<T>, resource: &str) -> Result<(), Status> {
+    let caller = state.api_auth.authenticate(request.metadata())?;
+    match api_auth::refusal(&caller, resource) {
+        Some(why) => Err(api_auth::denied_status(why)),
+        None => Ok(()),
     }
 }
 
@@ -128,6 +139,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         &self,
         request: Request<v1::RateRequest>,
     ) -> Result<Response<v1::RateReply>, Status> {
+        allowed(&self.state, &request, &request.get_ref().resource)?;
         let req = request.into_inner();
         observed_request(&self.state, &req)
             .await
@@ -139,6 +151,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         &self,
         request: Request<v1::ChargeRequest>,
     ) -> Result<Response<v1::RateReply>, Status> {
+        allowed(&self.state, &request, &request.get_ref().resource)?;
         let req = request.into_inner();
         observed_charge(&self.state, &req, false)
             .await
@@ -150,6 +163,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         &self,
         request: Request<v1::ChargeRequest>,
     ) -> Result<Response<v1::RateReply>, Status> {
+        allowed(&self.state, &request, &request.get_ref().resource)?;
         let req = request.into_inner();
         observed_charge(&self.state, &req, true)
             .await
@@ -166,8 +180,12 @@ impl v1::limiter_server::Limiter for LimiterService {
         if self.state.shutdown.is_triggered() {
             return Err(Status::unavailable("shutting down"));
         }
+        // The stream's token is checked once; each operation's resource
+        // against it as the operation comes (a forbidden one fails alone).
+        let caller = self.state.api_auth.authenticate(request.metadata())?;
         Ok(Response::new(session::start(
             self.state.clone(),
+            caller,
             request.into_inner(),
         )))
     }

@@ -45,6 +45,7 @@ use tracing::{Instrument, debug, warn};
 
 use super::{error_outcome, observed_charge, observed_request, ops, record, status};
 use crate::ServerState;
+use crate::api_auth::{self, Caller};
 use crate::metrics::{self, Outcome};
 
 type Out = mpsc::Sender<Result<v1::SessionReply, Status>>;
@@ -52,14 +53,20 @@ type Out = mpsc::Sender<Result<v1::SessionReply, Status>>;
 /// Starts driving a session stream; returns the stream of replies.
 pub(super) fn start(
     state: Arc<ServerState>,
+    caller: Caller,
     inbound: Streaming<v1::SessionRequest>,
 ) -> ReceiverStream<Result<v1::SessionReply, Status>> {
     let (tx, rx) = mpsc::channel(state.options.session_concurrency * 2);
-    tokio::spawn(drive(state, inbound, tx));
+    tokio::spawn(drive(state, caller, inbound, tx));
     ReceiverStream::new(rx)
 }
 
-async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionRequest>, tx: Out) {
+async fn drive(
+    state: Arc<ServerState>,
+    caller: Caller,
+    mut inbound: Streaming<v1::SessionRequest>,
+    tx: Out,
+) {
     let _live = state.shutdown.session_guard();
     metrics::sessions_open(1.0);
     let bound = state.options.session_concurrency.max(1);
@@ -93,6 +100,12 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
             }
         };
         let id = message.id;
+        if let Some(why) = message.op.as_ref().and_then(|op| forbidden(&caller, op)) {
+            let _ = tx
+                .send(Ok(reply(id, Reply::Error(api_auth::denied_error(why)))))
+                .await;
+            continue;
+        }
         match message.op {
             None => {
                 let e = LimitError::Client(charon_core::ClientError::invalid(
@@ -134,6 +147,22 @@ async fn drive(state: Arc<ServerState>, mut inbound: Streaming<v1::SessionReques
         }
     }
     metrics::sessions_open(-1.0);
+}
+
+/// Why `caller` may not run `op`, if it may not: the namespace of the
+/// resource it names. A seize names a transfer, not a resource: its id is
+/// the capability the transferring client (who needed the right to the
+/// resource) handed over, so it is not checked here.
+fn forbidden(caller: &Caller, op: &Op) -> Option<String> {
+    let resource = match op {
+        Op::Request(r) => &r.resource,
+        Op::Charge(r) | Op::Refund(r) => &r.resource,
+        Op::Reserve(r) => &r.resource,
+        Op::Release(r) => &r.resource,
+        Op::Transfer(r) => &r.resource,
+        Op::Seize(_) => return None,
+    };
+    api_auth::refusal(caller, resource)
 }
 
 /// The status ending a stream whose next message could not be read, or

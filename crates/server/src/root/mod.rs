@@ -86,6 +86,10 @@ pub struct Settings {
     /// What this server trusts and presents when it calls its lease
     /// parent over `https://`.
     pub lease_parent_tls: ClientTlsFiles,
+    /// The limiting API's tokens file (issue 16, see [`crate::api_auth`]):
+    /// every call then needs a token of it, allowed the resource's
+    /// namespace. `None`: the limiting API is open.
+    pub api_tokens: Option<PathBuf>,
 }
 
 impl Settings {
@@ -105,6 +109,7 @@ impl Settings {
             lease_parent: None,
             tls: None,
             lease_parent_tls: ClientTlsFiles::default(),
+            api_tokens: None,
         }
     }
 
@@ -503,6 +508,17 @@ async fn serve(
     let state = ServerState::new(limiter, options);
     if let Some(tls) = &tls {
         tls.spawn_reloader(state.shutdown.clone());
+    }
+    if let Some(path) = &settings.api_tokens {
+        let tokens = crate::api_auth::ApiTokens::load(path)
+            .map_err(|e| anyhow::anyhow!("--api-tokens: {e}"))?;
+        tracing::info!(
+            file = %path.display(),
+            tokens = tokens.len(),
+            "the limiting API needs a token"
+        );
+        state.api_auth.set(tokens);
+        crate::api_auth::spawn_reloader(state.clone(), path.clone());
     }
     if let Some(parent) = &settings.lease_parent {
         lease_parent::spawn(&state, parent, &settings.lease_parent_tls, server_id())?;

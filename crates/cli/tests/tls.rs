@@ -690,3 +690,63 @@ resources:
     let (_, leases) = root.http_get("/v1/leases").unwrap();
     assert!(leases.contains("\"leased\":30"), "{leases}");
 }
+
+/// Issue 16: under mutual TLS, a call without a bearer token is made by the
+/// principal whose `certificate_name` is its client certificate's common
+/// name (`--api-tokens`): it may use its namespaces only; a certificate
+/// that names nobody is UNAUTHENTICATED; a bearer token still wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_a_principal_of_the_limiting_api() {
+    let pki = TestPki::new();
+    let (nobody_cert, nobody_key) = pki.issue_client("nobody", "nobody in the tokens file");
+    let tokens = tempfile::tempdir().unwrap();
+    let tokens_file = tokens.path().join("api-tokens.yaml");
+    std::fs::write(
+        &tokens_file,
+        "- { name: search, certificate_name: charon test client, namespaces: [api] }\n\
+         - { name: ops, secret: ops-secret, namespaces: [\"*\"] }\n",
+    )
+    .unwrap();
+    let ca = pki.ca().display().to_string();
+    let tokens_arg = tokens_file.display().to_string();
+    let server = serve_tls(
+        &pki,
+        &["--tls-client-ca", &ca, "--api-tokens", &tokens_arg],
+        true,
+    );
+
+    // "charon test client" is `search`: api/ yes, sandbox/ no.
+    let search = client(&server, trusting(&pki, true));
+    assert_eq!(
+        search
+            .request("api/search", "t")
+            .send()
+            .await
+            .unwrap()
+            .granted,
+        1
+    );
+    let e = search.reserve("sandbox/vm", "t").send().await.unwrap_err();
+    assert!(matches!(e, charon_client::Error::Client(_)), "{e}");
+    assert!(e.to_string().contains("search"), "{e}");
+
+    // A certificate of the right CA whose name no principal carries.
+    let nobody = client(
+        &server,
+        Some(
+            ClientTls::from_files(Some(&pki.ca()), Some(&nobody_cert), Some(&nobody_key)).unwrap(),
+        ),
+    );
+    let e = nobody.request("api/search", "t").send().await.unwrap_err();
+    assert!(matches!(e, charon_client::Error::Client(_)), "{e}");
+    assert!(e.to_string().contains("token"), "{e}");
+
+    // The same certificate with `ops`' bearer token: the token wins.
+    let mut options = ClientOptions::new(format!("https://127.0.0.1:{}", server.grpc_port));
+    options.fail_open = false;
+    options.request_timeout = Duration::from_secs(3);
+    options.tls = trusting(&pki, true);
+    let ops = Client::connect(options.with_token("ops-secret")).unwrap();
+    let hold = ops.reserve("sandbox/vm", "t").send().await.unwrap();
+    assert_eq!(hold.copies(), 1);
+}

@@ -6,9 +6,11 @@
 //! stay open.
 //!
 //! Where a credential comes from and what it may do are kept apart: a
-//! bearer secret is looked up in [`ApiTokens::by_secret`]; a client
-//! certificate's name (mTLS) can later be looked up by
-//! [`ApiTokens::by_name`] into the same [`Principal`].
+//! bearer secret is looked up in [`ApiTokens::by_secret`]; under mutual
+//! TLS (`--tls-client-ca`), a call without a bearer token is made by the
+//! principal whose `certificate_name` is the subject common name of the
+//! client certificate the handshake verified ([`ApiTokens::by_certificate`]);
+//! both lead to the same [`Principal`]. A bearer token, when sent, wins.
 //!
 //! The file, YAML:
 //!
@@ -16,6 +18,9 @@
 //! - name: tenant-a            # what logs and errors call it
 //!   secret: 9f1c…             # or secret_file: /run/secrets/tenant-a
 //!   namespaces: [tenant-a]    # or ["*"]: every namespace
+//! - name: tenant-b
+//!   certificate_name: checkout.tenant-b   # a client certificate's CN
+//!   namespaces: [tenant-b]
 //! ```
 //!
 //! It is reloaded on SIGHUP and when it changes; a file that does not load
@@ -34,7 +39,6 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tonic::Status;
-use tonic::metadata::MetadataMap;
 use tracing::{error, info, warn};
 
 use crate::ServerState;
@@ -90,20 +94,30 @@ struct Entry {
     secret: Option<String>,
     #[serde(default)]
     secret_file: Option<PathBuf>,
+    #[serde(default)]
+    certificate_name: Option<String>,
     namespaces: Vec<String>,
+}
+
+/// One principal and the credentials that name it.
+#[derive(Clone)]
+struct Credentials {
+    secret: Option<String>,
+    certificate_name: Option<String>,
+    principal: Arc<Principal>,
 }
 
 /// The principals of the limiting API, by secret and by name.
 #[derive(Clone, Default)]
 pub struct ApiTokens {
-    entries: Vec<(String, Arc<Principal>)>,
+    entries: Vec<Credentials>,
 }
 
 impl std::fmt::Debug for ApiTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print a secret.
         f.debug_list()
-            .entries(self.entries.iter().map(|(_, p)| p))
+            .entries(self.entries.iter().map(|c| &c.principal))
             .finish()
     }
 }
@@ -129,36 +143,56 @@ impl ApiTokens {
             if e.name.is_empty() || e.name.chars().any(char::is_control) {
                 return Err(format!("{at}: a name must be non-empty text"));
             }
-            if tokens.entries.iter().any(|(_, p)| p.name == e.name) {
+            if tokens.entries.iter().any(|c| c.principal.name == e.name) {
                 return Err(format!("{at}: two tokens have this name"));
             }
             let secret = match (e.secret, e.secret_file) {
-                (Some(s), None) => s,
+                (Some(s), None) => Some(s),
                 (None, Some(file)) => {
                     let file = dir.join(file);
-                    std::fs::read_to_string(&file)
-                        .map_err(|err| format!("{at}: cannot read {}: {err}", file.display()))?
-                        .trim()
-                        .to_owned()
+                    Some(
+                        std::fs::read_to_string(&file)
+                            .map_err(|err| format!("{at}: cannot read {}: {err}", file.display()))?
+                            .trim()
+                            .to_owned(),
+                    )
                 }
-                _ => return Err(format!("{at}: give exactly one of secret and secret_file")),
+                (None, None) if e.certificate_name.is_some() => None,
+                _ => {
+                    return Err(format!(
+                        "{at}: give exactly one of secret and secret_file, or a certificate_name"
+                    ));
+                }
             };
-            if secret.is_empty() || secret.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(format!(
-                    "{at}: the secret must be non-empty, without spaces or control characters"
-                ));
+            if let Some(secret) = &secret {
+                if secret.is_empty() || secret.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(format!(
+                        "{at}: the secret must be non-empty, without spaces or control characters"
+                    ));
+                }
+                if tokens.by_secret(secret).is_some() {
+                    return Err(format!("{at}: another token has the same secret"));
+                }
             }
-            if tokens.by_secret(&secret).is_some() {
-                return Err(format!("{at}: another token has the same secret"));
+            if let Some(cn) = &e.certificate_name {
+                if cn.is_empty() || cn.chars().any(char::is_control) {
+                    return Err(format!("{at}: a certificate_name must be non-empty text"));
+                }
+                if tokens.by_certificate_name(cn).is_some() {
+                    return Err(format!("{at}: another token has the same certificate_name"));
+                }
             }
             if e.namespaces.is_empty() {
                 return Err(format!(
                     "{at}: namespaces is empty (list some, or [\"*\"] for all)"
                 ));
             }
-            tokens
-                .entries
-                .push((secret, Arc::new(Principal::new(e.name, &e.namespaces))));
+            tokens.entries.push(Credentials {
+                secret,
+                certificate_name: e.certificate_name,
+                principal: Arc::new(Principal::new(e.name, &e.namespaces)),
+            });
         }
         Ok(tokens)
     }
@@ -168,21 +202,38 @@ impl ApiTokens {
     /// much of a secret was right.
     pub fn by_secret(&self, presented: &str) -> Option<Arc<Principal>> {
         let mut found = None;
-        for (secret, principal) in &self.entries {
+        for c in &self.entries {
+            let Some(secret) = &c.secret else { continue };
             if bool::from(secret.as_bytes().ct_eq(presented.as_bytes())) {
-                found = Some(Arc::clone(principal));
+                found = Some(Arc::clone(&c.principal));
             }
         }
         found
     }
 
-    /// The principal named `name`: for identities that carry a name rather
-    /// than a secret (a client certificate's, under mTLS).
+    /// The principal named `name` (tests and tools; never a credential).
     pub fn by_name(&self, name: &str) -> Option<Arc<Principal>> {
         self.entries
             .iter()
-            .find(|(_, p)| p.name == name)
-            .map(|(_, p)| Arc::clone(p))
+            .find(|c| c.principal.name == name)
+            .map(|c| Arc::clone(&c.principal))
+    }
+
+    /// The principal whose `certificate_name` is `cn`.
+    fn by_certificate_name(&self, cn: &str) -> Option<Arc<Principal>> {
+        self.entries
+            .iter()
+            .find(|c| c.certificate_name.as_deref() == Some(cn))
+            .map(|c| Arc::clone(&c.principal))
+    }
+
+    /// The principal of a client certificate (DER) that the TLS handshake
+    /// verified against `--tls-client-ca`: by its subject's common name.
+    /// `None` for a certificate that does not parse or names nobody.
+    pub fn by_certificate(&self, der: &[u8]) -> Option<Arc<Principal>> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let cn = cert.subject().iter_common_name().next()?.as_str().ok()?;
+        self.by_certificate_name(cn)
     }
 
     /// How many tokens there are.
@@ -212,20 +263,28 @@ impl ApiAuth {
         self.tokens.store(Some(Arc::new(tokens)));
     }
 
-    /// Who made a call, from its metadata: `Ok(None)` when the API is open;
-    /// `UNAUTHENTICATED` (class client) when a token is needed and missing,
-    /// malformed or unknown.
-    pub fn authenticate(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+    /// Who made `request`: `Ok(None)` when the API is open; else the
+    /// principal of its bearer token, or (without one) of the client
+    /// certificate its TLS handshake verified; `UNAUTHENTICATED` (class
+    /// client) when neither names one.
+    pub fn authenticate<T>(&self, request: &tonic::Request<T>) -> Result<Caller, Status> {
         // A guard, not a clone of the Arc: the open API's check is one
         // atomic load on the decision path.
         let tokens = self.tokens.load();
         let Some(tokens) = tokens.as_deref() else {
             return Ok(None);
         };
-        let Some(value) = metadata.get("authorization") else {
-            return Err(unauthenticated(
-                "this server requires a token: send `authorization: Bearer TOKEN` metadata",
-            ));
+        let Some(value) = request.metadata().get("authorization") else {
+            return request
+                .peer_certs()
+                .and_then(|chain| chain.first().and_then(|c| tokens.by_certificate(c)))
+                .map(Some)
+                .ok_or_else(|| {
+                    unauthenticated(
+                        "this server requires a token: send `authorization: Bearer TOKEN` \
+                         metadata or a client certificate it knows",
+                    )
+                });
         };
         let secret = value
             .to_str()

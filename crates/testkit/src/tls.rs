@@ -109,6 +109,18 @@ impl TestPki {
         )
     }
 
+    /// Another client certificate of this CA, with common name `cn`, as
+    /// `NAME.pem` and `NAME.key`; returns their paths.
+    pub fn issue_client(&self, name: &str, cn: &str) -> (PathBuf, PathBuf) {
+        let (cert, key) = self.leaf(Vec::new(), cn, ExtendedKeyUsagePurpose::ClientAuth);
+        self.write(&format!("{name}.pem"), &cert);
+        self.write(&format!("{name}.key"), &key);
+        (
+            self.dir.path().join(format!("{name}.pem")),
+            self.dir.path().join(format!("{name}.key")),
+        )
+    }
+
     /// The directory holding the files.
     pub fn dir(&self) -> &Path {
         self.dir.path()

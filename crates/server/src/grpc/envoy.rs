@@ -433,7 +433,7 @@ impl RateLimitService for EnvoyService {
         let started = Instant::now();
         // The Envoy domain stands for the namespace: a token may call for
         // the domains named like its namespaces.
-        let caller = self.state.api_auth.authenticate(request.metadata())?;
+        let caller = self.state.api_auth.authenticate(&request)?;
         if let Some(why) = api_auth::refusal_in(&caller, &request.get_ref().domain) {
             return Err(api_auth::denied_status(why));
         }

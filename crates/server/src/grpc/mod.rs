@@ -37,7 +37,7 @@ impl LimiterService {
 /// Checks a unary call's token and its right to `resource`: the API
 /// tokens' `UNAUTHENTICATED` or `PERMISSION_DENIED`, or nothing.
 fn allowed<T>(state: &ServerState, request: &Request<T>, resource: &str) -> Result<(), Status> {
-    let caller = state.api_auth.authenticate(request.metadata())?;
+    let caller = state.api_auth.authenticate(&request)?;
     match api_auth::refusal(&caller, resource) {
         Some(why) => Err(api_auth::denied_status(why)),
         None => Ok(()),
@@ -182,7 +182,7 @@ impl v1::limiter_server::Limiter for LimiterService {
         }
         // The stream's token is checked once; each operation's resource
         // against it as the operation comes (a forbidden one fails alone).
-        let caller = self.state.api_auth.authenticate(request.metadata())?;
+        let caller = self.state.api_auth.authenticate(&request)?;
         Ok(Response::new(session::start(
             self.state.clone(),
             caller,

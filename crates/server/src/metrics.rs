@@ -311,6 +311,27 @@ pub const METRICS: &[Described] = &[
         Some(Unit::Seconds),
         "Time to answer an Envoy ShouldRateLimit call.",
     ),
+    m(
+        "charon_tls_reloads_total",
+        Kind::Counter,
+        "result",
+        Some(Unit::Count),
+        "TLS certificate reloads (SIGHUP or changed files), by result: applied or refused.",
+    ),
+    m(
+        "charon_tls_reload_failing",
+        Kind::Gauge,
+        "",
+        None,
+        "1 while the TLS files on disk were refused and the previous certificate is still served.",
+    ),
+    m(
+        "charon_tls_handshake_failures_total",
+        Kind::Counter,
+        "listener",
+        Some(Unit::Count),
+        "TLS handshakes that failed or timed out, by listener (grpc, http).",
+    ),
 ];
 
 /// Gives the recorder every description of [`METRICS`].
@@ -664,14 +685,6 @@ pub fn config_reload(applied: bool) {
 /// The TLS files were read again (SIGHUP or a change) and used
 /// (`true`) or refused (the previous certificate stays in force).
 pub fn tls_reload(applied: bool) {
-    metrics::describe_counter!(
-        "charon_tls_reloads_total",
-        "TLS certificate reloads (SIGHUP or changed files), by result: applied or refused"
-    );
-    metrics::describe_gauge!(
-        "charon_tls_reload_failing",
-        "1 while the TLS files on disk were refused and the previous certificate is still served"
-    );
     let result = if applied { "applied" } else { "refused" };
     counter!("charon_tls_reloads_total", "result" => result).increment(1);
     tls_reload_failing(!applied);
@@ -685,10 +698,6 @@ pub fn tls_reload_failing(failing: bool) {
 
 /// A TLS handshake on `listener` (`gRPC`, `HTTP`) failed or timed out.
 pub fn tls_handshake_failed(listener: &'static str) {
-    metrics::describe_counter!(
-        "charon_tls_handshake_failures_total",
-        "TLS handshakes that failed or timed out, by listener (grpc, http)"
-    );
     let listener = if listener == "gRPC" { "grpc" } else { "http" };
     counter!("charon_tls_handshake_failures_total", "listener" => listener).increment(1);
 }

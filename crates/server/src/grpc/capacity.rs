@@ -33,7 +33,7 @@ impl CapacityService {
         request: &Request<T>,
         mut resources: impl Iterator<Item = &'a str>,
     ) -> Result<(), Status> {
-        let caller = self.state.api_auth.authenticate(&request)?;
+        let caller = self.state.api_auth.authenticate(request)?;
         match resources.find_map(|r| api_auth::refusal(&caller, r)) {
             Some(why) => Err(api_auth::denied_status(why)),
             None => Ok(()),

@@ -37,7 +37,7 @@ impl LimiterService {
 /// Checks a unary call's token and its right to `resource`: the API
 /// tokens' `UNAUTHENTICATED` or `PERMISSION_DENIED`, or nothing.
 fn allowed<T>(state: &ServerState, request: &Request<T>, resource: &str) -> Result<(), Status> {
-    let caller = state.api_auth.authenticate(&request)?;
+    let caller = state.api_auth.authenticate(request)?;
     match api_auth::refusal(&caller, resource) {
         Some(why) => Err(api_auth::denied_status(why)),
         None => Ok(()),

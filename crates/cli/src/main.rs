@@ -8,6 +8,7 @@ mod import;
 mod lines;
 mod serve;
 mod simulate;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,7 +38,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a limiting server (gRPC + HTTP).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Replay JSON-line events against a configuration on a virtual clock.
     ///
     /// Reads one event per line on stdin and writes one JSON reply per event
@@ -50,6 +51,10 @@ enum Command {
     /// Load-test a running server's Request RPC; prints throughput and
     /// latency percentiles.
     Bench(bench::BenchArgs),
+    /// Show the busiest and most limited (resource, domain) pairs of a
+    /// server's decision stream, refreshing in the terminal: from its live
+    /// view (`--server`) or an events file it writes (`--events FILE`).
+    Top(top::TopArgs),
     /// Talk to a running server: one request, or hold copies.
     Client {
         #[command(subcommand)]
@@ -107,8 +112,9 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
+        Command::Top(args) => top::run(args),
         Command::Client { command } => client_cmd::run(command),
         Command::Simulate { config } => simulate::run(&config),
         Command::Config {

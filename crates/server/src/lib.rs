@@ -18,6 +18,7 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod config_file;
+pub mod events;
 pub mod file_reload;
 mod grpc;
 pub mod http;
@@ -26,8 +27,8 @@ mod root;
 mod shutdown;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use charon_limiter::Limiter;
@@ -90,6 +91,8 @@ pub struct ServerState {
     /// The decision counters of the configuration in force, rebuilt by the
     /// first decision after a reload ([`ServerState::decisions`]).
     decisions: arc_swap::ArcSwap<metrics::Decisions>,
+    /// The decision stream, when `--events` asked for one.
+    events: OnceLock<Arc<events::Events>>,
 }
 
 /// Where the configuration in force came from, for `/readyz` and
@@ -114,6 +117,7 @@ impl ServerState {
         let decisions = metrics::Decisions::for_config(limiter.config());
         Arc::new(Self {
             decisions: arc_swap::ArcSwap::from_pointee(decisions),
+            events: OnceLock::new(),
             limiter,
             options,
             shutdown: Shutdown::new(),
@@ -169,6 +173,27 @@ impl ServerState {
                 &config,
             ))));
         self.decisions.load()
+    }
+
+    /// Sends every decision from now on to `events` too (once: a second
+    /// stream is refused, and `false` returned).
+    pub fn set_events(&self, events: Arc<events::Events>) -> bool {
+        self.events.set(events).is_ok()
+    }
+
+    /// The decision stream, if there is one.
+    pub fn events(&self) -> Option<&Arc<events::Events>> {
+        self.events.get()
+    }
+
+    /// Records one decision in the stream, if there is one: `build` makes
+    /// the event from the decision's time, only if it is sampled and under
+    /// the cap (see [`events::Events::emit`]).
+    #[inline]
+    pub(crate) fn emit(&self, build: impl FnOnce(u64) -> events::Event) {
+        if let Some(events) = self.events.get() {
+            events.emit(build);
+        }
     }
 
     /// Whether `/readyz` should say yes (the store is checked separately).

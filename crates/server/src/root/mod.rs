@@ -77,6 +77,8 @@ pub struct Settings {
     /// resources share what it grants instead of their configured
     /// capacity. `None`: this server is a root.
     pub lease_parent: Option<String>,
+    /// The decision stream (`--events`): `None`, none.
+    pub events: Option<crate::events::EventSettings>,
 }
 
 impl Settings {
@@ -94,6 +96,7 @@ impl Settings {
             max_message_bytes: options.max_message_bytes,
             session_concurrency: options.session_concurrency,
             lease_parent: None,
+            events: None,
         }
     }
 
@@ -445,6 +448,11 @@ async fn serve(
     let store = store::open(&store_url, &settings.store).await?;
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let state = ServerState::new(limiter, options);
+    if let Some(events) = &settings.events {
+        let events =
+            crate::events::Events::start(events, server_id()).context("decision events")?;
+        state.set_events(events);
+    }
     if let Some(parent) = &settings.lease_parent {
         lease_parent::spawn(&state, parent, server_id())?;
     }
@@ -584,6 +592,10 @@ async fn serve(
     // A gRPC or HTTP side that stopped by itself is an error: after the
     // same clean shutdown, the process exits 1 with the reason.
     let served = server.await?;
+    if let Some(events) = state.events() {
+        // What is queued is written before the process ends.
+        events.close(Duration::from_secs(2));
+    }
     if let Source::Embedded(app, _) = &source {
         app.close().await;
     }

@@ -7,11 +7,11 @@
 //! (a thread-local random number, no lock), checks the per-second cap (one
 //! atomic word), builds the event only then (two string copies) and pushes
 //! it into a bounded queue without blocking; a full queue drops the event.
-//! A dedicated writer thread ([`writer`]) drains the queue in batches,
-//! feeds the live view, serializes and writes; a write that fails (a full
-//! disk, a broken pipe) drops its events, is logged at most every 30 s,
-//! and the file is opened again a second later, so the stream recovers
-//! when space returns. Every drop is counted by reason:
+//! A dedicated writer thread (the `writer` module) drains the queue in
+//! batches, feeds the live view, serializes and writes; a write that fails
+//! (a full disk, a broken pipe) drops its events, is logged at most every
+//! 30 s, and the file is opened again a second later, so the stream
+//! recovers when space returns. Every drop is counted by reason:
 //! `charon_events_dropped_total{reason="queue_full"|"rate_cap"|"write_error"}`,
 //! and every event written in `charon_events_written_total`.
 //!

@@ -114,7 +114,7 @@ fn run(
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            sink.idle();
+            sink.check_moved();
             std::thread::sleep(POLL_EVERY);
             continue;
         }
@@ -268,6 +268,7 @@ impl Sink {
     /// Writes `events` (emptying it), rotating where a file would grow
     /// past its bound.
     fn write(&mut self, events: &mut Vec<Event>, server: &str) {
+        self.check_moved();
         if !self.ready() {
             self.dropped(events.len() as u64);
             return;
@@ -406,15 +407,12 @@ impl Sink {
         self.size = 0;
     }
 
-    /// Between batches: a file moved or removed by someone else (an
-    /// outside log rotation) is opened again at its path by the next
-    /// batch. (A failed sink is opened again by the first batch after its
-    /// rest.)
-    fn idle(&mut self) {
-        if self.out.is_none() {
-            return;
-        }
-        if !self.regular || self.last_check.elapsed() < CHECK_EVERY {
+    /// At most every [`CHECK_EVERY`]: a file moved or removed by someone
+    /// else (an outside log rotation) is closed, to be opened again at its
+    /// path by the next write. (A failed sink is opened again by the first
+    /// batch after its rest.)
+    fn check_moved(&mut self) {
+        if self.out.is_none() || !self.regular || self.last_check.elapsed() < CHECK_EVERY {
             return;
         }
         self.last_check = Instant::now();
@@ -495,6 +493,20 @@ mod tests {
         for p in [path.clone(), numbered(&path, 1)] {
             assert!(std::fs::metadata(&p).unwrap().len() <= line * 10);
         }
+    }
+
+    #[test]
+    fn a_file_moved_away_is_opened_again_at_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut s = sink(&path, 0, 0);
+        s.write(&mut events(2), "s");
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        s.last_check = Instant::now().checked_sub(CHECK_EVERY).unwrap();
+        s.write(&mut events(3), "s");
+        let lines = |p: &Path| std::fs::read_to_string(p).unwrap().lines().count();
+        assert_eq!(lines(&dir.path().join("moved")), 2);
+        assert_eq!(lines(&path), 3);
     }
 
     #[test]

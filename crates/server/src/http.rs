@@ -38,6 +38,9 @@ async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoRespo
     {
         metrics::leases(&summaries);
     }
+    if let Some(events) = state.events() {
+        events.sync_metrics();
+    }
     let handle = metrics::install();
     handle.run_upkeep();
     (

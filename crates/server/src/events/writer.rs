@@ -110,6 +110,7 @@ fn run(
                 break;
             }
         }
+        sink.counters.sync();
         if batch.is_empty() {
             if stop.load(Ordering::SeqCst) {
                 break;
@@ -121,6 +122,7 @@ fn run(
         write_batch(&mut batch, sink, server, top);
     }
     sink.close();
+    sink.counters.sync();
 }
 
 /// Feeds `batch` to the live view and writes it (emptying it).

@@ -1,8 +1,9 @@
 //! The writer thread: drains the queue in batches, feeds the live view,
 //! serializes and writes, rotates, and survives a failing sink.
 //!
-//! The thread polls the queue (sleeping [`POLL_EVERY`] when it is empty)
-//! rather than waiting on it, so queueing an event never wakes a thread.
+//! The thread polls the queue (sleeping [`POLL_EVERY`] once it has
+//! drained it) rather than waiting on it, so queueing an event never wakes
+//! a thread, and at moderate rates each poll is one write.
 //! Each batch (what is queued, up to [`BATCH`] events) is serialized into
 //! one buffer and written with one `write` (a buffered writer whose buffer
 //! is emptied at every batch, so `tail -f` sees events within tens of
@@ -119,7 +120,14 @@ fn run(
             std::thread::sleep(POLL_EVERY);
             continue;
         }
+        let full = batch.len() == BATCH;
         write_batch(&mut batch, sink, server, top);
+        if !full {
+            // The queue is drained: let events gather for one poll rather
+            // than write a few at a time as they come (one write call per
+            // poll at moderate rates; full batches go on at once).
+            std::thread::sleep(POLL_EVERY);
+        }
     }
     sink.close();
     sink.counters.sync();

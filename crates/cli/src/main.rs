@@ -11,6 +11,7 @@ mod serve;
 mod simulate;
 mod telemetry;
 mod tls_args;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +59,10 @@ enum Command {
     /// Load-test a running server's Request RPC; prints throughput and
     /// latency percentiles.
     Bench(bench::BenchArgs),
+    /// Show the busiest and most limited (resource, domain) pairs of a
+    /// server's decision stream, refreshing in the terminal: from its live
+    /// view (`--server`) or an events file it writes (`--events FILE`).
+    Top(top::TopArgs),
     /// Talk to a running server: one request, or hold copies.
     Client {
         #[command(subcommand)]
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
+        Command::Top(args) => top::run(args),
         Command::Client { command } => client_cmd::run(command),
         Command::Simulate { config } => simulate::run(&config),
         Command::Completions(args) => extras::completions(&args, Cli::command()),

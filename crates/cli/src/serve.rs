@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use charon_server::events::{EventSettings, EventSink};
 use charon_server::{
     ClientTlsFiles, ConfigSource, EmbeddedService, Listeners, Settings, StoreSettings, TlsSettings,
 };
@@ -150,6 +151,32 @@ pub struct ServeArgs {
     /// `large_enum_variant`).
     #[command(flatten)]
     pub tls: Box<TlsFlags>,
+    /// Write one JSON line per decision (time, resource, domain,
+    /// operation, outcome, tier, counts) to this file, rotated, or to
+    /// stdout (`-`). Decisions never wait for it: events that cannot be
+    /// written at once are dropped and counted
+    /// (`charon_events_dropped_total`). Also turns on `GET /v1/top`
+    /// (`--events /dev/null` for that alone). See docs/events.md.
+    #[arg(long, value_name = "PATH|-", env = "CHARON_EVENTS")]
+    pub events: Option<PathBuf>,
+    /// The share of decisions written as events, above 0 and at most 1.
+    #[arg(long, value_name = "RATIO", default_value_t = 1.0, value_parser = parse_ratio)]
+    pub events_sample: f64,
+    /// The most events per second (after sampling); more are dropped
+    /// (`reason="rate_cap"`). 0: no cap.
+    #[arg(long, value_name = "N", default_value_t = charon_server::events::DEFAULT_MAX_PER_SECOND)]
+    pub events_max_per_second: u32,
+    /// Rotate the events file before it grows past this size (bytes, or
+    /// with a K, M or G suffix: KiB, MiB, GiB); 0: never.
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = parse_size)]
+    pub events_max_bytes: u64,
+    /// Rotated events files kept: PATH.1 (the newest) … PATH.N.
+    #[arg(long, value_name = "N", default_value_t = charon_server::events::DEFAULT_KEEP)]
+    pub events_keep: u32,
+    /// Events waiting for the writer at most; more are dropped
+    /// (`reason="queue_full"`).
+    #[arg(long, value_name = "N", default_value_t = charon_server::events::QUEUE_EVENTS as u32, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub events_queue: u32,
 }
 
 /// TLS flags of `charon serve` (docs/tls.md): the server's own
@@ -231,6 +258,36 @@ pub struct TlsFlags {
     pub lease_parent_key: Option<PathBuf>,
 }
 
+/// A ratio in (0, 1].
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err("a number above 0 and at most 1".to_owned()),
+    }
+}
+
+/// A size in bytes: `1048576`, `512K`, `100M`, `1G` (binary multiples;
+/// `KiB`, `MiB`, `GiB` too).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        _ => return Err("a size: bytes, or with K, M or G (binary)".to_owned()),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| "a size: bytes, or with K, M or G (binary)".to_owned())
+}
+
 impl ServeArgs {
     /// The settings these flags say.
     fn settings(self) -> Settings {
@@ -289,6 +346,21 @@ impl ServeArgs {
                 cert: tls.lease_parent_cert,
                 key: tls.lease_parent_key,
             },
+            events: self.events.map(|path| {
+                let sink = if path.as_os_str() == "-" {
+                    EventSink::Stdout
+                } else {
+                    EventSink::File(path)
+                };
+                EventSettings {
+                    sample: self.events_sample,
+                    max_per_second: self.events_max_per_second,
+                    max_bytes: self.events_max_bytes,
+                    keep: self.events_keep,
+                    queue: self.events_queue as usize,
+                    ..EventSettings::new(sink)
+                }
+            }),
             ..defaults
         }
     }

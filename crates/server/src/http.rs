@@ -11,15 +11,16 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::ServerState;
-use crate::metrics;
+use crate::{events, metrics};
 
-/// `/metrics`, `/healthz`, `/readyz` and `/v1/leases`.
+/// `/metrics`, `/healthz`, `/readyz`, `/v1/leases` and `/v1/top`.
 pub fn router(state: Arc<ServerState>) -> Router {
     metrics::install();
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/v1/leases", get(leases))
         .route("/leases", get(leases_page))
+        .route("/v1/top", get(top))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state)
@@ -42,6 +43,9 @@ async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoRespo
         Ok(Ok(()))
     );
     metrics::store_up(up);
+    if let Some(events) = state.events() {
+        events.sync_metrics();
+    }
     let handle = metrics::install();
     handle.run_upkeep();
     (
@@ -68,6 +72,50 @@ async fn leases(State(state): State<Arc<ServerState>>) -> axum::response::Respon
         )
             .into_response(),
     }
+}
+
+/// `GET /v1/top` parameters.
+#[derive(Debug, serde::Deserialize)]
+struct TopQuery {
+    /// `10s` by default, 1 s to 60 s.
+    window: Option<String>,
+    /// Pairs in each list, 10 by default, at most 1000.
+    limit: Option<usize>,
+}
+
+/// The live view of the decision stream (`charon top --server`): the
+/// busiest and most limited (resource, domain) pairs over the last
+/// `window`, as JSON ([`events::TopReport`]). 404 when the server runs
+/// without `--events`; 400 on a bad window or limit. Reads what the
+/// stream's writer thread counted, never what decisions touch.
+async fn top(
+    State(state): State<Arc<ServerState>>,
+    query: Result<axum::extract::Query<TopQuery>, axum::extract::rejection::QueryRejection>,
+) -> axum::response::Response {
+    let bad = |why: String| (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response();
+    let Ok(axum::extract::Query(query)) = query else {
+        return bad("expected ?window=DURATION&limit=N".to_owned());
+    };
+    let Some(events) = state.events() else {
+        return (
+            StatusCode::NOT_FOUND,
+            "decision events are off: start the server with --events PATH|- \
+             (--events /dev/null for the live view alone)\n",
+        )
+            .into_response();
+    };
+    let window = match query.window.as_deref().map(humantime::parse_duration) {
+        None => Duration::from_secs(10),
+        Some(Ok(w)) if w >= Duration::from_secs(1) && w <= events::top::MAX_WINDOW => w,
+        Some(Ok(w)) => return bad(format!("window {w:?}: from 1s to 60s")),
+        Some(Err(e)) => return bad(format!("window: {e}")),
+    };
+    let limit = match query.limit {
+        None => 10,
+        Some(n @ 1..=1000) => n,
+        Some(n) => return bad(format!("limit {n}: from 1 to 1000")),
+    };
+    axum::Json(events.top(window, limit)).into_response()
 }
 
 /// The same as [`leases`], as a small HTML page for a browser: one table

@@ -19,6 +19,7 @@
 
 pub mod api_auth;
 pub mod config_file;
+pub mod events;
 pub mod file_reload;
 mod grpc;
 pub mod http;
@@ -30,8 +31,8 @@ pub mod trace;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use charon_limiter::Limiter;
@@ -102,6 +103,8 @@ pub struct ServerState {
     decisions: arc_swap::ArcSwap<metrics::Decisions>,
     /// Who may use the limiting API (off unless `--api-tokens`).
     pub api_auth: api_auth::ApiAuth,
+    /// The decision stream, when `--events` asked for one.
+    events: OnceLock<Arc<events::Events>>,
 }
 
 /// Where the configuration in force came from, for `/readyz` and
@@ -127,6 +130,7 @@ impl ServerState {
         Arc::new(Self {
             decisions: arc_swap::ArcSwap::from_pointee(decisions),
             api_auth: api_auth::ApiAuth::default(),
+            events: OnceLock::new(),
             limiter,
             options,
             shutdown: Shutdown::new(),
@@ -183,6 +187,27 @@ impl ServerState {
                 &config,
             ))));
         self.decisions.load()
+    }
+
+    /// Sends every decision from now on to `events` too (once: a second
+    /// stream is refused, and `false` returned).
+    pub fn set_events(&self, events: Arc<events::Events>) -> bool {
+        self.events.set(events).is_ok()
+    }
+
+    /// The decision stream, if there is one.
+    pub fn events(&self) -> Option<&Arc<events::Events>> {
+        self.events.get()
+    }
+
+    /// Records one decision in the stream, if there is one: `build` makes
+    /// the event from the decision's time, only if it is sampled and under
+    /// the cap (see [`events::Events::emit`]).
+    #[inline]
+    pub(crate) fn emit(&self, build: impl FnOnce(u64) -> events::Event) {
+        if let Some(events) = self.events.get() {
+            events.emit(build);
+        }
     }
 
     /// Whether `/readyz` should say yes (the store is checked separately).

@@ -117,8 +117,7 @@ const fn m(
     }
 }
 
-/// Every metric the server exports (the decision event stream describes
-/// its own `charon_events_*`), described once: [`install`] gives the
+/// Every metric the server exports, described once: [`install`] gives the
 /// recorder these descriptions, so every family on `/metrics` has its
 /// `# HELP` and `# TYPE` lines, and docs/observability.md lists them.
 pub const METRICS: &[Described] = &[
@@ -331,6 +330,20 @@ pub const METRICS: &[Described] = &[
         "listener",
         Some(Unit::Count),
         "TLS handshakes that failed or timed out, by listener (grpc, http).",
+    ),
+    m(
+        "charon_events_written_total",
+        Kind::Counter,
+        "",
+        Some(Unit::Count),
+        "Decision events written to the --events sink.",
+    ),
+    m(
+        "charon_events_dropped_total",
+        Kind::Counter,
+        "reason",
+        Some(Unit::Count),
+        "Decision events dropped, by reason: queue_full (the writer is behind), rate_cap (over --events-max-per-second), write_error (the sink failed).",
     ),
 ];
 

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use super::{error_outcome, status};
 use crate::ServerState;
 use crate::api_auth;
+use crate::events::{Count, Event, EventOutcome};
 use crate::metrics::Outcome;
 
 /// The `Capacity` service.
@@ -52,6 +53,18 @@ impl CapacityService {
         for r in resources {
             decisions.observe(operation, r, outcome, started.elapsed());
         }
+    }
+}
+
+/// A lease of `capacity` for a client that wants `wants`: all of it,
+/// some, or nothing.
+fn lease_outcome(capacity: f64, wants: f64) -> EventOutcome {
+    if capacity >= wants {
+        EventOutcome::Granted
+    } else if capacity > 0.0 {
+        EventOutcome::Partial
+    } else {
+        EventOutcome::Rejected
     }
 }
 
@@ -98,6 +111,19 @@ impl v1::capacity_server::Capacity for CapacityService {
             outcome(&result),
             started,
         );
+        for (i, ask) in asks.iter().enumerate() {
+            self.state.emit(|now| {
+                let granted = result.as_ref().ok().and_then(|r| r.get(i));
+                let outcome = match granted {
+                    Some(g) => lease_outcome(g.capacity.to_f64(), ask.wants),
+                    None => outcome(&result).into(),
+                };
+                let mut e = Event::new(now, "get_capacity", &ask.resource, &req.client_id, outcome);
+                e.requested = Some(Count::Real(ask.wants));
+                e.granted = granted.map(|g| Count::Real(g.capacity.to_f64()));
+                e
+            });
+        }
         let replies = result.map_err(|e| status::to_status(&e))?;
         let leases = asks
             .into_iter()
@@ -138,6 +164,17 @@ impl v1::capacity_server::Capacity for CapacityService {
             outcome(&result),
             started,
         );
+        for resource in &req.resources {
+            self.state.emit(|now| {
+                Event::new(
+                    now,
+                    "release_capacity",
+                    resource,
+                    &req.client_id,
+                    outcome(&result).into(),
+                )
+            });
+        }
         let released = result.map_err(|e| status::to_status(&e))?;
         Ok(Response::new(v1::ReleaseCapacityReply { released }))
     }

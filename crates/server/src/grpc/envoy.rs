@@ -37,6 +37,7 @@ use tonic::{Request, Response, Status};
 use super::status;
 use crate::ServerState;
 use crate::api_auth;
+use crate::events::{Count, Event, EventOutcome};
 use crate::metrics;
 
 /// The most descriptors one call may carry: Envoy sends one per rate-limit
@@ -335,11 +336,19 @@ async fn decide(
     } else {
         Some(state.limiter.store().meters(&ops).await?)
     };
-    Ok(Some(respond(envoy.headers, domain, &plans, &ops, batch)))
+    Ok(Some(respond(
+        state,
+        envoy.headers,
+        domain,
+        &plans,
+        &ops,
+        batch,
+    )))
 }
 
 /// The response for the decided batch, and its metrics.
 fn respond(
+    state: &ServerState,
     headers: bool,
     domain: &str,
     plans: &[Plan<'_>],
@@ -380,6 +389,7 @@ fn respond(
         let enforced_over = rejected && !shadow;
         over |= enforced_over;
         metrics::envoy_descriptor(domain, node, rejected, r.warning, rejected && *shadow);
+        state.emit(|now| descriptor_event(now, resource, o, reply, &r, rejected, *shadow));
         if enforced_over && let Some(wait) = r.retry_after_ms.or(r.reset_after_ms) {
             retry_ms = Some(retry_ms.map_or(wait, |w| w.max(wait)));
         }
@@ -422,6 +432,37 @@ fn respond(
         response_headers_to_add,
         ..RateLimitResponse::default()
     }
+}
+
+/// The event of one decided descriptor: the Charon resource and domain it
+/// was decided on, `rejected` over its limit (`shadowed` when shadow mode
+/// let it through).
+fn descriptor_event(
+    now: u64,
+    resource: &str,
+    op: &MeterOp<'_>,
+    reply: &OpReply,
+    r: &Outcome,
+    rejected: bool,
+    shadow: bool,
+) -> Event {
+    let outcome = match (rejected, shadow) {
+        (true, true) => EventOutcome::Shadowed,
+        (true, false) => EventOutcome::Rejected,
+        (false, _) => EventOutcome::Granted,
+    };
+    let mut e = Event::new(now, "envoy", resource, op.domain, outcome);
+    e.requested = Some(Count::Whole(match op.op {
+        Op::Request { amount, .. } => amount.copies(),
+        Op::Charge(n) | Op::Refund(n) => n,
+    }));
+    e.granted = Some(Count::Whole(reply.granted()));
+    e.remaining = Some(r.remaining);
+    e.warning = r.warning;
+    if let OpReply::Tiers(t) = reply {
+        e.tier = u32::try_from(t.tier).ok().filter(|&t| t > 0);
+    }
+    e
 }
 
 #[tonic::async_trait]
@@ -473,6 +514,9 @@ impl RateLimitService for EnvoyService {
             }
             Err(e) => {
                 metrics::envoy_error(e.class());
+                let outcome = super::error_outcome(&e);
+                self.state
+                    .emit(|now| Event::new(now, "envoy", "", &req.domain, outcome.into()));
                 Err(status::to_status(&e))
             }
         }

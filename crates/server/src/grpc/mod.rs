@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use crate::ServerState;
 use crate::api_auth;
+use crate::events::{Count, Event, EventOutcome};
 use crate::metrics::{self, Outcome};
 
 /// The `Limiter` service.
@@ -67,7 +68,30 @@ async fn observed_request(
     crate::trace::outcome(&span, outcome, result.as_ref().ok().map(|r| r.granted));
     record_reply(state, operation, &req.resource, outcome, &result);
     record(state, operation, &req.resource, outcome, started);
+    state.emit(|now| {
+        let asked = req.copies.unwrap_or(1);
+        let outcome = match &result {
+            Ok(r) => EventOutcome::of_grant(r.granted, asked, r.delay_ms),
+            Err(_) => outcome.into(),
+        };
+        let mut e = Event::new(now, operation, &req.resource, &req.domain, outcome);
+        e.requested = Some(Count::Whole(asked));
+        if let Ok(r) = &result {
+            rate_reply_facts(&mut e, r);
+        }
+        e
+    });
     result
+}
+
+/// The counts of a rate-like reply in an event.
+fn rate_reply_facts(e: &mut Event, r: &v1::RateReply) {
+    e.granted = Some(Count::Whole(r.granted));
+    e.tier = (r.tier > 0).then_some(r.tier);
+    e.remaining = r.remaining;
+    e.delay_ms = r.delay_ms.filter(|&d| d > 0);
+    e.warning = r.warning;
+    e.banned = r.banned;
 }
 
 /// Runs a charge (`refund = false`) or a refund and records it.
@@ -94,6 +118,14 @@ async fn observed_charge(
     crate::trace::outcome(&span, outcome, result.as_ref().ok().map(|r| r.granted));
     record_reply(state, operation, &req.resource, outcome, &result);
     record(state, operation, &req.resource, outcome, started);
+    state.emit(|now| {
+        let mut e = Event::new(now, operation, &req.resource, &req.domain, outcome.into());
+        e.requested = Some(Count::Whole(req.copies));
+        if let Ok(r) = &result {
+            rate_reply_facts(&mut e, r);
+        }
+        e
+    });
     result
 }
 

@@ -46,6 +46,7 @@ use tracing::{Instrument, debug, warn};
 use super::{error_outcome, observed_charge, observed_request, ops, record, status};
 use crate::ServerState;
 use crate::api_auth::{self, Caller};
+use crate::events::{Count, Event, EventOutcome};
 use crate::metrics::{self, Outcome};
 
 type Out = mpsc::Sender<Result<v1::SessionReply, Status>>;
@@ -281,36 +282,34 @@ async fn copy_op(
 ) -> Reply {
     let started = Instant::now();
     if let Err(e) = state.check_configured() {
-        record(state, "session", "", error_outcome(&e), started);
+        let outcome = error_outcome(&e);
+        record(state, "session", "", outcome, started);
+        state.emit(|now| Event::new(now, "session", "", "", outcome.into()));
         return Reply::Error(status::to_error(&e));
     }
-    let (operation, resource, asked, result) = match op {
+    let (operation, resource, domain, asked, result) = match op {
         Op::Reserve(req) => {
             let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
-            ("reserve", req.resource, req.copies.unwrap_or(1), r)
+            let asked = req.copies.unwrap_or(1);
+            ("reserve", req.resource, req.domain, asked, r)
         }
         Op::Release(req) => {
-            let resource = req.resource.clone();
-            (
-                "release",
-                resource,
-                1,
-                ops::release::run(session, req).await.map(Reply::Release),
-            )
+            let (resource, domain, asked) = (req.resource.clone(), req.domain.clone(), req.copies);
+            let r = ops::release::run(session, req).await.map(Reply::Release);
+            ("release", resource, domain, asked, r)
         }
         Op::Transfer(req) => {
-            let resource = req.resource.clone();
-            (
-                "transfer",
-                resource,
-                1,
-                ops::transfer::run(session, req).await.map(Reply::Transfer),
-            )
+            let (resource, domain, asked) = (req.resource.clone(), req.domain.clone(), req.copies);
+            let r = ops::transfer::run(session, req).await.map(Reply::Transfer);
+            ("transfer", resource, domain, asked, r)
         }
         Op::Seize(req) => {
             let r = ops::seize::run(session, &req).await;
-            let resource = r.as_ref().map(|s| s.resource.clone()).unwrap_or_default();
-            ("seize", resource, 1, r.map(Reply::Seize))
+            let (resource, domain, copies) = r.as_ref().map_or_else(
+                |_| (String::new(), String::new(), 1),
+                |s| (s.resource.clone(), s.domain.clone(), s.copies),
+            );
+            ("seize", resource, domain, copies, r.map(Reply::Seize))
         }
         // The driver runs rate requests itself; should one get here, it is
         // still answered correctly.
@@ -318,20 +317,21 @@ async fn copy_op(
             let r = ops::request::run(&state.limiter, &req)
                 .await
                 .map(Reply::Request);
-            ("request", req.resource, req.copies.unwrap_or(1), r)
+            let asked = req.copies.unwrap_or(1);
+            ("request", req.resource, req.domain, asked, r)
         }
         // The driver runs charges and refunds itself too.
         Op::Charge(req) => {
             let r = ops::charge::run(&state.limiter, &req, false)
                 .await
                 .map(Reply::Charge);
-            ("charge", req.resource, req.copies, r)
+            ("charge", req.resource, req.domain, req.copies, r)
         }
         Op::Refund(req) => {
             let r = ops::charge::run(&state.limiter, &req, true)
                 .await
                 .map(Reply::Refund);
-            ("refund", req.resource, req.copies, r)
+            ("refund", req.resource, req.domain, req.copies, r)
         }
     };
     let (outcome, reply) = match result {
@@ -342,6 +342,7 @@ async fn copy_op(
     };
     crate::trace::copy_outcome(span, operation, &resource, outcome, &reply);
     record(state, operation, &resource, outcome, started);
+    state.emit(|now| copy_event(now, operation, &resource, &domain, asked, outcome, &reply));
     reply
 }
 
@@ -358,6 +359,39 @@ fn copy_span(op: &Op) -> tracing::Span {
         Op::Refund(r) => ("refund", r.resource.as_str(), r.domain.as_str()),
     };
     crate::trace::decision(operation, resource, domain)
+}
+
+/// The event of a copy operation (or of a rate operation the lane ran).
+fn copy_event(
+    now: u64,
+    operation: &'static str,
+    resource: &str,
+    domain: &str,
+    asked: u64,
+    outcome: Outcome,
+    reply: &Reply,
+) -> Event {
+    let mut e = Event::new(now, operation, resource, domain, outcome.into());
+    e.requested = Some(Count::Whole(asked));
+    let (granted, held) = match reply {
+        Reply::Reserve(r) => (Some(r.granted), Some(r.domain_holds)),
+        Reply::Release(r) => (Some(r.released), Some(r.domain_holds)),
+        Reply::Transfer(r) => (Some(r.copies), None),
+        Reply::Seize(r) => (Some(r.copies), None),
+        Reply::Request(r) | Reply::Charge(r) | Reply::Refund(r) => {
+            e.tier = (r.tier > 0).then_some(r.tier);
+            e.remaining = r.remaining;
+            e.delay_ms = r.delay_ms.filter(|&d| d > 0);
+            if operation == "request" {
+                e.outcome = EventOutcome::of_grant(r.granted, asked, r.delay_ms);
+            }
+            (Some(r.granted), None)
+        }
+        Reply::Error(_) => (None, None),
+    };
+    e.granted = granted.map(Count::Whole);
+    e.held = held;
+    e
 }
 
 /// Keeps trying to release holds a session could not give back when it

@@ -90,6 +90,8 @@ pub struct Settings {
     /// every call then needs a token of it, allowed the resource's
     /// namespace. `None`: the limiting API is open.
     pub api_tokens: Option<PathBuf>,
+    /// The decision stream (`--events`): `None`, none.
+    pub events: Option<crate::events::EventSettings>,
 }
 
 impl Settings {
@@ -110,6 +112,7 @@ impl Settings {
             tls: None,
             lease_parent_tls: ClientTlsFiles::default(),
             api_tokens: None,
+            events: None,
         }
     }
 
@@ -520,6 +523,11 @@ async fn serve(
         state.api_auth.set(tokens);
         crate::api_auth::spawn_reloader(state.clone(), path.clone());
     }
+    if let Some(events) = &settings.events {
+        let events =
+            crate::events::Events::start(events, server_id()).context("decision events")?;
+        state.set_events(events);
+    }
     if let Some(parent) = &settings.lease_parent {
         lease_parent::spawn(&state, parent, &settings.lease_parent_tls, server_id())?;
     }
@@ -673,6 +681,10 @@ async fn serve(
     // A gRPC or HTTP side that stopped by itself is an error: after the
     // same clean shutdown, the process exits 1 with the reason.
     let served = server.await?;
+    if let Some(events) = state.events() {
+        // What is queued is written before the process ends.
+        events.close(Duration::from_secs(2));
+    }
     if let Source::Embedded(app, _) = &source {
         app.close().await;
     }

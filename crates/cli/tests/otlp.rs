@@ -14,6 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use charon_client::Source;
+use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_testkit::{CharonProcess, RedisServer, free_port};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -35,6 +39,12 @@ resources:
   - name: sandbox/vm
     kind: copy
     domain_limit: 2
+envoy:
+  domains:
+    - domain: edge
+      descriptors:
+        - key: tenant
+          resource: api/tight
 ";
 
 /// What the collector received: every span, and the `service.name` of
@@ -156,6 +166,26 @@ async fn decisions_and_their_redis_calls_arrive_as_spans() {
     }
     assert_eq!(granted, [1, 1, 0]);
     let mut hold = holder(&server, "sandbox/vm", "t7", 2);
+    // Envoy's protocol: one decision span per call, outcome of the call.
+    let mut envoy = RateLimitServiceClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        envoy
+            .should_rate_limit(RateLimitRequest {
+                domain: "edge".to_owned(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "tenant".to_owned(),
+                        value: "t9".to_owned(),
+                    }],
+                    ..RateLimitDescriptor::default()
+                }],
+                ..RateLimitRequest::default()
+            })
+            .await
+            .unwrap();
+    }
 
     let found = within(Duration::from_secs(20), async || {
         let spans = collector.spans();
@@ -163,6 +193,8 @@ async fn decisions_and_their_redis_calls_arrive_as_spans() {
             decision(&spans, "request", "api/tight", "t1", "granted"),
             decision(&spans, "request", "api/tight", "t1", "rejected"),
             decision(&spans, "reserve", "sandbox/vm", "t7", "granted"),
+            decision(&spans, "envoy", "", "edge", "granted"),
+            decision(&spans, "envoy", "", "edge", "rejected"),
         ];
         wanted
             .iter()

@@ -8,6 +8,7 @@ use std::time::Instant;
 use charon_limiter::{CapacityAsk, LimitError};
 use charon_proto::v1;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use super::{error_outcome, status};
 use crate::ServerState;
@@ -101,10 +102,27 @@ impl v1::capacity_server::Capacity for CapacityService {
                 subclients: w.subclients,
             })
             .collect();
+        // One decision span per call; the resource is left empty when a
+        // call names several.
+        let span = crate::trace::decision(
+            "get_capacity",
+            match asks.as_slice() {
+                [one] => one.resource.as_str(),
+                _ => "",
+            },
+            &req.client_id,
+        );
         let result = match self.state.check_configured() {
-            Ok(()) => self.state.limiter.get_capacity(&req.client_id, &asks).await,
+            Ok(()) => {
+                self.state
+                    .limiter
+                    .get_capacity(&req.client_id, &asks)
+                    .instrument(span.clone())
+                    .await
+            }
             Err(e) => Err(e),
         };
+        crate::trace::outcome(&span, outcome(&result), None);
         self.record(
             "get_capacity",
             asks.iter().map(|a| a.resource.as_str()),

@@ -33,6 +33,7 @@ use charon_proto::envoy::service::ratelimit::v3::{
 };
 use charon_store::{Limit, MeterOp, OpReply};
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use super::status;
 use crate::ServerState;
@@ -479,13 +480,29 @@ impl RateLimitService for EnvoyService {
             return Err(api_auth::denied_status(why));
         }
         let req = request.into_inner();
+        // One decision span per call (its descriptors' Redis calls
+        // beneath it); the resource is left empty: a call names several.
+        let span = crate::trace::decision("envoy", "", &req.domain);
         let result = match self.state.check_configured() {
             Ok(()) => {
                 let config = self.state.limiter.config();
-                decide(&self.state, &config, &req).await
+                decide(&self.state, &config, &req)
+                    .instrument(span.clone())
+                    .await
             }
             Err(e) => Err(e),
         };
+        crate::trace::outcome(
+            &span,
+            match &result {
+                Ok(Some(r)) if r.overall_code == Code::OverLimit as i32 => {
+                    metrics::Outcome::Rejected
+                }
+                Ok(_) => metrics::Outcome::Granted,
+                Err(e) => super::error_outcome(e),
+            },
+            None,
+        );
         metrics::envoy_duration(started.elapsed());
         match result {
             Ok(Some(response)) => {

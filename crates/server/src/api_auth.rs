@@ -29,17 +29,14 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use charon_core::config::namespace_of;
 use charon_proto::v1;
-use notify::Watcher;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
-use tokio::sync::mpsc;
 use tonic::Status;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use crate::ServerState;
 
@@ -334,66 +331,31 @@ pub fn denied_error(message: String) -> v1::Error {
     }
 }
 
-/// How long the tokens file must stay the same before it is applied.
-const DEBOUNCE: Duration = Duration::from_millis(250);
-
 /// Reloads the tokens file at `path` into `state.api_auth` on SIGHUP and
-/// when it changes, until shutdown. A file that does not load is logged
-/// and the previous tokens stay in force.
+/// when it changes (as the configuration file is:
+/// [`crate::file_reload::FileWatch`]), until shutdown. A file that does
+/// not load is logged and the previous tokens stay in force.
 pub fn spawn_reloader(state: Arc<ServerState>, path: PathBuf) {
     tokio::spawn(async move {
-        if let Err(e) = watch(&state, &path).await {
+        let result = async {
+            let mut watch = crate::file_reload::FileWatch::new(&path, "API tokens")?;
+            while let Some(text) = watch.next(&state.shutdown).await? {
+                match text.and_then(|_| ApiTokens::load(&path)) {
+                    Ok(tokens) => {
+                        info!(file = %path.display(), tokens = tokens.len(), "API tokens reloaded");
+                        state.api_auth.set(tokens);
+                    }
+                    Err(e) => {
+                        error!("API tokens refused; the previous ones stay in force: {e}");
+                    }
+                }
+            }
+            Ok::<(), String>(())
+        };
+        if let Err(e) = result.await {
             error!("API tokens reload stopped: {e}");
         }
     });
-}
-
-async fn watch(state: &ServerState, path: &Path) -> Result<(), String> {
-    let (tx, mut changes) = mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
-            let _ = tx.send(());
-        }
-    })
-    .map_err(|e| format!("cannot watch files: {e}"))?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
-        warn!(dir = %dir.display(), "cannot watch the API tokens' directory ({e}); reload on SIGHUP only");
-    }
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
-    let mut last = std::fs::read(path).ok();
-    loop {
-        let forced = tokio::select! {
-            () = state.shutdown.wait() => return Ok(()),
-            _ = hangups.recv() => true,
-            Some(()) = changes.recv() => false,
-        };
-        if !forced {
-            tokio::select! {
-                () = state.shutdown.wait() => return Ok(()),
-                () = tokio::time::sleep(DEBOUNCE) => {}
-            }
-            while changes.try_recv().is_ok() {}
-            let now = std::fs::read(path).ok();
-            if now.is_none() || now == last {
-                continue;
-            }
-            last = now;
-        }
-        match ApiTokens::load(path) {
-            Ok(tokens) => {
-                info!(file = %path.display(), tokens = tokens.len(), "API tokens reloaded");
-                state.api_auth.set(tokens);
-            }
-            Err(e) => {
-                error!("API tokens refused; the previous ones stay in force: {e}");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

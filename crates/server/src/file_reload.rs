@@ -26,52 +26,92 @@ pub const DEBOUNCE: Duration = Duration::from_millis(250);
 /// until shutdown.
 pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
     tokio::spawn(async move {
-        if let Err(e) = watch(state, path).await {
+        let result = async {
+            let mut watch = FileWatch::new(&path, "configuration")?;
+            while let Some(text) = watch.next(&state.shutdown).await? {
+                apply(&state, &path, text.and_then(|t| load_bytes(&path, &t)));
+            }
+            Ok::<(), String>(())
+        };
+        if let Err(e) = result.await {
             error!("configuration reload stopped: {e}");
         }
     });
 }
 
-async fn watch(state: Arc<ServerState>, path: PathBuf) -> Result<(), String> {
-    let (tx, mut changes) = mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
-            let _ = tx.send(());
+/// A file watched for reloads (the configuration file, the API tokens
+/// file): yields its content on SIGHUP (as it is, at once) and when it
+/// changed and settled (read the same twice, [`DEBOUNCE`] apart, and
+/// unlike what it last yielded).
+pub(crate) struct FileWatch {
+    path: PathBuf,
+    // Kept alive: dropping it stops the events.
+    _watcher: notify::RecommendedWatcher,
+    changes: mpsc::UnboundedReceiver<()>,
+    hangups: tokio::signal::unix::Signal,
+    last: Option<Vec<u8>>,
+}
+
+impl FileWatch {
+    /// Starts watching `path` (`what` names it in warnings).
+    pub(crate) fn new(path: &Path, what: &str) -> Result<Self, String> {
+        let (tx, changes) = mpsc::unbounded_channel::<()>();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if event.is_ok() {
+                    let _ = tx.send(());
+                }
+            })
+            .map_err(|e| format!("cannot watch files: {e}"))?;
+        // Watch the directory, not the file: editors and Kubernetes replace
+        // files by renaming, which a watch on the file itself would miss.
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+            warn!(dir = %dir.display(), "cannot watch the {what}'s directory ({e}); reload on SIGHUP only");
         }
-    })
-    .map_err(|e| format!("cannot watch files: {e}"))?;
-    // Watch the directory, not the file: editors and Kubernetes replace
-    // files by renaming, which a watch on the file itself would miss.
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
-        warn!(dir = %dir.display(), "cannot watch the configuration's directory ({e}); reload on SIGHUP only");
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
+        Ok(Self {
+            path: path.to_owned(),
+            _watcher: watcher,
+            changes,
+            hangups,
+            last: std::fs::read(path).ok(),
+        })
     }
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
-    let mut last = std::fs::read(&path).ok();
-    loop {
-        let forced = tokio::select! {
-            () = state.shutdown.wait() => return Ok(()),
-            _ = hangups.recv() => true,
-            Some(()) = changes.recv() => false,
-        };
-        let text = if forced {
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-        } else {
+
+    /// The file's content to apply next (an error: SIGHUP and it cannot be
+    /// read); `Ok(None)` once `shutdown` is triggered.
+    pub(crate) async fn next(
+        &mut self,
+        shutdown: &crate::shutdown::Shutdown,
+    ) -> Result<Option<Result<Vec<u8>, String>>, String> {
+        loop {
+            let forced = tokio::select! {
+                () = shutdown.wait() => return Ok(None),
+                _ = self.hangups.recv() => true,
+                Some(()) = self.changes.recv() => false,
+            };
+            if forced {
+                return Ok(Some(
+                    std::fs::read(&self.path)
+                        .map_err(|e| format!("cannot read {}: {e}", self.path.display())),
+                ));
+            }
             // Debounce: the content must read the same twice, DEBOUNCE
             // apart, before it is applied. Events meanwhile (this file's or
             // its neighbours') only mean "look again".
-            let mut seen = std::fs::read(&path).ok();
+            let mut seen = std::fs::read(&self.path).ok();
             loop {
                 tokio::select! {
-                    () = state.shutdown.wait() => return Ok(()),
+                    () = shutdown.wait() => return Ok(None),
                     () = tokio::time::sleep(DEBOUNCE) => {}
                 }
-                while changes.try_recv().is_ok() {}
-                let now = std::fs::read(&path).ok();
+                while self.changes.try_recv().is_ok() {}
+                let now = std::fs::read(&self.path).ok();
                 if now == seen {
                     break;
                 }
@@ -79,15 +119,14 @@ async fn watch(state: Arc<ServerState>, path: PathBuf) -> Result<(), String> {
             }
             match seen {
                 // Gone (being replaced) or unchanged: nothing to do.
-                None => continue,
-                Some(ref now) if Some(now) == last.as_ref() => continue,
+                None => {}
+                Some(ref now) if Some(now) == self.last.as_ref() => {}
                 Some(now) => {
-                    last = Some(now.clone());
-                    Ok(now)
+                    self.last = Some(now.clone());
+                    return Ok(Some(Ok(now)));
                 }
             }
-        };
-        apply(&state, &path, text.and_then(|t| load_bytes(&path, &t)));
+        }
     }
 }
 

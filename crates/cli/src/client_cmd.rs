@@ -13,11 +13,9 @@ use serde_json::{Map, Value, json};
 
 use crate::tls_args::TlsArgs;
 
-/// Where one operation goes and on whose behalf: the flags every client
-/// command shares (`charge` and `refund` take only these: a cost has no
-/// `min_copies`).
+/// Which server to ask, and how: its address, TLS and bearer token.
 #[derive(Args, Debug)]
-pub struct CostTarget {
+pub struct ServerArgs {
     /// The server's gRPC address.
     #[arg(
         long,
@@ -38,6 +36,29 @@ pub struct CostTarget {
         hide_env_values = true
     )]
     token: Option<String>,
+}
+
+impl ServerArgs {
+    /// A strict client (no degraded grants: the CLI shows what the server
+    /// says) of this server.
+    fn connect(&self) -> anyhow::Result<Client> {
+        let mut options = ClientOptions::new(self.tls.url(&self.server));
+        options.fail_open = false;
+        options.tls = self.tls.client()?;
+        if let Some(t) = &self.token {
+            options = options.with_token(t);
+        }
+        Ok(Client::connect(options)?)
+    }
+}
+
+/// Where one operation goes and on whose behalf: the flags every client
+/// command shares (`charge` and `refund` take only these: a cost has no
+/// `min_copies`).
+#[derive(Args, Debug)]
+pub struct CostTarget {
+    #[command(flatten)]
+    server: ServerArgs,
     /// The resource (charge: a bucket, window or queue; refund: a bucket).
     resource: String,
     /// The domain on whose behalf to ask or to record the cost.
@@ -101,26 +122,8 @@ pub enum ClientCommand {
 /// Flags of `client lease`.
 #[derive(Args, Debug)]
 pub struct LeaseArgs {
-    /// The server's gRPC address.
-    #[arg(
-        long,
-        value_name = "URL",
-        default_value = "http://127.0.0.1:7070",
-        env = "CHARON_SERVER"
-    )]
-    server: String,
     #[command(flatten)]
-    tls: TlsArgs,
-    /// The limiting API's bearer token, for a server started with
-    /// `--api-tokens` (prefer the environment variable: command lines are
-    /// visible to other users).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "CHARON_TOKEN",
-        hide_env_values = true
-    )]
-    token: Option<String>,
+    server: ServerArgs,
     /// A `kind: lease` resource.
     resource: String,
     /// The capacity wanted (units per second; fractions allowed); with
@@ -164,7 +167,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                 max_wait,
                 dry_run,
             } => {
-                let client = connect(&target.base.server, &target.base.tls, target.base.token.as_deref())?;
+                let client = target.base.server.connect()?;
                 let grant = client
                     .request(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -209,7 +212,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
             ClientCommand::Charge { target } => cost(target, false).await,
             ClientCommand::Refund { target } => cost(target, true).await,
             ClientCommand::Hold { target } => {
-                let client = connect(&target.base.server, &target.base.tls, target.base.token.as_deref())?;
+                let client = target.base.server.connect()?;
                 let hold = client
                     .reserve(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
@@ -238,7 +241,7 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
 
 /// `client lease`: holds the lease and prints it until stopped.
 async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
-    let client = connect(&args.server, &args.tls, args.token.as_deref())?;
+    let client = args.server.connect()?;
     let client_id = args
         .client_id
         .clone()
@@ -301,7 +304,7 @@ async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
 /// `charge` or `refund`: prints the reply as `client request` prints a
 /// bucket's, window's or queue's.
 async fn cost(target: CostTarget, refund: bool) -> anyhow::Result<ExitCode> {
-    let client = connect(&target.server, &target.tls, target.token.as_deref())?;
+    let client = target.server.connect()?;
     let reply = if refund {
         client
             .refund(&target.resource, &target.domain, target.copies)
@@ -365,16 +368,6 @@ fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
         out.insert("ignored".into(), true.into());
     }
     out
-}
-
-fn connect(server: &str, tls: &TlsArgs, token: Option<&str>) -> anyhow::Result<Client> {
-    let mut options = ClientOptions::new(tls.url(server));
-    options.fail_open = false;
-    options.tls = tls.client()?;
-    if let Some(t) = token {
-        options = options.with_token(t);
-    }
-    Ok(Client::connect(options)?)
 }
 
 fn report(e: &Error) -> ExitCode {

@@ -333,7 +333,7 @@ pub fn denied_error(message: String) -> v1::Error {
 
 /// Reloads the tokens file at `path` into `state.api_auth` on SIGHUP and
 /// when it changes (as the configuration file is:
-/// [`crate::file_reload::FileWatch`]), until shutdown. A file that does
+/// `file_reload::FileWatch`), until shutdown. A file that does
 /// not load is logged and the previous tokens stay in force.
 pub fn spawn_reloader(state: Arc<ServerState>, path: PathBuf) {
     tokio::spawn(async move {

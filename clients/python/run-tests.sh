@@ -49,7 +49,9 @@ echo "== mypy --strict, ruff (charon_client)" >&2
     && "$venv/bin/ruff" format --check src tests examples gen_stubs.py)
 
 if [ -z "${CHARON_BIN:-}" ]; then
-    (cd "$root" && cargo build --locked --quiet -p charon)
+    # --workspace: the features `cargo test --workspace` built it with,
+    # so after it this builds nothing.
+    (cd "$root" && cargo build --locked --quiet --workspace --bins)
     CHARON_BIN=$target/debug/charon
 fi
 # The tests run from the package's folder: the path must not be relative.

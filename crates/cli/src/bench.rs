@@ -37,9 +37,10 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use tokio::sync::Mutex;
+use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::tls_args::TlsArgs;
+use crate::tls_args::ServerArgs;
 
 /// How `charon bench` sends Charon rate requests.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,11 +59,8 @@ pub enum Mode {
 /// Flags of `charon bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// The server's gRPC address.
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:7070")]
-    server: String,
     #[command(flatten)]
-    tls: TlsArgs,
+    server: ServerArgs,
     /// The resource to request.
     #[arg(long, default_value = "bench/api")]
     resource: String,
@@ -134,17 +132,19 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
             clients.push(Client::Session(session_client(&args).await?));
             continue;
         }
+        let server = &args.server;
         let channel: Channel =
-            charon_client::endpoint(&args.tls.url(&args.server), args.tls.client()?.as_ref())?
+            charon_client::endpoint(&server.url(), server.tls.client()?.as_ref())?
                 .tcp_nodelay(true)
                 .connect()
                 .await
-                .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", args.server))?;
+                .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", server.server))?;
+        let conn = InterceptedService::new(channel, server.bearer()?);
         clients.push(match args.envoy {
-            None if args.mode == Mode::Lease => Client::Capacity(CapacityClient::new(channel)),
-            None => Client::Charon(LimiterClient::new(channel)),
+            None if args.mode == Mode::Lease => Client::Capacity(CapacityClient::new(conn)),
+            None => Client::Charon(LimiterClient::new(conn)),
             Some(ref domain) => Client::Envoy(
-                RateLimitServiceClient::new(channel),
+                RateLimitServiceClient::new(conn),
                 domain.clone(),
                 args.envoy_key.clone(),
             ),
@@ -283,9 +283,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
 /// in flight is the concurrency asked for (open loop: high enough never to
 /// hold the schedule back).
 async fn session_client(args: &BenchArgs) -> anyhow::Result<charon_client::Client> {
-    let mut options = charon_client::ClientOptions::new(args.tls.url(&args.server));
-    options.fail_open = false;
-    options.tls = args.tls.client()?;
+    let mut options = args.server.options()?;
     options.request_timeout = Duration::from_secs(30);
     options.max_in_flight = match args.rate {
         None => args.concurrency.max(1),
@@ -441,25 +439,29 @@ struct Shared {
     end: Instant,
 }
 
+/// One connection of a plain gRPC client, sending the bearer token (if
+/// any) with every call.
+type Conn = InterceptedService<Channel, charon_client::Bearer>;
+
 /// A connection, speaking one of the two protocols.
 #[derive(Clone)]
 enum Client {
-    Charon(LimiterClient<Channel>),
+    Charon(LimiterClient<Conn>),
     /// The client, the Envoy domain and the descriptor's key.
-    Envoy(RateLimitServiceClient<Channel>, String, String),
+    Envoy(RateLimitServiceClient<Conn>, String, String),
     /// The Rust client on its session stream.
     Session(charon_client::Client),
     /// `charon.v1.Capacity`.
-    Capacity(CapacityClient<Channel>),
+    Capacity(CapacityClient<Conn>),
 }
 
 /// One call, ready to send.
 enum Call {
-    Charon(LimiterClient<Channel>, v1::RateRequest),
+    Charon(LimiterClient<Conn>, v1::RateRequest),
     /// A client, the resource and the domain.
     Session(charon_client::Client, String, String),
-    Envoy(RateLimitServiceClient<Channel>, RateLimitRequest),
-    Capacity(CapacityClient<Channel>, v1::GetCapacityRequest),
+    Envoy(RateLimitServiceClient<Conn>, RateLimitRequest),
+    Capacity(CapacityClient<Conn>, v1::GetCapacityRequest),
 }
 
 /// One load-generating task.

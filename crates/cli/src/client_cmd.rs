@@ -6,51 +6,12 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use charon_client::{Client, ClientOptions, Error, Lease, LeaseMode, LeaseOptions};
+use charon_client::{Error, Lease, LeaseMode, LeaseOptions};
 use charon_proto::v1;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use crate::tls_args::TlsArgs;
-
-/// Which server to ask, and how: its address, TLS and bearer token.
-#[derive(Args, Debug)]
-pub struct ServerArgs {
-    /// The server's gRPC address.
-    #[arg(
-        long,
-        value_name = "URL",
-        default_value = "http://127.0.0.1:7070",
-        env = "CHARON_SERVER"
-    )]
-    server: String,
-    #[command(flatten)]
-    tls: TlsArgs,
-    /// The limiting API's bearer token, for a server started with
-    /// `--api-tokens` (prefer the environment variable: command lines are
-    /// visible to other users).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "CHARON_TOKEN",
-        hide_env_values = true
-    )]
-    token: Option<String>,
-}
-
-impl ServerArgs {
-    /// A strict client (no degraded grants: the CLI shows what the server
-    /// says) of this server.
-    fn connect(&self) -> anyhow::Result<Client> {
-        let mut options = ClientOptions::new(self.tls.url(&self.server));
-        options.fail_open = false;
-        options.tls = self.tls.client()?;
-        if let Some(t) = &self.token {
-            options = options.with_token(t);
-        }
-        Ok(Client::connect(options)?)
-    }
-}
+use crate::tls_args::ServerArgs;
 
 /// Where one operation goes and on whose behalf: the flags every client
 /// command shares (`charge` and `refund` take only these: a cost has no

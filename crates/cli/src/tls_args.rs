@@ -67,3 +67,62 @@ impl TlsArgs {
         })
     }
 }
+
+/// Which server to ask, and how: its address, TLS and bearer token (the
+/// flags of `charon client …` and `charon bench`).
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// The server's gRPC address.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:7070",
+        env = "CHARON_SERVER"
+    )]
+    pub server: String,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// The limiting API's bearer token, for a server started with
+    /// `--api-tokens` (prefer the environment variable: command lines are
+    /// visible to other users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CHARON_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+impl ServerArgs {
+    /// Options of a strict client (no degraded grants: the CLI shows what
+    /// the server says) of this server.
+    pub fn options(&self) -> anyhow::Result<charon_client::ClientOptions> {
+        let mut options = charon_client::ClientOptions::new(self.url());
+        options.fail_open = false;
+        options.tls = self.tls.client()?;
+        if let Some(t) = &self.token {
+            options = options.with_token(t);
+        }
+        Ok(options)
+    }
+
+    /// A strict client of this server.
+    pub fn connect(&self) -> anyhow::Result<charon_client::Client> {
+        Ok(charon_client::Client::connect(self.options()?)?)
+    }
+
+    /// The address as the client connects to it (`https://` once a TLS
+    /// flag is given).
+    pub fn url(&self) -> String {
+        self.tls.url(&self.server)
+    }
+
+    /// What adds the bearer token to the calls of a plain gRPC client of
+    /// this server (`charon bench`'s unary clients).
+    pub fn bearer(&self) -> anyhow::Result<charon_client::Bearer> {
+        Ok(charon_client::Bearer::new(
+            self.token.clone().map(charon_client::Token).as_ref(),
+        )?)
+    }
+}

@@ -15,7 +15,7 @@ use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
 use charon_testkit::CharonProcess;
-use support::{bin, charon, grpc, within};
+use support::{bench_json, bin, charon, grpc, within};
 use tonic::Code;
 
 const A: &str = "tenant-a-secret";
@@ -291,4 +291,35 @@ async fn tenants_use_their_own_namespaces_only() {
         server.log()
     );
     assert!(!server.log().contains(A) && !server.log().contains(B));
+}
+
+#[test]
+fn charon_bench_sends_the_token_on_every_protocol() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("api-tokens.yaml");
+    std::fs::write(dir.path().join("b.secret"), format!("{B}\n")).expect("write");
+    std::fs::write(&file, tokens("[a]")).expect("write");
+    let file_arg = file.display().to_string();
+    let server = CharonProcess::start(bin(), LIMITS, &["--api-tokens", &file_arg]);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--duration", "500ms", "--warmup", "0s", "--domains", "3"];
+        args.extend_from_slice(extra);
+        bench_json(&server.endpoint(), &args)
+    };
+    for mode in ["unary", "session"] {
+        let with = run(&["--mode", mode, "--resource", "a/api", "--token", A]);
+        assert_eq!(with["errors"], 0, "{mode} with tenant a's token: {with}");
+        assert!(with["granted"].as_u64().is_some_and(|n| n > 0), "{with}");
+        let without = run(&["--mode", mode, "--resource", "a/api"]);
+        assert_eq!(without["granted"], 0, "{mode} without a token: {without}");
+        assert!(
+            without["errors"].as_u64().is_some_and(|n| n > 0),
+            "{without}"
+        );
+    }
+    let lease = run(&["--mode", "lease", "--resource", "b/qps", "--token", B]);
+    assert_eq!(lease["errors"], 0, "lease with tenant b's token: {lease}");
+    assert!(lease["granted"].as_u64().is_some_and(|n| n > 0), "{lease}");
+    let other = run(&["--mode", "lease", "--resource", "b/qps", "--token", A]);
+    assert_eq!(other["granted"], 0, "tenant a on b's lease: {other}");
 }

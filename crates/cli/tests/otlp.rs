@@ -18,6 +18,8 @@ use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use charon_proto::v1;
+use charon_proto::v1::capacity_client::CapacityClient;
 use charon_testkit::{CharonProcess, RedisServer, free_port};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -39,6 +41,8 @@ resources:
   - name: sandbox/vm
     kind: copy
     domain_limit: 2
+  - { name: db/qps, kind: lease, capacity: 10, algorithm: fair_share,
+      lease_length: 1m, refresh_interval: 10s, learning_mode: 0s }
 envoy:
   domains:
     - domain: edge
@@ -186,6 +190,31 @@ async fn decisions_and_their_redis_calls_arrive_as_spans() {
             .await
             .unwrap();
     }
+    // Doorman's capacity protocol: a span per call too.
+    let mut capacity = CapacityClient::connect(server.endpoint()).await.unwrap();
+    let lease = capacity
+        .get_capacity(v1::GetCapacityRequest {
+            client_id: "c1".to_owned(),
+            resources: vec![v1::ResourceWant {
+                resource: "db/qps".to_owned(),
+                wants: 4.0,
+                has: 0.0,
+                subclients: 0,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(lease.leases[0].capacity, 4.0);
+    let released = capacity
+        .release_capacity(v1::ReleaseCapacityRequest {
+            client_id: "c1".to_owned(),
+            resources: vec!["db/qps".to_owned()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(released.released, [true]);
 
     let found = within(Duration::from_secs(20), async || {
         let spans = collector.spans();
@@ -195,6 +224,8 @@ async fn decisions_and_their_redis_calls_arrive_as_spans() {
             decision(&spans, "reserve", "sandbox/vm", "t7", "granted"),
             decision(&spans, "envoy", "", "edge", "granted"),
             decision(&spans, "envoy", "", "edge", "rejected"),
+            decision(&spans, "get_capacity", "db/qps", "c1", "granted"),
+            decision(&spans, "release_capacity", "db/qps", "c1", "granted"),
         ];
         wanted
             .iter()

@@ -110,9 +110,11 @@ fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
 /// token (if any) added to each call's metadata.
 pub(crate) type Transport = InterceptedService<Channel, Bearer>;
 
-/// Adds `authorization: Bearer TOKEN` to every call (issue 16), or nothing.
+/// Adds `authorization: Bearer TOKEN` to every call (issue 16), or nothing:
+/// public so that a plain tonic client of the same server (`charon
+/// bench`'s unary clients) sends the token exactly as this one does.
 #[derive(Clone)]
-pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
+pub struct Bearer(Option<MetadataValue<Ascii>>);
 
 impl std::fmt::Debug for Bearer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,7 +123,9 @@ impl std::fmt::Debug for Bearer {
 }
 
 impl Bearer {
-    fn new(token: Option<&crate::options::Token>) -> Result<Self, Error> {
+    /// The interceptor for `token` (none: calls go as they are); a token
+    /// that cannot be metadata is a client error.
+    pub fn new(token: Option<&crate::options::Token>) -> Result<Self, Error> {
         token
             .map(|t| {
                 MetadataValue::try_from(format!("Bearer {}", t.0)).map_err(|_| {

@@ -190,7 +190,7 @@ mod session;
 pub use backoff::{jitter, next_sleep};
 /// The wire types, for replies' full context.
 pub use charon_proto::v1 as proto;
-pub use client::{Client, RateCall, ReserveCall, Stats};
+pub use client::{Bearer, Client, RateCall, ReserveCall, Stats};
 pub use error::Error;
 pub use grant::{RateGrant, Source};
 pub use hold::Hold;

@@ -22,6 +22,12 @@ use crate::metrics;
 /// SIGHUP applies the file as it is, at once.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// How often watched files are read even without a change event: a change
+/// the directory watch does not report (a network file system, a watch
+/// that could not be set up, a directory that is itself a swapped
+/// symlink) is still seen within this.
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+
 /// Watches `path` and reloads it into `state.limiter` on change or SIGHUP,
 /// until shutdown.
 pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
@@ -39,22 +45,32 @@ pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
     });
 }
 
-/// A file watched for reloads (the configuration file, the API tokens
-/// file): yields its content on SIGHUP (as it is, at once) and when it
-/// changed and settled (read the same twice, [`DEBOUNCE`] apart, and
-/// unlike what it last yielded).
+/// Files watched for reloads (the configuration file, the API tokens
+/// file, the TLS certificate, key and client CA): yields their contents on
+/// SIGHUP (as they are, at once) and when they changed and settled (read
+/// the same twice, [`DEBOUNCE`] apart, and unlike what was last yielded).
+/// Several files are read and yielded together, so that a writer replacing
+/// them one after the other (a certificate, then its key) is not caught
+/// half-way as long as its pauses are shorter than [`DEBOUNCE`]. Besides
+/// the directory watch, the files are read every [`POLL_EVERY`].
 pub(crate) struct FileWatch {
-    path: PathBuf,
+    paths: Vec<PathBuf>,
     // Kept alive: dropping it stops the events.
     _watcher: notify::RecommendedWatcher,
     changes: mpsc::UnboundedReceiver<()>,
     hangups: tokio::signal::unix::Signal,
-    last: Option<Vec<u8>>,
+    poll: tokio::time::Interval,
+    last: Option<Vec<Vec<u8>>>,
 }
 
 impl FileWatch {
     /// Starts watching `path` (`what` names it in warnings).
     pub(crate) fn new(path: &Path, what: &str) -> Result<Self, String> {
+        Self::of_files(vec![path.to_owned()], what)
+    }
+
+    /// Starts watching every file of `paths`, yielded together.
+    pub(crate) fn of_files(paths: Vec<PathBuf>, what: &str) -> Result<Self, String> {
         let (tx, changes) = mpsc::unbounded_channel::<()>();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -63,23 +79,37 @@ impl FileWatch {
                 }
             })
             .map_err(|e| format!("cannot watch files: {e}"))?;
-        // Watch the directory, not the file: editors and Kubernetes replace
-        // files by renaming, which a watch on the file itself would miss.
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
-            warn!(dir = %dir.display(), "cannot watch the {what}'s directory ({e}); reload on SIGHUP only");
+        // Watch the directories, not the files: editors and Kubernetes
+        // replace files by renaming, which a watch on the file itself
+        // would miss.
+        let mut dirs: Vec<&Path> = paths
+            .iter()
+            .map(|p| {
+                p.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+            })
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        for dir in dirs {
+            if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+                warn!(dir = %dir.display(), "cannot watch the {what}'s directory ({e}); reload on SIGHUP only");
+            }
         }
         let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
+        let last = read_all(&paths).ok();
+        let mut poll =
+            tokio::time::interval_at(tokio::time::Instant::now() + POLL_EVERY, POLL_EVERY);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Self {
-            path: path.to_owned(),
+            paths,
             _watcher: watcher,
             changes,
             hangups,
-            last: std::fs::read(path).ok(),
+            poll,
+            last,
         })
     }
 
@@ -89,36 +119,54 @@ impl FileWatch {
         &mut self,
         shutdown: &crate::shutdown::Shutdown,
     ) -> Result<Option<Result<Vec<u8>, String>>, String> {
+        let next = self.next_all(shutdown).await?;
+        Ok(next.map(|contents| contents.map(|mut all| all.swap_remove(0))))
+    }
+
+    /// The files' contents to apply next, in the order given (an error:
+    /// SIGHUP and one cannot be read); `Ok(None)` once `shutdown` is
+    /// triggered.
+    pub(crate) async fn next_all(
+        &mut self,
+        shutdown: &crate::shutdown::Shutdown,
+    ) -> Result<Option<Result<Vec<Vec<u8>>, String>>, String> {
         loop {
             let forced = tokio::select! {
                 () = shutdown.wait() => return Ok(None),
                 _ = self.hangups.recv() => true,
                 Some(()) = self.changes.recv() => false,
+                _ = self.poll.tick() => {
+                    // Unchanged, as nearly always: nothing to settle.
+                    if read_all(&self.paths).ok() == self.last {
+                        continue;
+                    }
+                    false
+                }
             };
             if forced {
-                return Ok(Some(
-                    std::fs::read(&self.path)
-                        .map_err(|e| format!("cannot read {}: {e}", self.path.display())),
-                ));
+                return Ok(Some(self.read_now()));
             }
-            // Debounce: the content must read the same twice, DEBOUNCE
-            // apart, before it is applied. Events meanwhile (this file's or
-            // its neighbours') only mean "look again".
-            let mut seen = std::fs::read(&self.path).ok();
+            // Debounce: the contents must read the same twice, DEBOUNCE
+            // apart, before they are applied. Events meanwhile (these
+            // files' or their neighbours') only mean "look again"; a
+            // SIGHUP (an operator who wrote the files, then signalled)
+            // applies them at once, once.
+            let mut seen = read_all(&self.paths).ok();
             loop {
                 tokio::select! {
                     () = shutdown.wait() => return Ok(None),
+                    _ = self.hangups.recv() => return Ok(Some(self.read_now())),
                     () = tokio::time::sleep(DEBOUNCE) => {}
                 }
                 while self.changes.try_recv().is_ok() {}
-                let now = std::fs::read(&self.path).ok();
+                let now = read_all(&self.paths).ok();
                 if now == seen {
                     break;
                 }
                 seen = now;
             }
             match seen {
-                // Gone (being replaced) or unchanged: nothing to do.
+                // One is gone (being replaced), or nothing changed.
                 None => {}
                 Some(ref now) if Some(now) == self.last.as_ref() => {}
                 Some(now) => {
@@ -128,6 +176,26 @@ impl FileWatch {
             }
         }
     }
+}
+
+impl FileWatch {
+    /// The files as they are (SIGHUP), remembered as the last yielded so
+    /// that the change event of the same write does not yield them again.
+    fn read_now(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        let now = read_all(&self.paths);
+        if let Ok(now) = &now {
+            self.last = Some(now.clone());
+        }
+        now
+    }
+}
+
+/// Every file of `paths`, or which one could not be read and why.
+fn read_all(paths: &[PathBuf]) -> Result<Vec<Vec<u8>>, String> {
+    paths
+        .iter()
+        .map(|p| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+        .collect()
 }
 
 fn apply(state: &ServerState, path: &Path, loaded: Result<(Config, FileServerSettings), String>) {

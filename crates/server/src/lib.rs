@@ -149,9 +149,12 @@ impl ServerState {
 
     /// Records where the configuration in force came from.
     pub fn report_config(&self, report: ConfigReport) {
-        metrics::config_version(report.version);
-        metrics::config_state(report.loaded, report.problem.is_some());
+        // /readyz first: whoever sees the version in /metrics finds it in
+        // /readyz too.
+        let (version, loaded, problem) = (report.version, report.loaded, report.problem.is_some());
         self.config.store(Arc::new(report));
+        metrics::config_version(version);
+        metrics::config_state(loaded, problem);
     }
 
     /// Where the configuration in force came from.

@@ -3,7 +3,8 @@
 //!
 //! - The certificate chain, its key and the optional client CA are read at
 //!   start (a problem then is an error at start), and again on SIGHUP and
-//!   when their contents change (polled every [`POLL_EVERY`]). A new set
+//!   when their contents change (the `FileWatch` of the configuration
+//!   file, over the three files together). A new set
 //!   is used for connections accepted from then on; connections already
 //!   open, and the sessions and holds on them, are not touched.
 //! - A set that cannot be used (a half-written file, a key that does not
@@ -44,13 +45,8 @@ use tokio_stream::{Stream, StreamExt};
 use tracing::{debug, error, info, warn};
 
 use crate::Shutdown;
+use crate::file_reload::FileWatch;
 use crate::metrics;
-
-/// How often the files are read to see whether they changed. A change is
-/// applied once the files read the same on two polls in a row, so a
-/// writer that replaces them one after the other (certificate, then key)
-/// is not caught half-way as long as it finishes within this.
-pub const POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -85,6 +81,19 @@ impl Contents {
             client_ca: settings.client_ca.as_deref().map(read).transpose()?,
         })
     }
+
+    /// The files as the watch yields them: certificate, key, client CA.
+    fn from_files(files: Vec<Vec<u8>>) -> Result<Self, String> {
+        let mut files = files.into_iter();
+        match (files.next(), files.next()) {
+            (Some(cert), Some(key)) => Ok(Self {
+                cert,
+                key,
+                client_ca: files.next(),
+            }),
+            _ => Err("the TLS files were not all read".to_owned()),
+        }
+    }
 }
 
 /// One usable set: what the listeners hand out.
@@ -105,8 +114,8 @@ pub struct ServerTls {
     settings: TlsSettings,
     provider: Arc<CryptoProvider>,
     current: ArcSwap<Loaded>,
-    /// The last set refused, and why, while the files still hold it.
-    problem: Mutex<Option<(Option<Contents>, String)>>,
+    /// Why the last set was refused, while the files still hold it.
+    problem: Mutex<Option<String>>,
 }
 
 impl ServerTls {
@@ -126,10 +135,7 @@ impl ServerTls {
     /// What the files said when a reload was refused, while the previous
     /// certificate is still served because of it.
     pub fn problem(&self) -> Option<String> {
-        self.problem
-            .lock()
-            .ok()
-            .and_then(|p| p.as_ref().map(|(_, why)| why.clone()))
+        self.problem.lock().ok().and_then(|p| p.clone())
     }
 
     /// Whether a client certificate is required.
@@ -137,27 +143,19 @@ impl ServerTls {
         self.settings.client_ca.is_some()
     }
 
-    /// Reads the files again and uses them if they can be used and differ
-    /// from the set in force; `forced` (SIGHUP) tries again a set refused
-    /// before.
-    fn reload(&self, contents: Result<Contents, String>, forced: bool) {
+    /// Uses the files' new contents if they can be used and differ from
+    /// the set in force (the watch yields the same bytes again only on
+    /// SIGHUP, so a refused set is not retried until it changes).
+    fn reload(&self, contents: Result<Contents, String>) {
         let contents = match contents {
             Ok(c) => c,
-            Err(e) => return self.refuse(None, e),
+            Err(e) => return self.refuse(e),
         };
         if contents == self.current.load().contents {
             self.clear_problem();
             return;
         }
-        if !forced
-            && self.problem.lock().is_ok_and(|p| {
-                p.as_ref()
-                    .is_some_and(|(c, _)| c.as_ref() == Some(&contents))
-            })
-        {
-            return;
-        }
-        match build(&self.settings, &self.provider, contents.clone()) {
+        match build(&self.settings, &self.provider, contents) {
             Ok(loaded) => {
                 self.current.store(Arc::new(loaded));
                 self.clear_problem();
@@ -167,15 +165,15 @@ impl ServerTls {
                     "TLS certificate reloaded; new connections get it"
                 );
             }
-            Err(e) => self.refuse(Some(contents), e),
+            Err(e) => self.refuse(e),
         }
     }
 
-    fn refuse(&self, contents: Option<Contents>, why: String) {
+    fn refuse(&self, why: String) {
         metrics::tls_reload(false);
         error!("TLS files refused; the previous certificate is still served: {why}");
         if let Ok(mut p) = self.problem.lock() {
-            *p = Some((contents, why));
+            *p = Some(why);
         }
     }
 
@@ -188,55 +186,22 @@ impl ServerTls {
     }
 
     /// Keeps the set in force in step with the files, on SIGHUP and when
-    /// they change, until shutdown.
+    /// they change (the `FileWatch` of the configuration file, over the
+    /// three files together), until shutdown.
     pub fn spawn_reloader(self: &Arc<Self>, shutdown: Shutdown) {
         let tls = self.clone();
+        let mut paths = vec![tls.settings.cert.clone(), tls.settings.key.clone()];
+        paths.extend(tls.settings.client_ca.clone());
         tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut hup = match signal(SignalKind::hangup()) {
-                Ok(h) => Some(h),
-                Err(e) => {
-                    error!("cannot listen for SIGHUP ({e}); TLS files reloaded when they change");
-                    None
-                }
+            let mut watch = match FileWatch::of_files(paths, "TLS files") {
+                Ok(w) => w,
+                Err(e) => return error!("TLS files are not reloaded: {e}"),
             };
-            let mut every = tokio::time::interval(POLL_EVERY);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            // What the previous poll read: a change is applied once it
-            // reads the same twice.
-            let mut seen: Option<Contents> = None;
             loop {
-                let hangup = async {
-                    match hup.as_mut() {
-                        Some(h) => h.recv().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = shutdown.wait() => return,
-                    _ = hangup => {
-                        info!("SIGHUP: reading the TLS files again");
-                        let settings = tls.settings.clone();
-                        let read = tokio::task::spawn_blocking(move || Contents::read(&settings)).await;
-                        tls.reload(read.unwrap_or_else(|e| Err(e.to_string())), true);
-                        seen = None;
-                    }
-                    _ = every.tick() => {
-                        let settings = tls.settings.clone();
-                        let Ok(Ok(now)) =
-                            tokio::task::spawn_blocking(move || Contents::read(&settings)).await
-                        else {
-                            // Missing or unreadable (being replaced): look
-                            // again at the next poll.
-                            seen = None;
-                            continue;
-                        };
-                        if seen.as_ref() == Some(&now) {
-                            tls.reload(Ok(now), false);
-                        } else {
-                            seen = Some(now);
-                        }
-                    }
+                match watch.next_all(&shutdown).await {
+                    Ok(Some(files)) => tls.reload(files.and_then(Contents::from_files)),
+                    Ok(None) => return,
+                    Err(e) => return error!("TLS files are not reloaded: {e}"),
                 }
             }
         });

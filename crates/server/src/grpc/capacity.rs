@@ -69,6 +69,20 @@ fn lease_outcome(capacity: f64, wants: f64) -> EventOutcome {
     }
 }
 
+/// The one decision span of a capacity call: its resource is left empty
+/// when the call names several.
+fn call_span<'a>(
+    operation: &'static str,
+    mut resources: impl Iterator<Item = &'a str>,
+    client_id: &str,
+) -> tracing::Span {
+    let resource = match (resources.next(), resources.next()) {
+        (Some(one), None) => one,
+        _ => "",
+    };
+    crate::trace::decision(operation, resource, client_id)
+}
+
 fn outcome<T>(result: &Result<T, LimitError>) -> Outcome {
     match result {
         Ok(_) => Outcome::Granted,
@@ -102,14 +116,9 @@ impl v1::capacity_server::Capacity for CapacityService {
                 subclients: w.subclients,
             })
             .collect();
-        // One decision span per call; the resource is left empty when a
-        // call names several.
-        let span = crate::trace::decision(
+        let span = call_span(
             "get_capacity",
-            match asks.as_slice() {
-                [one] => one.resource.as_str(),
-                _ => "",
-            },
+            asks.iter().map(|a| a.resource.as_str()),
             &req.client_id,
         );
         let result = match self.state.check_configured() {
@@ -167,15 +176,22 @@ impl v1::capacity_server::Capacity for CapacityService {
             request.get_ref().resources.iter().map(String::as_str),
         )?;
         let req = request.into_inner();
+        let span = call_span(
+            "release_capacity",
+            req.resources.iter().map(String::as_str),
+            &req.client_id,
+        );
         let result = match self.state.check_configured() {
             Ok(()) => {
                 self.state
                     .limiter
                     .release_capacity(&req.client_id, &req.resources)
+                    .instrument(span.clone())
                     .await
             }
             Err(e) => Err(e),
         };
+        crate::trace::outcome(&span, outcome(&result), None);
         self.record(
             "release_capacity",
             req.resources.iter().map(String::as_str),

@@ -278,6 +278,16 @@ async fn tenants_use_their_own_namespaces_only() {
     assert!(refused.is_some(), "{}", server.log());
     assert_eq!(raw_request(&server, Some(A), "a/api").await, Code::Ok);
 
+    // An empty file (a truncated write), seen by the watch alone: refused
+    // too, not a server that refuses every client.
+    std::fs::write(&file, "").expect("write");
+    let refused = within(Duration::from_secs(5), async || {
+        server.log().contains("no tokens (an empty file?)")
+    })
+    .await;
+    assert!(refused.is_some(), "{}", server.log());
+    assert_eq!(raw_request(&server, Some(A), "a/api").await, Code::Ok);
+
     // A good one is taken: tenant a may now use b too.
     std::fs::write(&file, tokens("[a, b]")).expect("write");
     server.signal("HUP");

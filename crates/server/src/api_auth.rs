@@ -191,6 +191,13 @@ impl ApiTokens {
                 principal: Arc::new(Principal::new(e.name, &e.namespaces)),
             });
         }
+        // An empty or truncated file would refuse every client, with an
+        // error they do not degrade on: an outage, never what was meant.
+        if tokens.entries.is_empty() {
+            return Err("no tokens (an empty file?): list at least one; to leave the \
+                        limiting API open, start without --api-tokens"
+                .to_owned());
+        }
         Ok(tokens)
     }
 
@@ -394,6 +401,13 @@ mod tests {
             "- {name: a, secret: 'has space', namespaces: [a]}",
             "- {name: a, secret: s, namespaces: [a], extra: 1}",
             "name: a",
+            // An empty or truncated file, or a list of nobody: refused,
+            // not a server that refuses every client.
+            "",
+            "  \n",
+            "# all tokens moved elsewhere\n",
+            "[]",
+            "~",
         ] {
             let e = ApiTokens::parse(bad, dir.path()).expect_err(bad);
             assert!(!e.contains("has space"), "{e}");

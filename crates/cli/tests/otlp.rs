@@ -288,12 +288,32 @@ async fn without_an_endpoint_nothing_is_exported_and_the_log_is_unchanged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_collector_is_gone_keeps_deciding() {
-    // Nothing listens there: every export fails.
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    // Nothing listens there: every export fails at once.
+    keeps_deciding(&format!("http://127.0.0.1:{}", free_port())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_collector_stalls_keeps_deciding() {
+    // A collector that accepts connections and never reads nor answers:
+    // every export waits for its time limit.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.extend(stream.ok());
+        }
+    });
+    keeps_deciding(&format!("http://{addr}")).await;
+}
+
+/// A server exporting to `collector` decides 5,600 requests from 8
+/// callers at once, counts them, and stops cleanly.
+async fn keeps_deciding(collector: &str) {
     let server = CharonProcess::start(
         bin(),
         LIMITS.replace("limit: 2,", "limit: 100000,").as_str(),
-        &["--otlp-endpoint", &dead],
+        &["--otlp-endpoint", collector],
     );
     let client = strict_client(&server);
     // More spans than the export queue holds (4096), from 8 callers at once.

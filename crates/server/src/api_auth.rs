@@ -194,9 +194,11 @@ impl ApiTokens {
         // An empty or truncated file would refuse every client, with an
         // error they do not degrade on: an outage, never what was meant.
         if tokens.entries.is_empty() {
-            return Err("no tokens (an empty file?): list at least one; to leave the \
+            return Err(
+                "no tokens (an empty file?): list at least one; to leave the \
                         limiting API open, start without --api-tokens"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         Ok(tokens)
     }

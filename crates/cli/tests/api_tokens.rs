@@ -49,6 +49,18 @@ fn tokens(a_namespaces: &str) -> String {
     )
 }
 
+/// A server on `LIMITS` whose tokens file (returned, in the directory
+/// returned) gives tenant a namespace a and tenant b namespace b.
+fn serve_with_tokens() -> (tempfile::TempDir, std::path::PathBuf, CharonProcess) {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("api-tokens.yaml");
+    std::fs::write(dir.path().join("b.secret"), format!("{B}\n")).expect("write");
+    std::fs::write(&file, tokens("[a]")).expect("write");
+    let file_arg = file.display().to_string();
+    let server = CharonProcess::start(bin(), LIMITS, &["--api-tokens", &file_arg]);
+    (dir, file, server)
+}
+
 fn client(server: &CharonProcess, token: Option<&str>) -> Client {
     let mut o = ClientOptions::new(server.endpoint());
     o.fail_open = false;
@@ -94,12 +106,7 @@ async fn raw_request(server: &CharonProcess, token: Option<&str>, resource: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_use_their_own_namespaces_only() {
-    let dir = tempfile::tempdir().expect("dir");
-    let file = dir.path().join("api-tokens.yaml");
-    std::fs::write(dir.path().join("b.secret"), format!("{B}\n")).expect("write");
-    std::fs::write(&file, tokens("[a]")).expect("write");
-    let file_arg = file.display().to_string();
-    let server = CharonProcess::start(bin(), LIMITS, &["--api-tokens", &file_arg]);
+    let (_dir, file, server) = serve_with_tokens();
 
     // Unary: no token, a wrong one, another tenant's namespace, its own.
     assert_eq!(
@@ -305,12 +312,7 @@ async fn tenants_use_their_own_namespaces_only() {
 
 #[test]
 fn charon_bench_sends_the_token_on_every_protocol() {
-    let dir = tempfile::tempdir().expect("dir");
-    let file = dir.path().join("api-tokens.yaml");
-    std::fs::write(dir.path().join("b.secret"), format!("{B}\n")).expect("write");
-    std::fs::write(&file, tokens("[a]")).expect("write");
-    let file_arg = file.display().to_string();
-    let server = CharonProcess::start(bin(), LIMITS, &["--api-tokens", &file_arg]);
+    let (_dir, _file, server) = serve_with_tokens();
     let run = |extra: &[&str]| {
         let mut args = vec!["--duration", "500ms", "--warmup", "0s", "--domains", "3"];
         args.extend_from_slice(extra);

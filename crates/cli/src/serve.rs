@@ -58,6 +58,17 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub config_token: Option<String>,
+    /// The embedded configuration service's tokens from a file instead
+    /// (the same list as --config-token, one per line or comma-separated,
+    /// `#` comment lines), re-read on SIGHUP and when it changes, so
+    /// tokens rotate without a restart. A file that lists none is refused.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHARON_CONFIG_TOKENS_FILE",
+        conflicts_with_all = ["config_token", "config_url"]
+    )]
+    pub config_tokens_file: Option<PathBuf>,
     /// The embedded configuration service's database: a SQLite file path
     /// or a `postgres://` URL.
     #[arg(
@@ -294,6 +305,7 @@ impl ServeArgs {
         let embedded = || EmbeddedService {
             db: self.db.clone(),
             tokens: self.config_token.clone(),
+            tokens_file: self.config_tokens_file.clone(),
             refresh: self.config_refresh,
             cache: self.config_cache.clone(),
         };

@@ -229,3 +229,74 @@ async fn log_and_rollback_on_postgres() {
     let url = pg.create_database("audit_cli");
     log_and_rollback(&url).await;
 }
+
+#[test]
+fn a_rotated_tokens_file_applies_without_a_restart_and_an_empty_one_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("config-tokens");
+    std::fs::write(
+        &file,
+        format!("# the deploy pipeline\nwrite:alice={ALICE}\n"),
+    )
+    .expect("write");
+    let file_arg = file.display().to_string();
+    let server = CharonProcess::start_args(
+        bin(),
+        &["--db", "{dir}/charon.db", "--config-tokens-file", &file_arg],
+        "/healthz",
+    );
+    let limits_file = server.dir().join("limits.yaml");
+    let apply = |limit: u64, token: &str| {
+        std::fs::write(&limits_file, limits(limit)).expect("write");
+        let path = limits_file.display().to_string();
+        run(
+            &server,
+            &["config", "apply", &path, "--yes", "--token", token],
+            "",
+        )
+    };
+    let (ok, _, err) = apply(3, ALICE);
+    assert!(ok, "{err}");
+
+    // Rotated: alice out, bob in, with no signal.
+    std::fs::write(&file, format!("write:bob={BOB}\n")).expect("write");
+    let rotated = charon_testkit::wait_until(Duration::from_secs(5), || {
+        server.log().contains("configuration API tokens reloaded")
+    });
+    assert!(rotated, "{}", server.log());
+    let (ok, _, err) = apply(4, ALICE);
+    assert!(!ok, "alice's token was rotated out: {err}");
+    let (ok, _, err) = apply(5, BOB);
+    assert!(ok && err.contains("now at version 2"), "{err}");
+
+    // Emptied (a truncated write): refused, bob's token still works.
+    std::fs::write(&file, "").expect("write");
+    let refused = charon_testkit::wait_until(Duration::from_secs(5), || {
+        server.log().contains("configuration API tokens refused")
+    });
+    assert!(refused, "{}", server.log());
+    let (ok, _, err) = apply(6, BOB);
+    assert!(ok && err.contains("now at version 3"), "{err}");
+    let (ok, log, err) = run(&server, &["config", "log", "--token", BOB], "");
+    assert!(ok, "{err}");
+    assert!(section(&log, 2).contains("token bob"), "{log}");
+    assert!(section(&log, 1).contains("token alice"), "{log}");
+
+    // At start, a file that lists no tokens is an error, not a service
+    // nobody may write to.
+    let out = charon()
+        .args([
+            "serve",
+            "--db",
+            &dir.path().join("other.db").display().to_string(),
+        ])
+        .args(["--config-tokens-file", &file_arg])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--config-tokens-file") && err.contains("no tokens"),
+        "{err}"
+    );
+}

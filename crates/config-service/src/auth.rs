@@ -181,6 +181,23 @@ impl Tokens {
         Ok(tokens)
     }
 
+    /// Parses a tokens file: the items of [`Tokens::parse`], separated by
+    /// commas or line breaks, lines starting with `#` ignored. A file that
+    /// lists no token (empty, only comments: what a truncated write looks
+    /// like) is an error, not a service that nobody may write to.
+    pub fn parse_file(text: &str) -> Result<Self, String> {
+        let items: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let tokens = Self::parse(&items.join(","))?;
+        if tokens.entries.is_empty() {
+            return Err("no tokens (an empty file?): list at least one".to_owned());
+        }
+        Ok(tokens)
+    }
+
     /// Whether any token allows writes.
     pub fn has_writer(&self) -> bool {
         self.entries.iter().any(|e| e.role == Role::Write)
@@ -351,6 +368,20 @@ mod tests {
         assert!(Tokens::parse("read:").is_err());
         assert!(Tokens::parse("a b").is_err());
         assert!(!format!("{t:?}").contains("w1"));
+    }
+
+    #[test]
+    fn a_tokens_file_lists_one_per_line_or_comma_and_never_none() {
+        let t = Tokens::parse_file("# rotated 2026-11\nwrite:ci=c1\n\n  read:grafana=g1, ops=o1\n")
+            .expect("valid");
+        assert_eq!(t.role_of("c1"), Some(Role::Write));
+        assert_eq!(t.role_of("g1"), Some(Role::Read));
+        assert_eq!(t.role_of("o1"), Some(Role::Write));
+        for empty in ["", "\n  \n", "# nothing yet\n", ",\n,"] {
+            let e = Tokens::parse_file(empty).expect_err(empty);
+            assert!(e.contains("no tokens"), "{e}");
+        }
+        assert!(Tokens::parse_file("read:\n").is_err());
     }
 
     #[test]

@@ -57,7 +57,8 @@ pub struct AppState {
 #[derive(Debug)]
 struct Inner {
     db: store::Db,
-    tokens: Tokens,
+    /// Swapped whole when a tokens file changes (`set_tokens`).
+    tokens: arc_swap::ArcSwap<Tokens>,
 }
 
 impl AppState {
@@ -76,7 +77,10 @@ impl AppState {
     ) -> Result<Self, ConfigDbError> {
         let db = store::Db::open(database, &options).await?;
         Ok(Self {
-            inner: Arc::new(Inner { db, tokens }),
+            inner: Arc::new(Inner {
+                db,
+                tokens: arc_swap::ArcSwap::from_pointee(tokens),
+            }),
         })
     }
 
@@ -89,8 +93,14 @@ impl AppState {
         &self.inner.db
     }
 
-    pub(crate) fn tokens(&self) -> &Tokens {
-        &self.inner.tokens
+    pub(crate) fn tokens(&self) -> arc_swap::Guard<Arc<Tokens>> {
+        self.inner.tokens.load()
+    }
+
+    /// Accepts `tokens` from now on instead of those in force (a rotated
+    /// tokens file); requests already past the check are not affected.
+    pub fn set_tokens(&self, tokens: Tokens) {
+        self.inner.tokens.store(Arc::new(tokens));
     }
 }
 

@@ -9,20 +9,73 @@ use std::time::Duration;
 use anyhow::Context;
 use charon_config_client::FeedHandle;
 use charon_config_service::{AppState, Tokens};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::EmbeddedService;
 
 /// Opens the embedded configuration service's database, with the write
 /// tokens given or one made up and kept beside the database.
 pub(super) async fn open(service: &EmbeddedService) -> anyhow::Result<AppState> {
-    let tokens = match &service.tokens {
-        Some(spec) => Tokens::parse(spec).map_err(|e| anyhow::anyhow!("--config-token: {e}"))?,
-        None => Tokens::new().writer(embedded_token(&service.db)?),
+    let tokens = match (&service.tokens, &service.tokens_file) {
+        (_, Some(path)) => {
+            read_tokens_file(path).map_err(|e| anyhow::anyhow!("--config-tokens-file: {e}"))?
+        }
+        (Some(spec), None) => {
+            Tokens::parse(spec).map_err(|e| anyhow::anyhow!("--config-token: {e}"))?
+        }
+        (None, None) => Tokens::new().writer(embedded_token(&service.db)?),
     };
     AppState::open(&service.db, tokens)
         .await
         .with_context(|| format!("cannot open the configuration database {}", service.db))
+}
+
+/// The tokens of a tokens file, or why it cannot be used.
+fn read_tokens_file(path: &std::path::Path) -> Result<Tokens, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Tokens::parse_file(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Keeps the service's tokens in step with its tokens file, if it has
+/// one: re-read on SIGHUP and when it changes (the configuration file's
+/// `FileWatch`), until `shutdown`. A file that does not load is logged
+/// and the tokens in force stay.
+pub(super) fn follow_tokens_file(
+    app: &AppState,
+    service: &EmbeddedService,
+    shutdown: &crate::Shutdown,
+) {
+    let Some(path) = service.tokens_file.clone() else {
+        return;
+    };
+    let (app, shutdown) = (app.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let result = async {
+            let mut watch = crate::file_reload::FileWatch::new(&path, "configuration API tokens")?;
+            while let Some(text) = watch.next(&shutdown).await? {
+                let tokens = text.and_then(|t| {
+                    Tokens::parse_file(&String::from_utf8_lossy(&t))
+                        .map_err(|e| format!("{}: {e}", path.display()))
+                });
+                match tokens {
+                    Ok(tokens) => {
+                        info!(file = %path.display(), tokens = tokens.names().len(), "configuration API tokens reloaded");
+                        app.set_tokens(tokens);
+                    }
+                    Err(e) => {
+                        error!(
+                            "configuration API tokens refused; the previous ones stay in force: {e}"
+                        );
+                    }
+                }
+            }
+            Ok::<(), String>(())
+        };
+        if let Err(e) = result.await {
+            error!("configuration API tokens are not reloaded: {e}");
+        }
+    });
 }
 
 /// The embedded service's write token when none is configured: read from

@@ -199,6 +199,9 @@ pub struct EmbeddedService {
     /// The tokens it accepts (`write:S,read:S`; a bare S is a write token);
     /// `None`: a write token made up and kept in [`token_file`].
     pub tokens: Option<String>,
+    /// A file of the tokens it accepts instead (the same list, one per
+    /// line or comma-separated), re-read on SIGHUP and when it changes.
+    pub tokens_file: Option<PathBuf>,
     /// How often the limiter asks it for changes.
     pub refresh: Duration,
     /// Where the limiter keeps its last view.
@@ -211,6 +214,7 @@ impl EmbeddedService {
         Self {
             db: db.into(),
             tokens: None,
+            tokens_file: None,
             refresh: Duration::from_secs(2),
             cache: None,
         }
@@ -573,6 +577,7 @@ async fn serve(
         Source::Inline => "configuration given at start".to_owned(),
         Source::Service { url, .. } => format!("configuration from the service at {url}"),
         Source::Embedded(app, service) => {
+            embedded::follow_tokens_file(app, service, &state.shutdown);
             routes = routes.merge(embedded::answer_when_in_force(
                 charon_config_service::router(app.clone()),
                 embedded_feed.clone(),
@@ -760,6 +765,7 @@ async fn api_only(
         service.db
     );
     let stopping = crate::Shutdown::new();
+    embedded::follow_tokens_file(&app, service, &stopping);
     let shutdown = {
         let stopping = stopping.clone();
         async move {

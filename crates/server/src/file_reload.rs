@@ -94,7 +94,7 @@ impl FileWatch {
         dirs.dedup();
         for dir in dirs {
             if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
-                warn!(dir = %dir.display(), "cannot watch the {what}'s directory ({e}); reload on SIGHUP only");
+                warn!(dir = %dir.display(), "cannot watch the {what}'s directory ({e}); changes are seen by reading every second, and on SIGHUP");
             }
         }
         let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())

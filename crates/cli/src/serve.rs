@@ -69,6 +69,11 @@ pub struct ServeArgs {
         conflicts_with_all = ["config_token", "config_url"]
     )]
     pub config_tokens_file: Option<PathBuf>,
+    /// Versions of the embedded configuration service's audit trail to
+    /// keep (`charon config log`, and what `config rollback` can restore);
+    /// older rows are deleted as new commits are made. 0 keeps every one.
+    #[arg(long, value_name = "N", env = "CHARON_AUDIT_KEEP", default_value_t = charon_config_service::DEFAULT_AUDIT_VERSIONS)]
+    pub audit_keep: u64,
     /// The embedded configuration service's database: a SQLite file path
     /// or a `postgres://` URL.
     #[arg(
@@ -306,6 +311,7 @@ impl ServeArgs {
             db: self.db.clone(),
             tokens: self.config_token.clone(),
             tokens_file: self.config_tokens_file.clone(),
+            audit_keep: self.audit_keep,
             refresh: self.config_refresh,
             cache: self.config_cache.clone(),
         };

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 pub use api::router;
 pub use auth::{Role, Tokens};
-pub use store::{ConfigDbError, StoreOptions};
+pub use store::{ConfigDbError, DEFAULT_AUDIT_VERSIONS, StoreOptions};
 
 /// The OpenAPI 3.1 document served at `/openapi.json`, generated (by
 /// utoipa) from the handlers' attributes and the bodies' types, so that it

@@ -119,6 +119,11 @@ pub struct StoreOptions {
     /// How many versions of change history to keep for deltas. A client
     /// further behind than this gets a full snapshot. Default 1000.
     pub history_versions: u64,
+    /// How many versions of audit trail to keep (`GET /v1/audit`, and
+    /// what `charon config rollback` can restore): each row holds the
+    /// whole configuration it left, so an unbounded trail of a busy
+    /// service would fill its disk. Default 10,000; 0 keeps every row.
+    pub audit_versions: u64,
     /// Most connections in the pool. Default 8 (4 for SQLite).
     pub max_connections: Option<u32>,
     /// How long to wait for a connection before answering 503. Default 5s.
@@ -129,10 +134,14 @@ pub struct StoreOptions {
     pub lock_timeout: Duration,
 }
 
+/// The audit rows kept by default ([`StoreOptions::audit_versions`]).
+pub const DEFAULT_AUDIT_VERSIONS: u64 = 10_000;
+
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             history_versions: 1000,
+            audit_versions: DEFAULT_AUDIT_VERSIONS,
             max_connections: None,
             acquire_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(5),
@@ -168,6 +177,7 @@ pub(crate) struct Db {
     pools: Pools,
     backend: Backend,
     history_versions: u64,
+    audit_versions: u64,
     /// An in-memory SQLite database lives in its one connection, which
     /// must never be closed.
     in_memory: bool,
@@ -234,6 +244,7 @@ impl Db {
             pools,
             backend,
             history_versions: options.history_versions.max(1),
+            audit_versions: options.audit_versions,
             in_memory,
         })
     }
@@ -289,6 +300,7 @@ impl Db {
             next,
             history_floor,
             history_versions: self.history_versions,
+            audit_versions: self.audit_versions,
             changed: BTreeSet::new(),
             token: token.to_owned(),
             before,
@@ -758,6 +770,8 @@ pub(crate) struct WriteTx {
     next: u64,
     history_floor: u64,
     history_versions: u64,
+    /// 0: every audit row is kept.
+    audit_versions: u64,
     changed: BTreeSet<(Entity, String)>,
     /// The name of the token making this commit.
     token: String,
@@ -938,8 +952,8 @@ impl WriteTx {
         .await
     }
 
-    /// Commits if anything changed (pruning history beyond what is kept,
-    /// and writing the audit row in the same transaction); rolls back
+    /// Commits if anything changed (pruning history and audit rows beyond
+    /// what is kept, and writing the audit row in the same transaction); rolls back
     /// otherwise, leaving the version where it was and the audit trail as
     /// it was. `Ok` only once the commit is durable; on error nothing of it
     /// was committed, audit row included.
@@ -972,6 +986,19 @@ impl WriteTx {
                 Ok(())
             })
             .await?;
+        if self.audit_versions > 0 && self.next > self.audit_versions {
+            let oldest_kept = to_i64(self.next - self.audit_versions + 1);
+            self.read
+                .tx
+                .run(async |c| {
+                    sqlx::query("DELETE FROM charon_audit WHERE version < $1")
+                        .bind(oldest_kept)
+                        .execute(c)
+                        .await?;
+                    Ok(())
+                })
+                .await?;
+        }
         let cutoff = to_i64(self.next.saturating_sub(self.history_versions));
         if cutoff > to_i64(self.history_floor) {
             self.read

@@ -16,6 +16,7 @@ on_both_databases!(
     audit_reads_follow_the_read_rules,
     a_refused_commit_leaves_no_audit_entry,
     audit_paging_and_bounds,
+    audit_rows_beyond_the_kept_versions_are_pruned,
 );
 
 const ALICE: &str = "alice-secret";
@@ -250,4 +251,37 @@ async fn an_audit_write_failure_fails_the_commit() {
     let read = app.get(&path).expect(200).await;
     assert_eq!(read.json["hard_limit"], 10);
     assert_eq!(app.version().await, 1);
+}
+
+/// With `audit_versions: 3`, five commits leave the last three rows; the
+/// older ones are gone (404), in the commits' own transactions.
+async fn audit_rows_beyond_the_kept_versions_are_pruned(db: TestDb) {
+    let options = StoreOptions {
+        audit_versions: 3,
+        ..StoreOptions::default()
+    };
+    let app = db.app_with(tokens(), options).await;
+    for n in 1..=5 {
+        app.put(&resource_path("a"))
+            .token(ALICE)
+            .json(rate(n))
+            .expect(if n == 1 { 201 } else { 200 })
+            .await;
+    }
+    let log = app.get("/v1/audit").expect(200).await;
+    let versions: Vec<u64> = entries(&log)
+        .iter()
+        .map(|e| e["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, [5, 4, 3]);
+    app.get("/v1/audit/2").expect(404).await;
+    let kept = app.get("/v1/audit/3").expect(200).await;
+    assert!(
+        kept.json["config"]
+            .as_str()
+            .unwrap()
+            .contains("hard_limit: 3"),
+        "{}",
+        kept.json
+    );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use charon_config_client::FeedHandle;
-use charon_config_service::{AppState, Tokens};
+use charon_config_service::{AppState, StoreOptions, Tokens};
 use tracing::{error, info, warn};
 
 use super::EmbeddedService;
@@ -25,7 +25,11 @@ pub(super) async fn open(service: &EmbeddedService) -> anyhow::Result<AppState> 
         }
         (None, None) => Tokens::new().writer(embedded_token(&service.db)?),
     };
-    AppState::open(&service.db, tokens)
+    let options = StoreOptions {
+        audit_versions: service.audit_keep,
+        ..StoreOptions::default()
+    };
+    AppState::open_with(&service.db, tokens, options)
         .await
         .with_context(|| format!("cannot open the configuration database {}", service.db))
 }

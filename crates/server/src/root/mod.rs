@@ -202,6 +202,8 @@ pub struct EmbeddedService {
     /// A file of the tokens it accepts instead (the same list, one per
     /// line or comma-separated), re-read on SIGHUP and when it changes.
     pub tokens_file: Option<PathBuf>,
+    /// Audit rows kept (0: every one).
+    pub audit_keep: u64,
     /// How often the limiter asks it for changes.
     pub refresh: Duration,
     /// Where the limiter keeps its last view.
@@ -215,6 +217,7 @@ impl EmbeddedService {
             db: db.into(),
             tokens: None,
             tokens_file: None,
+            audit_keep: charon_config_service::DEFAULT_AUDIT_VERSIONS,
             refresh: Duration::from_secs(2),
             cache: None,
         }

@@ -34,6 +34,17 @@ fn rate(hard_limit: u64) -> Value {
     json!({"kind": "rate", "hard_limit": hard_limit, "tiers": [{"limit": 5, "window": "1s"}]})
 }
 
+/// Versions 1 to 5: resource `a` made, then changed four times.
+async fn five_commits(app: &support::TestApp) {
+    for n in 1..=5 {
+        app.put(&resource_path("a"))
+            .token(ALICE)
+            .json(rate(n))
+            .expect(if n == 1 { 201 } else { 200 })
+            .await;
+    }
+}
+
 fn entries(reply: &support::Reply) -> Vec<Value> {
     reply.json["entries"].as_array().unwrap().clone()
 }
@@ -190,13 +201,7 @@ async fn a_refused_commit_leaves_no_audit_entry(db: TestDb) {
 
 async fn audit_paging_and_bounds(db: TestDb) {
     let app = db.app_with(tokens(), StoreOptions::default()).await;
-    for n in 1..=5 {
-        app.put(&resource_path("a"))
-            .token(ALICE)
-            .json(rate(n))
-            .expect(if n == 1 { 201 } else { 200 })
-            .await;
-    }
+    five_commits(&app).await;
     let mut seen = Vec::new();
     let mut url = "/v1/audit?limit=2".to_owned();
     loop {
@@ -261,13 +266,7 @@ async fn audit_rows_beyond_the_kept_versions_are_pruned(db: TestDb) {
         ..StoreOptions::default()
     };
     let app = db.app_with(tokens(), options).await;
-    for n in 1..=5 {
-        app.put(&resource_path("a"))
-            .token(ALICE)
-            .json(rate(n))
-            .expect(if n == 1 { 201 } else { 200 })
-            .await;
-    }
+    five_commits(&app).await;
     let log = app.get("/v1/audit").expect(200).await;
     let versions: Vec<u64> = entries(&log)
         .iter()

@@ -22,6 +22,18 @@ use serde_json::Value;
 
 use crate::tls_args::TlsArgs;
 
+/// How a change is confirmed: `apply` and `rollback` show the difference,
+/// then ask, unless told not to ask or not to apply.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct ConfirmArgs {
+    /// Apply without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Only show the difference.
+    #[arg(long, conflicts_with = "yes")]
+    dry_run: bool,
+}
+
 /// Where the configuration service is.
 #[derive(Args, Debug)]
 pub struct RemoteArgs {
@@ -97,24 +109,12 @@ fn report(e: &ConfigClientError, file: Option<&Path>) {
 }
 
 /// `charon config apply FILE`.
-pub fn apply(
-    file: &Path,
-    remote: &RemoteArgs,
-    yes: bool,
-    dry_run: bool,
-) -> anyhow::Result<ExitCode> {
+pub fn apply(file: &Path, remote: &RemoteArgs, confirm: ConfirmArgs) -> anyhow::Result<ExitCode> {
     let yaml =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let client = remote.client()?;
     let rt = runtime()?;
-    replace(
-        &rt,
-        &client,
-        &yaml,
-        &file.display().to_string(),
-        yes,
-        dry_run,
-    )
+    replace(&rt, &client, &yaml, &file.display().to_string(), confirm)
 }
 
 /// Replaces the service's configuration with `yaml` (named `label` in
@@ -126,8 +126,7 @@ fn replace(
     client: &ConfigClient,
     yaml: &str,
     label: &str,
-    yes: bool,
-    dry_run: bool,
+    confirm: ConfirmArgs,
 ) -> anyhow::Result<ExitCode> {
     let file = Path::new(label);
     let preview = match rt.block_on(client.import_yaml(yaml, true, None)) {
@@ -151,10 +150,10 @@ fn replace(
     write_diff(&mut out, &preview)?;
     out.flush()?;
     drop(out);
-    if dry_run {
+    if confirm.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
-    if !yes && !confirm()? {
+    if !confirm.yes && !ask()? {
         eprintln!("Nothing was applied.");
         return Ok(ExitCode::FAILURE);
     }
@@ -220,8 +219,7 @@ pub fn log(remote: &RemoteArgs, limit: u64) -> anyhow::Result<ExitCode> {
 pub fn rollback(
     remote: &RemoteArgs,
     version: u64,
-    yes: bool,
-    dry_run: bool,
+    confirm: ConfirmArgs,
 ) -> anyhow::Result<ExitCode> {
     let client = remote.client()?;
     let rt = runtime()?;
@@ -229,8 +227,9 @@ pub fn rollback(
         Ok(entry) => entry,
         Err(ConfigClientError::Api { status: 404, .. }) => {
             eprintln!(
-                "charon: version {version} is not in the audit trail (never committed, or \
-                 committed before the service kept one); see `charon config log`"
+                "charon: version {version} is not in the audit trail (never committed, \
+                 committed before the service kept one, or older than the versions it keeps); \
+                 see `charon config log`"
             );
             return Ok(ExitCode::FAILURE);
         }
@@ -247,17 +246,10 @@ pub fn rollback(
         "Rolling back to version {version} (committed {} by token {}).",
         entry.time, entry.token
     );
-    replace(
-        &rt,
-        &client,
-        &yaml,
-        &format!("version {version}"),
-        yes,
-        dry_run,
-    )
+    replace(&rt, &client, &yaml, &format!("version {version}"), confirm)
 }
 
-fn confirm() -> anyhow::Result<bool> {
+fn ask() -> anyhow::Result<bool> {
     eprint!("Apply these changes as one commit? [y/N] ");
     std::io::stderr().flush()?;
     let mut line = String::new();

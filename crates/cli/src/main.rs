@@ -95,12 +95,8 @@ enum ConfigCommand {
         file: PathBuf,
         #[command(flatten)]
         remote: config_remote::RemoteArgs,
-        /// Apply without asking.
-        #[arg(long)]
-        yes: bool,
-        /// Only show the difference.
-        #[arg(long, conflicts_with = "yes")]
-        dry_run: bool,
+        #[command(flatten)]
+        confirm: config_remote::ConfirmArgs,
     },
     /// Convert another rate-limit service's configuration files into a
     /// Charon configuration with an `envoy:` section (SPEC §11), printed on
@@ -139,12 +135,8 @@ enum ConfigCommand {
         to: u64,
         #[command(flatten)]
         remote: config_remote::RemoteArgs,
-        /// Roll back without asking.
-        #[arg(long)]
-        yes: bool,
-        /// Only show the difference.
-        #[arg(long, conflicts_with = "yes")]
-        dry_run: bool,
+        #[command(flatten)]
+        confirm: config_remote::ConfirmArgs,
     },
 }
 
@@ -166,10 +158,9 @@ fn main() -> ExitCode {
                 ConfigCommand::Apply {
                     file,
                     remote,
-                    yes,
-                    dry_run,
+                    confirm,
                 },
-        } => config_remote::apply(&file, &remote, yes, dry_run),
+        } => config_remote::apply(&file, &remote, confirm),
         Command::Config {
             command: ConfigCommand::Export { remote },
         } => config_remote::export(&remote),
@@ -184,10 +175,9 @@ fn main() -> ExitCode {
                 ConfigCommand::Rollback {
                     to,
                     remote,
-                    yes,
-                    dry_run,
+                    confirm,
                 },
-        } => config_remote::rollback(&remote, to, yes, dry_run),
+        } => config_remote::rollback(&remote, to, confirm),
     };
     match result {
         Ok(code) => code,

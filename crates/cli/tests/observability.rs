@@ -170,15 +170,19 @@ async fn every_metric_family_has_help_and_type() {
     assert_eq!(e.types["charon_sessions_open"], "gauge");
 }
 
-/// PromQL words that are not metric names: functions are followed by `(`
-/// and skipped by that; these are the operators and modifiers.
-const KEYWORDS: &[&str] = &[
+/// PromQL words followed by a list of labels, not metric names.
+const LABEL_LISTS: &[&str] = &[
     "by",
     "without",
     "on",
     "ignoring",
     "group_left",
     "group_right",
+];
+
+/// PromQL words that are not metric names (besides [`LABEL_LISTS`]): functions are followed by `(`
+/// and skipped by that; these are the operators and modifiers.
+const KEYWORDS: &[&str] = &[
     "and",
     "or",
     "unless",
@@ -263,16 +267,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                 }
                 let call = j < chars.len() && chars[j] == '(';
                 let lower = word.to_ascii_lowercase();
-                if [
-                    "by",
-                    "without",
-                    "on",
-                    "ignoring",
-                    "group_left",
-                    "group_right",
-                ]
-                .contains(&lower.as_str())
-                {
+                if LABEL_LISTS.contains(&lower.as_str()) {
                     labels_next = true;
                 } else if word == "label_values" && call {
                     // label_values(metric, label): the metric alone.

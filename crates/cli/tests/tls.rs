@@ -560,22 +560,26 @@ async fn the_embedded_service_follows_itself_under_mutual_tls() {
     );
     let limits = server.dir().join("limits.yaml");
     std::fs::write(&limits, LIMITS).unwrap();
-    let out = charon()
-        .args(["config", "apply", "--yes", "--token", "tls-token", "--url"])
-        .arg(format!("https://127.0.0.1:{}", server.http_port))
-        .arg(&limits)
-        .args(["--ca", &ca])
-        .arg("--cert")
-        .arg(pki.client_cert())
-        .arg("--key")
-        .arg(pki.client_key())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // `charon config apply` over mutual TLS to this server's HTTP listener.
+    let apply = || {
+        let out = charon()
+            .args(["config", "apply", "--yes", "--token", "tls-token", "--url"])
+            .arg(format!("https://127.0.0.1:{}", server.http_port))
+            .arg(&limits)
+            .args(["--ca", &ca])
+            .arg("--cert")
+            .arg(pki.client_cert())
+            .arg("--key")
+            .arg(pki.client_key())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply();
     // Answered once the limiter held it: the loopback feed works under
     // mutual TLS.
     let c = client(&server, trusting(&pki, true));
@@ -603,22 +607,7 @@ async fn the_embedded_service_follows_itself_under_mutual_tls() {
         Duration::from_secs(5)
     ));
     std::fs::write(&limits, LIMITS.replace("limit: 100", "limit: 50")).unwrap();
-    let out = charon()
-        .args(["config", "apply", "--yes", "--token", "tls-token", "--url"])
-        .arg(format!("https://127.0.0.1:{}", server.http_port))
-        .arg(&limits)
-        .args(["--ca", &ca])
-        .arg("--cert")
-        .arg(pki.client_cert())
-        .arg("--key")
-        .arg(pki.client_key())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply();
     assert!(wait_until(Duration::from_secs(5), || {
         server
             .http_get("/readyz")

@@ -232,8 +232,26 @@ async fn audit_paging_and_bounds(db: TestDb) {
 /// is committed (SQLite: a trigger refuses the insert).
 #[tokio::test]
 async fn an_audit_write_failure_fails_the_commit() {
+    refused_audit_fails_the_commit("INSERT").await;
+}
+
+/// Old audit rows that cannot be pruned fail the commit that would prune
+/// them, as an insert does (SQLite: a trigger refuses the delete).
+#[tokio::test]
+async fn an_audit_prune_failure_fails_the_commit() {
+    refused_audit_fails_the_commit("DELETE").await;
+}
+
+/// With `audit_versions` 1 (every commit after the first prunes), a
+/// trigger refusing `statement` on `charon_audit` after the first commit:
+/// the second commit fails whole, the version stays 1.
+async fn refused_audit_fails_the_commit(statement: &str) {
     let db = TestDb::sqlite();
-    let app = db.app_with(tokens(), StoreOptions::default()).await;
+    let options = StoreOptions {
+        audit_versions: 1,
+        ..StoreOptions::default()
+    };
+    let app = db.app_with(tokens(), options).await;
     let path = resource_path("api/search");
     app.put(&path).token(ALICE).json(rate(10)).expect(201).await;
     {
@@ -243,10 +261,10 @@ async fn an_audit_write_failure_fails_the_commit() {
             .connect()
             .await
             .unwrap();
-        sqlx::query(
-            "CREATE TRIGGER refuse_audit BEFORE INSERT ON charon_audit \
-             BEGIN SELECT RAISE(ABORT, 'audit refused'); END",
-        )
+        sqlx::query(&format!(
+            "CREATE TRIGGER refuse_audit BEFORE {statement} ON charon_audit \
+             BEGIN SELECT RAISE(ABORT, 'audit refused'); END"
+        ))
         .execute(&mut conn)
         .await
         .unwrap();

@@ -9,8 +9,6 @@ mod support;
 use std::time::Duration;
 
 use charon_client::{Client, ClientOptions};
-use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
@@ -194,15 +192,8 @@ async fn tenants_use_their_own_namespaces_only() {
         with_token(
             token,
             RateLimitRequest {
-                domain: domain.to_owned(),
-                descriptors: vec![RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: "user".to_owned(),
-                        value: "ann".to_owned(),
-                    }],
-                    ..RateLimitDescriptor::default()
-                }],
                 hits_addend: 1,
+                ..support::envoy_request(domain, "user", "ann")
             },
         )
     };

@@ -571,9 +571,6 @@ impl Drop for KillTmux {
 /// wants and the lease as real numbers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_descriptors_and_leases_are_events() {
-    use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
     use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use charon_proto::v1::capacity_client::CapacityClient;
 
@@ -597,17 +594,7 @@ envoy:
         .expect("gRPC");
     for _ in 0..2 {
         envoy
-            .should_rate_limit(RateLimitRequest {
-                domain: "edge".into(),
-                descriptors: vec![RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: "client".into(),
-                        value: "c1".into(),
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
+            .should_rate_limit(support::envoy_request("edge", "client", "c1"))
             .await
             .expect("ShouldRateLimit");
     }

@@ -11,9 +11,6 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
-use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
@@ -145,17 +142,7 @@ envoy:
 /// What one `ShouldRateLimit` of `key=value` on the domain `edge` got:
 /// `ok`, `over_limit` (with the limit's name) or the status code.
 async fn envoy_outcome(c: &mut RateLimitServiceClient<Channel>, key: &str, value: &str) -> String {
-    let request = RateLimitRequest {
-        domain: "edge".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
-        hits_addend: 0,
-    };
+    let request = support::envoy_request("edge", key, value);
     match c.should_rate_limit(request).await {
         Ok(r) => {
             let r = r.into_inner();

@@ -14,9 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use charon_client::Source;
-use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use charon_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use charon_proto::v1;
 use charon_proto::v1::capacity_client::CapacityClient;
@@ -176,17 +173,7 @@ async fn decisions_and_their_redis_calls_arrive_as_spans() {
         .unwrap();
     for _ in 0..3 {
         envoy
-            .should_rate_limit(RateLimitRequest {
-                domain: "edge".to_owned(),
-                descriptors: vec![RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: "tenant".to_owned(),
-                        value: "t9".to_owned(),
-                    }],
-                    ..RateLimitDescriptor::default()
-                }],
-                ..RateLimitRequest::default()
-            })
+            .should_rate_limit(support::envoy_request("edge", "tenant", "t9"))
             .await
             .unwrap();
     }

@@ -231,3 +231,25 @@ pub fn redis_cli(redis: &charon_testkit::RedisServer, args: &[&str]) -> String {
         .expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Envoy's `ShouldRateLimit` request on `domain` with one descriptor of
+/// one entry, `key=value` (hits_addend 0: one hit).
+pub fn envoy_request(
+    domain: &str,
+    key: &str,
+    value: &str,
+) -> charon_proto::envoy::service::ratelimit::v3::RateLimitRequest {
+    use charon_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    charon_proto::envoy::service::ratelimit::v3::RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}

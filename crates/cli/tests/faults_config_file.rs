@@ -1,6 +1,6 @@
 //! A real `charon serve --config FILE` process whose file is emptied,
-//! half-written (also with an `envoy:` section) or oversized, and `charon
-//! config check` on such files.
+//! half-written (also with an `envoy:` section), oversized or replaced by
+//! a FIFO nobody writes to, and `charon config check` on such files.
 //! Run with `--nocapture` for one `FAULT` line per test.
 
 mod support;
@@ -520,4 +520,47 @@ fn config_file_over_the_bounds_is_refused_by_config_check() {
         stderr.contains("resources[0].tiers: 65 tiers, at most 64"),
         "{stderr}"
     );
+}
+
+/// A FIFO nobody writes to, renamed over the configuration file: opening
+/// it would wait for a writer forever. The watcher (its change event, its
+/// poll every second, SIGHUP) refuses it as not a regular file, and the
+/// server goes on deciding, answers `/readyz` and stops on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_place_of_the_config_file_is_refused_and_blocks_nothing() {
+    let mut server = CharonProcess::start(bin(), LIMITS, &[]);
+    let mut grpc = grpc(&server).await;
+    assert_eq!(outcome(&mut grpc, "api").await, "granted 1");
+    let fifo = server.dir().join("limits.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    std::fs::rename(&fifo, server.config_path()).expect("rename");
+    server.signal("HUP");
+    // Past a change event, a SIGHUP and two polls.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let answer = tokio::time::timeout(Duration::from_secs(2), outcome(&mut grpc, "api")).await;
+        answers.push(answer.unwrap_or_else(|_| "no answer".to_owned()));
+    }
+    let ready = server.http_get("/readyz");
+    let log = server.log();
+    println!(
+        "FAULT config_file_fifo: renamed a FIFO nobody writes to over the configuration file \
+         and sent SIGHUP; expected the reload refused (not a regular file), decisions and \
+         /readyz answered, a clean SIGTERM; observed {answers:?}, /readyz {:?}",
+        ready.as_ref().map(|r| r.0)
+    );
+    assert!(
+        answers.iter().all(|a| a == "granted 1"),
+        "{answers:?}\n{log}"
+    );
+    assert_eq!(ready.map(|r| r.0), Some(200), "{log}");
+    assert!(log.contains("not a regular file"), "{log}");
+    server.signal("TERM");
+    let exit = server.wait_exit(Duration::from_secs(10));
+    assert_eq!(exit.and_then(|s| s.code()), Some(0), "{}", server.log());
 }

@@ -137,29 +137,29 @@ impl FileWatch {
                 Some(()) = self.changes.recv() => false,
                 _ = self.poll.tick() => {
                     // Unchanged, as nearly always: nothing to settle.
-                    if read_all(&self.paths).ok() == self.last {
+                    if self.read().await.ok() == self.last {
                         continue;
                     }
                     false
                 }
             };
             if forced {
-                return Ok(Some(self.read_now()));
+                return Ok(Some(self.read_now().await));
             }
             // Debounce: the contents must read the same twice, DEBOUNCE
             // apart, before they are applied. Events meanwhile (these
             // files' or their neighbours') only mean "look again"; a
             // SIGHUP (an operator who wrote the files, then signalled)
             // applies them at once, once.
-            let mut seen = read_all(&self.paths).ok();
+            let mut seen = self.read().await.ok();
             loop {
                 tokio::select! {
                     () = shutdown.wait() => return Ok(None),
-                    _ = self.hangups.recv() => return Ok(Some(self.read_now())),
+                    _ = self.hangups.recv() => return Ok(Some(self.read_now().await)),
                     () = tokio::time::sleep(DEBOUNCE) => {}
                 }
                 while self.changes.try_recv().is_ok() {}
-                let now = read_all(&self.paths).ok();
+                let now = self.read().await.ok();
                 if now == seen {
                     break;
                 }
@@ -181,8 +181,8 @@ impl FileWatch {
 impl FileWatch {
     /// The files as they are (SIGHUP), remembered as the last yielded so
     /// that the change event of the same write does not yield them again.
-    fn read_now(&mut self) -> Result<Vec<Vec<u8>>, String> {
-        let now = read_all(&self.paths);
+    async fn read_now(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        let now = self.read().await;
         if let Ok(now) = &now {
             self.last = Some(now.clone());
         }
@@ -190,11 +190,30 @@ impl FileWatch {
     }
 }
 
-/// Every file of `paths`, or which one could not be read and why.
+impl FileWatch {
+    /// The files as they are, read on a blocking thread: a file system
+    /// that hangs stalls this watch, never the runtime's workers.
+    async fn read(&self) -> Result<Vec<Vec<u8>>, String> {
+        let paths = self.paths.clone();
+        tokio::task::spawn_blocking(move || read_all(&paths))
+            .await
+            .unwrap_or_else(|e| Err(format!("reading the files failed: {e}")))
+    }
+}
+
+/// Every file of `paths`, or which one could not be read and why. Only
+/// regular files are read: opening a FIFO or a device put in a file's
+/// place could wait for a writer forever.
 fn read_all(paths: &[PathBuf]) -> Result<Vec<Vec<u8>>, String> {
     paths
         .iter()
-        .map(|p| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+        .map(|p| {
+            let cannot = |e: std::io::Error| format!("cannot read {}: {e}", p.display());
+            if !std::fs::metadata(p).map_err(cannot)?.is_file() {
+                return Err(format!("{} is not a regular file", p.display()));
+            }
+            std::fs::read(p).map_err(cannot)
+        })
         .collect()
 }
 

@@ -40,6 +40,7 @@ pub mod rate;
 pub mod request;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+pub mod throttle;
 pub mod time;
 pub mod window;
 mod wire;

@@ -11,16 +11,23 @@ use crate::import::{self, Format, Source};
 /// Loads a configuration file, printing every problem to stderr. `None`
 /// when the file is invalid (the problems have been printed).
 pub fn load(path: &Path) -> anyhow::Result<Option<Config>> {
+    Ok(load_with_settings(path)?.map(|(config, _)| config))
+}
+
+/// [`load`], with the file's other sections (`server:`, `throttle:`).
+pub fn load_with_settings(
+    path: &Path,
+) -> anyhow::Result<Option<(Config, charon_server::config_file::FileServerSettings)>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     // The same rules as `charon serve`: the limits, and an optional
     // `server:` section.
     match charon_server::config_file::parse_text(&text) {
-        Ok((config, adjustments, _)) => {
+        Ok((config, adjustments, settings)) => {
             for a in adjustments {
                 eprintln!("{}: normalized: {a}", path.display());
             }
-            Ok(Some(config))
+            Ok(Some((config, settings)))
         }
         Err(problems) => {
             for e in problems {

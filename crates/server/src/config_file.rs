@@ -5,7 +5,9 @@
 
 use std::path::Path;
 
-use charon_core::config::{Adjustment, Config};
+use charon_core::config::{Adjustment, Config, ResourceKind};
+use charon_core::fields::Path as FieldPath;
+use charon_core::throttle::ThrottleConfig;
 use tracing::info;
 
 use crate::ConfigReport;
@@ -13,7 +15,7 @@ use crate::ConfigReport;
 /// Server settings a configuration file may carry beside the limits, in a
 /// top-level `server:` mapping (`store`, `listen`, `http_listen`). Flags and
 /// environment variables take precedence; they are read at start-up only.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct FileServerSettings {
     /// `server.store`: `memory` or a `redis://` URL.
     pub store: Option<String>,
@@ -21,6 +23,9 @@ pub struct FileServerSettings {
     pub listen: Option<String>,
     /// `server.http_listen`: the HTTP address (metrics, health, pages).
     pub http_listen: Option<String>,
+    /// The `throttle:` section (SPEC §13), for `charon sidecar` and
+    /// `charon simulate`; `charon serve` checks it and leaves it alone.
+    pub throttle: Option<ThrottleConfig>,
 }
 
 const SERVER_FIELDS: &[&str] = &["store", "listen", "http_listen"];
@@ -63,14 +68,58 @@ pub fn parse_text(
             other => problems.push(format!("server: expected a mapping, found {other}")),
         }
     }
+    let throttle = value.as_object_mut().and_then(|m| m.remove("throttle"));
+    let throttle_path = FieldPath::root().key("throttle");
+    match throttle.filter(|t| !t.is_null()) {
+        None => {}
+        Some(t) => match ThrottleConfig::from_value(&t, &throttle_path) {
+            Ok(t) => settings.throttle = Some(t),
+            Err(errors) => problems.extend(errors.0.iter().map(ToString::to_string)),
+        },
+    }
     match Config::from_value(&value) {
-        Ok((config, adjustments)) if problems.is_empty() => Ok((config, adjustments, settings)),
+        Ok((config, adjustments)) if problems.is_empty() => {
+            problems.extend(throttle_resource_problems(
+                &config,
+                &settings,
+                &throttle_path,
+            ));
+            if !problems.is_empty() {
+                return Err(problems);
+            }
+            Ok((config, adjustments, settings))
+        }
         Ok(_) => Err(problems),
         Err(errors) => {
             problems.extend(errors.0.iter().map(ToString::to_string));
             Err(problems)
         }
     }
+}
+
+/// Each in-process resource of `throttle.clients` must be a rate-like
+/// resource of the same file (it is decided in the throttler's process).
+fn throttle_resource_problems(
+    config: &Config,
+    settings: &FileServerSettings,
+    path: &FieldPath,
+) -> Vec<String> {
+    let Some(throttle) = &settings.throttle else {
+        return Vec::new();
+    };
+    throttle
+        .local_resources(path)
+        .into_iter()
+        .filter_map(|(p, name)| match config.resource(name).map(|r| &r.kind) {
+            None => Some(format!(
+                "{p}: no resource {name:?} in this file (a per-client limit is decided in process, by a rate-like resource of the same file)"
+            )),
+            Some(ResourceKind::Copy(_) | ResourceKind::Lease(_)) => Some(format!(
+                "{p}: {name:?} is not rate-like (rate, bucket, window or queue)"
+            )),
+            Some(_) => None,
+        })
+        .collect()
 }
 
 /// Reads and validates a configuration file; the error lists every

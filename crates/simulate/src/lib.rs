@@ -20,6 +20,12 @@
 //! `copies`) are SPEC §10's dry run, charge and refund.
 //!
 //! Blank lines are not events and get no reply.
+//!
+//! With a `throttle:` section ([`Simulation::with_throttle`]), the ops
+//! `arrive`, `finish` and `leave` drive the server throttler of SPEC §13
+//! (see the `throttle` module): [`Simulation::lines`] answers a line with
+//! every line it produces, the throttler's own events due by then first,
+//! and [`Simulation::end`] writes what happens after the last event.
 
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
@@ -33,11 +39,14 @@ use charon_core::lease::LeaseReply;
 use charon_core::meter;
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
+use charon_core::throttle::ThrottleConfig;
 use charon_core::{ClientError, ManualClock};
 use charon_limiter::{CapacityAsk, Decision, LimitError, Limiter, RequestOptions, Session};
 use charon_store::MemoryStore;
 use serde::Serialize;
 use serde_json::{Map, Value};
+
+mod throttle;
 
 const DEFAULT_SESSION: &str = "default";
 
@@ -48,6 +57,7 @@ pub struct Simulation {
     limiter: Arc<Limiter>,
     sessions: HashMap<String, Session>,
     last_t: Option<u64>,
+    throttler: Option<throttle::Throttler>,
 }
 
 impl Simulation {
@@ -60,7 +70,108 @@ impl Simulation {
             limiter: Limiter::new(config, store),
             sessions: HashMap::new(),
             last_t: None,
+            throttler: None,
         }
+    }
+
+    /// The same simulation with the server throttler of a `throttle:`
+    /// section (SPEC §13), driven by `arrive`, `finish` and `leave`.
+    pub fn with_throttle(mut self, throttle: Option<ThrottleConfig>) -> Self {
+        self.throttler = throttle.map(throttle::Throttler::new);
+        self
+    }
+
+    /// Answers one input line with every output line it makes, in time
+    /// order: what the throttler did by itself up to the line's `t`, then
+    /// the reply (an arrival's evictions after it). A blank line makes
+    /// none; an event refused makes its error line alone and changes
+    /// nothing.
+    pub async fn lines(&mut self, line: &[u8]) -> Vec<Value> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Vec::new();
+        }
+        let v = match serde_json::from_slice::<Value>(line) {
+            Ok(v) => v,
+            Err(e) => {
+                return vec![reply_value(&Reply::client_error(format!(
+                    "not a JSON event: {e}"
+                )))];
+            }
+        };
+        let throttle_op = v
+            .get("op")
+            .and_then(Value::as_str)
+            .is_some_and(|op| throttle::OPS.contains(&op));
+        if throttle_op {
+            return self.throttle_event(&v);
+        }
+        let reply = self.reply_to(&v).await;
+        let mut lines = match (&reply.outcome, self.throttler.as_mut(), self.last_t) {
+            (Outcome::Error { .. }, _, _) | (_, None, _) | (_, _, None) => Vec::new(),
+            (_, Some(throttler), Some(t)) => throttler.advance(t),
+        };
+        lines.push(reply_value(&reply));
+        lines
+    }
+
+    /// The lines after the last event: the throttler runs on until nothing
+    /// waits (every queued request starts or expires).
+    pub fn end(&mut self) -> Vec<Value> {
+        self.throttler
+            .as_mut()
+            .map(throttle::Throttler::drain)
+            .unwrap_or_default()
+    }
+
+    fn throttle_event(&mut self, v: &Value) -> Vec<Value> {
+        match self.try_throttle_event(v) {
+            Ok(lines) => lines,
+            Err(message) => {
+                let op = v.get("op").cloned().unwrap_or(Value::Null);
+                vec![reply_value(&Reply {
+                    t: echo(v.get("t")),
+                    op: echo(Some(&op)),
+                    outcome: Outcome::Error {
+                        error: "client",
+                        message,
+                    },
+                })]
+            }
+        }
+    }
+
+    fn try_throttle_event(&mut self, v: &Value) -> Result<Vec<Value>, String> {
+        let root = Path::root();
+        let mut issues = Issues::default();
+        let Value::Object(m) = v else {
+            return Err("expected an event (a mapping)".to_owned());
+        };
+        let op = m.get("op").and_then(Value::as_str).unwrap_or_default();
+        fields::unknown_fields(m, &root, throttle::fields_of(op), &mut issues);
+        let t = fields::required(m, "t", &root, &mut issues)
+            .and_then(|t| fields::count(t, &root.key("t"), &mut issues));
+        let parsed = throttle::read(op, m, &mut issues);
+        let (Some(t), Some(parsed)) = (t, parsed) else {
+            return Err(ConfigErrors(issues.into_vec()).to_string());
+        };
+        if !issues.is_empty() {
+            return Err(ConfigErrors(issues.into_vec()).to_string());
+        }
+        if let Some(last) = self.last_t.filter(|&last| t < last) {
+            return Err(format!(
+                "t went backwards: {t} < {last}; the clock never goes back"
+            ));
+        }
+        let Some(throttler) = self.throttler.as_mut() else {
+            return Err(format!(
+                "{op}: the configuration has no `throttle:` section"
+            ));
+        };
+        throttler.check(t, &parsed)?;
+        self.last_t = Some(t);
+        let mut lines = throttler.advance(t);
+        lines.extend(throttler.apply(t, parsed));
+        Ok(lines)
     }
 
     /// The limiter being simulated (to swap its configuration, say).

@@ -88,7 +88,9 @@ pub enum Event {
         id: RequestId,
         /// Its deadline.
         at: Millis,
-        /// When an arrival like it would not be refused.
+        /// When an arrival like it would start at once (queue and bucket
+        /// empty) if nothing else arrived: it might wait in vain again if
+        /// told only when it would be queued.
         retry_after_ms: Millis,
     },
 }
@@ -236,9 +238,9 @@ impl Throttle {
                 if deadline > now {
                     break;
                 }
-                let (id, units) = (head.id, head.units);
+                let id = head.id;
                 self.remove(seq);
-                let retry_after_ms = self.retry_after(deadline, units);
+                let retry_after_ms = self.until_idle(deadline);
                 events.push(Event::Expired {
                     id,
                     at: deadline,
@@ -319,10 +321,11 @@ impl Throttle {
     /// or, for more units than the queue holds, until the queue is empty
     /// and the bucket too (when it would start at once). Rounded up.
     fn retry_after(&self, now: Millis, units: u128) -> Millis {
+        if units > self.bound {
+            return self.until_idle(now);
+        }
         let now_ticks = self.ticks(now);
-        let at = if units > self.bound {
-            self.f.max(now_ticks) + self.queued
-        } else {
+        let at = {
             let need = (self.queued + units).saturating_sub(self.bound);
             let mut start = self.f;
             let mut freed = 0;
@@ -339,6 +342,14 @@ impl Throttle {
             if need == 0 { now_ticks } else { start }
         };
         self.ms_up(at.saturating_sub(now_ticks))
+    }
+
+    /// The wait from `now` until the queue is empty and the bucket too, if
+    /// nothing else arrived (when an arrival would start at once), rounded
+    /// up.
+    fn until_idle(&self, now: Millis) -> Millis {
+        let now_ticks = self.ticks(now);
+        self.ms_up(self.f.max(now_ticks) + self.queued - now_ticks)
     }
 
     fn enqueue(&mut self, now: Millis, id: RequestId, units: u128, criticality: Criticality) {

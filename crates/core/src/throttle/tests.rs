@@ -100,7 +100,8 @@ fn a_queued_request_expires_after_max_wait_and_a_start_at_the_deadline_is_in_tim
         arrive(&mut t, 0, id, C);
     }
     // Starts at 100 and 200 (200 is exactly the deadline: in time); the
-    // third would start at 300, after its deadline 200.
+    // third would start at 300, after its deadline 200. It is told to
+    // come back when it would start at once: 300.
     let events = t.advance(1000);
     assert_eq!(
         events,
@@ -118,7 +119,7 @@ fn a_queued_request_expires_after_max_wait_and_a_start_at_the_deadline_is_in_tim
             Event::Expired {
                 id: 4,
                 at: 200,
-                retry_after_ms: 0
+                retry_after_ms: 100
             },
         ]
     );

@@ -1,0 +1,108 @@
+//! What a request cost: the CPU time of the threads that poll its future,
+//! or the wall time from its start where CPU time cannot be read.
+//!
+//! The cost of a request is measured around the inner service: its `call`
+//! and every poll of the future it returns, summing the CPU time of the
+//! thread that ran each poll (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`). A
+//! tokio task moves between worker threads; per poll, the delta on the
+//! thread that polled is exact. Work the service hands to other threads
+//! (`spawn_blocking`, a database's own pool) is not seen: for such
+//! services choose [`CostClock::Wall`], which measures from the start of
+//! the call to its end and so also counts time spent waiting.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use rustix::time::{ClockId, clock_gettime};
+
+/// How a request's cost is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CostClock {
+    /// The CPU time of the polling thread, summed over the polls (the
+    /// default on every platform Charon runs on: Linux and the other
+    /// Unixes have a per-thread CPU clock).
+    #[default]
+    ThreadCpu,
+    /// Wall time from the call to the response: for services whose work
+    /// runs on other threads, or where the thread CPU clock is missing.
+    Wall,
+}
+
+impl CostClock {
+    /// The name in logs and documentation.
+    pub fn name(self) -> &'static str {
+        match self {
+            CostClock::ThreadCpu => "thread_cpu",
+            CostClock::Wall => "wall",
+        }
+    }
+}
+
+/// The current thread's CPU time.
+pub fn thread_cpu() -> Duration {
+    let t = clock_gettime(ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// A future whose cost is measured: resolves to its output and what it
+/// cost.
+#[derive(Debug)]
+pub struct Measured<F> {
+    inner: Pin<Box<F>>,
+    clock: CostClock,
+    spent: Duration,
+    started: Instant,
+}
+
+impl<F: Future> Measured<F> {
+    /// Measures `inner`, counting `already` (the cost of the call that
+    /// made it) in.
+    pub fn new(inner: F, clock: CostClock, already: Duration, started: Instant) -> Self {
+        Self {
+            inner: Box::pin(inner),
+            clock,
+            spent: already,
+            started,
+        }
+    }
+}
+
+impl<F: Future> Future for Measured<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        match this.clock {
+            CostClock::ThreadCpu => {
+                let before = thread_cpu();
+                let polled = this.inner.as_mut().poll(cx);
+                this.spent += thread_cpu().saturating_sub(before);
+                polled.map(|out| (out, this.spent))
+            }
+            CostClock::Wall => this
+                .inner
+                .as_mut()
+                .poll(cx)
+                .map(|out| (out, this.started.elapsed())),
+        }
+    }
+}
+
+/// Runs `call` (the inner service's `call`) measuring it: the future it
+/// made, to be wrapped in [`Measured`] with the cost so far.
+pub fn measure_call<T>(clock: CostClock, call: impl FnOnce() -> T) -> (T, Duration, Instant) {
+    let started = Instant::now();
+    match clock {
+        CostClock::ThreadCpu => {
+            let before = thread_cpu();
+            let out = call();
+            (out, thread_cpu().saturating_sub(before), started)
+        }
+        CostClock::Wall => (call(), Duration::ZERO, started),
+    }
+}

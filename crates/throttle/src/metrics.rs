@@ -1,0 +1,135 @@
+//! What the throttler counts, through the `metrics` facade (whoever runs
+//! the service installs the recorder: `charon sidecar` exports them on its
+//! `/metrics`):
+//! - `charon_throttle_requests_total{criticality, outcome, reason}`:
+//!   outcome `admitted` (started, at once or after waiting), `queued`,
+//!   `rejected` (reason `queue_full`, `client_limit`, `global_limit`,
+//!   `global_unavailable`), `evicted`, `expired`, `left` (caller gone
+//!   while queued); reason is `none` except for rejections;
+//! - `charon_throttle_queue_length` and `charon_throttle_queue_units`
+//!   (requests, or predicted CPU-ms) waiting, `charon_throttle_rate_units`
+//!   (the configured release rate);
+//! - `charon_throttle_wait_seconds{criticality}`: how long admitted
+//!   requests waited in the queue (a histogram);
+//! - per class, predicted against measured cost:
+//!   `charon_throttle_cost_predicted_microseconds_total{class}`,
+//!   `charon_throttle_cost_measured_microseconds_total{class}`,
+//!   `charon_throttle_finished_total{class}` and the estimate in force,
+//!   `charon_throttle_cost_estimate_seconds{class}`. Classes are bounded
+//!   (a thousand, then `(other)`).
+//!
+//! The counters of admission are registered once (at zero) and kept as
+//! handles, so that counting costs no lookup on the request path.
+
+use std::time::Duration;
+
+use charon_core::throttle::{Criticality, Discipline, Throttle};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::reject::Reason;
+
+/// The metric names, for exporters that configure them (buckets).
+pub const WAIT_SECONDS: &str = "charon_throttle_wait_seconds";
+
+/// What happened to a request, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Started.
+    Admitted,
+    /// Put in the queue.
+    Queued,
+    /// Refused.
+    Rejected(Reason),
+    /// Taken out of the queue by a CRITICAL arrival.
+    Evicted,
+    /// Waited `max_wait` in vain.
+    Expired,
+    /// Its caller went away while it waited.
+    Left,
+}
+
+const OUTCOMES: [&str; 5] = ["admitted", "queued", "evicted", "expired", "left"];
+const CRITICALITIES: [Criticality; 2] = [Criticality::Critical, Criticality::NotCritical];
+
+/// Counter handles, registered once.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    /// [criticality][outcome index of OUTCOMES]
+    plain: [[Counter; 5]; 2],
+    /// [criticality][reason index of Reason::ALL]
+    rejected: [[Counter; 6]; 2],
+    waited: [Histogram; 2],
+    queue_length: Gauge,
+    queue_units: Gauge,
+    rate: Gauge,
+}
+
+fn crit_index(c: Criticality) -> usize {
+    match c {
+        Criticality::Critical => 0,
+        Criticality::NotCritical => 1,
+    }
+}
+
+impl Counters {
+    pub(crate) fn new(discipline: Discipline) -> Self {
+        let plain = CRITICALITIES.map(|c| {
+            OUTCOMES.map(|o| {
+                counter!("charon_throttle_requests_total", "criticality" => c.name(), "outcome" => o, "reason" => "none")
+            })
+        });
+        let rejected = CRITICALITIES.map(|c| {
+            Reason::ALL.map(|r| {
+                counter!("charon_throttle_requests_total", "criticality" => c.name(), "outcome" => "rejected", "reason" => r.name())
+            })
+        });
+        let waited = CRITICALITIES.map(|c| histogram!(WAIT_SECONDS, "criticality" => c.name()));
+        Self {
+            plain,
+            rejected,
+            waited,
+            queue_length: gauge!("charon_throttle_queue_length"),
+            queue_units: gauge!("charon_throttle_queue_units", "discipline" => discipline.name()),
+            rate: gauge!("charon_throttle_rate_units", "discipline" => discipline.name()),
+        }
+    }
+
+    pub(crate) fn outcome(&self, c: Criticality, outcome: Outcome) {
+        let row = crit_index(c);
+        let counter = match outcome {
+            Outcome::Admitted => &self.plain[row][0],
+            Outcome::Queued => &self.plain[row][1],
+            Outcome::Evicted => &self.plain[row][2],
+            Outcome::Expired => &self.plain[row][3],
+            Outcome::Left => &self.plain[row][4],
+            Outcome::Rejected(r) => {
+                let i = Reason::ALL.iter().position(|x| *x == r).unwrap_or(0);
+                &self.rejected[row][i]
+            }
+        };
+        counter.increment(1);
+    }
+
+    pub(crate) fn waited(&self, c: Criticality, d: Duration) {
+        self.waited[crit_index(c)].record(d.as_secs_f64());
+    }
+
+    pub(crate) fn queue(&self, machine: &Throttle) {
+        self.queue_length.set(machine.queue_len() as f64);
+        self.queue_units.set(machine.queued_units());
+        self.rate.set(machine.config().rate as f64);
+    }
+
+    pub(crate) fn finished(&self, class: &str, predicted_us: u64, cost_us: u64, estimate_us: u64) {
+        let class = class.to_owned();
+        counter!("charon_throttle_finished_total", "class" => class.clone()).increment(1);
+        // Counters of whole microseconds (exact), exported in seconds by
+        // the rate() of a dashboard: predicted/measured per class.
+        counter!("charon_throttle_cost_predicted_microseconds_total", "class" => class.clone())
+            .increment(predicted_us);
+        counter!("charon_throttle_cost_measured_microseconds_total", "class" => class.clone())
+            .increment(cost_us);
+        gauge!("charon_throttle_cost_estimate_seconds", "class" => class)
+            .set(estimate_us as f64 / 1e6);
+    }
+}

@@ -8,6 +8,7 @@ mod extras;
 mod import;
 mod lines;
 mod serve;
+mod sidecar;
 mod simulate;
 mod telemetry;
 mod tls_args;
@@ -56,6 +57,10 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Run the server throttler in front of a service, as a reverse proxy
+    /// (HTTP/1.1, HTTP/2, WebSocket), set up by the `throttle:` section of
+    /// the configuration file.
+    Sidecar(Box<sidecar::SidecarArgs>),
     /// Load-test a running server's Request RPC; prints throughput and
     /// latency percentiles.
     Bench(bench::BenchArgs),
@@ -144,6 +149,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
+        Command::Sidecar(args) => sidecar::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::Top(args) => top::run(args),
         Command::Client { command } => client_cmd::run(command),

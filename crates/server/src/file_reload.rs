@@ -52,8 +52,9 @@ pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
 /// Several files are read and yielded together, so that a writer replacing
 /// them one after the other (a certificate, then its key) is not caught
 /// half-way as long as its pauses are shorter than [`DEBOUNCE`]. Besides
-/// the directory watch, the files are read every [`POLL_EVERY`].
-pub(crate) struct FileWatch {
+/// the directory watch, the files are read every [`POLL_EVERY`]. Public
+/// for `charon sidecar`, whose configuration file reloads the same way.
+pub struct FileWatch {
     paths: Vec<PathBuf>,
     // Kept alive: dropping it stops the events.
     _watcher: notify::RecommendedWatcher,
@@ -63,9 +64,17 @@ pub(crate) struct FileWatch {
     last: Option<Vec<Vec<u8>>>,
 }
 
+impl std::fmt::Debug for FileWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWatch")
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
+    }
+}
+
 impl FileWatch {
     /// Starts watching `path` (`what` names it in warnings).
-    pub(crate) fn new(path: &Path, what: &str) -> Result<Self, String> {
+    pub fn new(path: &Path, what: &str) -> Result<Self, String> {
         Self::of_files(vec![path.to_owned()], what)
     }
 
@@ -115,7 +124,7 @@ impl FileWatch {
 
     /// The file's content to apply next (an error: SIGHUP and it cannot be
     /// read); `Ok(None)` once `shutdown` is triggered.
-    pub(crate) async fn next(
+    pub async fn next(
         &mut self,
         shutdown: &crate::shutdown::Shutdown,
     ) -> Result<Option<Result<Vec<u8>, String>>, String> {

@@ -31,6 +31,40 @@ use crate::reject::Reason;
 /// The metric names, for exporters that configure them (buckets).
 pub const WAIT_SECONDS: &str = "charon_throttle_wait_seconds";
 
+/// Describes every metric of the throttler (`# HELP` lines); call once
+/// after installing a recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "charon_throttle_requests_total",
+        "Requests by criticality and outcome (admitted, queued, rejected, evicted, expired, left) and rejection reason"
+    );
+    describe_gauge!("charon_throttle_queue_length", "Requests waiting in the throttler's queue");
+    describe_gauge!(
+        "charon_throttle_queue_units",
+        "Units waiting: requests (qps) or predicted CPU-milliseconds (cost)"
+    );
+    describe_gauge!("charon_throttle_rate_units", "The configured release rate, units per second");
+    describe_histogram!(
+        WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "How long admitted requests waited in the queue"
+    );
+    describe_counter!("charon_throttle_finished_total", "Requests finished, by class");
+    describe_counter!(
+        "charon_throttle_cost_predicted_microseconds_total",
+        "Predicted cost of finished requests, CPU-microseconds, by class"
+    );
+    describe_counter!(
+        "charon_throttle_cost_measured_microseconds_total",
+        "Measured cost of finished requests, CPU-microseconds, by class"
+    );
+    describe_gauge!(
+        "charon_throttle_cost_estimate_seconds",
+        "The cost estimate in force per class, CPU-seconds"
+    );
+}
+
 /// What happened to a request, for counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -56,8 +90,8 @@ const CRITICALITIES: [Criticality; 2] = [Criticality::Critical, Criticality::Not
 pub(crate) struct Counters {
     /// [criticality][outcome index of OUTCOMES]
     plain: [[Counter; 5]; 2],
-    /// [criticality][reason index of Reason::ALL]
-    rejected: [[Counter; 6]; 2],
+    /// [criticality][reason index of Reason::REFUSALS]
+    rejected: [[Counter; 4]; 2],
     waited: [Histogram; 2],
     queue_length: Gauge,
     queue_units: Gauge,
@@ -79,7 +113,7 @@ impl Counters {
             })
         });
         let rejected = CRITICALITIES.map(|c| {
-            Reason::ALL.map(|r| {
+            Reason::REFUSALS.map(|r| {
                 counter!("charon_throttle_requests_total", "criticality" => c.name(), "outcome" => "rejected", "reason" => r.name())
             })
         });
@@ -102,8 +136,10 @@ impl Counters {
             Outcome::Evicted => &self.plain[row][2],
             Outcome::Expired => &self.plain[row][3],
             Outcome::Left => &self.plain[row][4],
+            Outcome::Rejected(Reason::Evicted) => &self.plain[row][2],
+            Outcome::Rejected(Reason::Expired) => &self.plain[row][3],
             Outcome::Rejected(r) => {
-                let i = Reason::ALL.iter().position(|x| *x == r).unwrap_or(0);
+                let i = Reason::REFUSALS.iter().position(|x| *x == r).unwrap_or(0);
                 &self.rejected[row][i]
             }
         };

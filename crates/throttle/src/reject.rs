@@ -47,6 +47,15 @@ impl Reason {
         Reason::GlobalUnavailable,
     ];
 
+    /// The reasons a request is refused before it waits (evictions and
+    /// expiries are outcomes of their own).
+    pub const REFUSALS: [Reason; 4] = [
+        Reason::QueueFull,
+        Reason::ClientLimit,
+        Reason::GlobalLimit,
+        Reason::GlobalUnavailable,
+    ];
+
     /// The label value.
     pub fn name(self) -> &'static str {
         match self {

@@ -92,7 +92,11 @@ impl Upstream {
     /// `host:port` of the upstream, for the readiness check.
     pub fn authority(&self) -> String {
         let a = self.base.authority().map_or("", |a| a.as_str());
-        if a.contains(':') { a.to_owned() } else { format!("{a}:80") }
+        if a.contains(':') {
+            a.to_owned()
+        } else {
+            format!("{a}:80")
+        }
     }
 
     /// The upstream URL.
@@ -164,17 +168,28 @@ async fn forward(up: &Upstream, mut req: Request<Incoming>) -> Response<ProxyBod
     );
     parts.uri = match uri.parse() {
         Ok(u) => u,
-        Err(e) => return own(StatusCode::BAD_REQUEST, &format!("cannot forward {path:?}: {e}")),
+        Err(e) => {
+            return own(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot forward {path:?}: {e}"),
+            );
+        }
     };
     strip_hop_by_hop(&mut parts.headers, upgrade);
     if let Some(peer) = peer {
         let ip = peer.ip().to_string();
-        let value = match parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        let value = match parts
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+        {
             Some(before) => format!("{before}, {ip}"),
             None => ip,
         };
         if let Ok(v) = HeaderValue::from_str(&value) {
-            parts.headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+            parts
+                .headers
+                .insert(HeaderName::from_static("x-forwarded-for"), v);
         }
     }
     if http2 {
@@ -215,7 +230,8 @@ async fn forward(up: &Upstream, mut req: Request<Incoming>) -> Response<ProxyBod
                 Ok((client, upstream)) => {
                     let mut client = TokioIo::new(client);
                     let mut upstream = TokioIo::new(upstream);
-                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+                    {
                         debug!("upgraded connection ended: {e}");
                     }
                 }
@@ -269,7 +285,9 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap, upgrade: bool) {
 
 /// A response of the proxy itself.
 fn own(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    let mut r = Response::new(Either::Right(Full::new(Bytes::from(format!("{message}\n")))));
+    let mut r = Response::new(Either::Right(Full::new(Bytes::from(format!(
+        "{message}\n"
+    )))));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -39,18 +39,27 @@ pub fn describe() {
         "charon_throttle_requests_total",
         "Requests by criticality and outcome (admitted, queued, rejected, evicted, expired, left) and rejection reason"
     );
-    describe_gauge!("charon_throttle_queue_length", "Requests waiting in the throttler's queue");
+    describe_gauge!(
+        "charon_throttle_queue_length",
+        "Requests waiting in the throttler's queue"
+    );
     describe_gauge!(
         "charon_throttle_queue_units",
         "Units waiting: requests (qps) or predicted CPU-milliseconds (cost)"
     );
-    describe_gauge!("charon_throttle_rate_units", "The configured release rate, units per second");
+    describe_gauge!(
+        "charon_throttle_rate_units",
+        "The configured release rate, units per second"
+    );
     describe_histogram!(
         WAIT_SECONDS,
         metrics::Unit::Seconds,
         "How long admitted requests waited in the queue"
     );
-    describe_counter!("charon_throttle_finished_total", "Requests finished, by class");
+    describe_counter!(
+        "charon_throttle_finished_total",
+        "Requests finished, by class"
+    );
     describe_counter!(
         "charon_throttle_cost_predicted_microseconds_total",
         "Predicted cost of finished requests, CPU-microseconds, by class"

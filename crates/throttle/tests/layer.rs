@@ -328,3 +328,71 @@ fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
 }
+
+/// Resident memory of this process, bytes (Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_100000_queued_requests_is_bounded_and_each_gets_a_clear_answer() {
+    let layer = ThrottleLayer::new(config(
+        json!({"discipline": "qps", "rate": 1000, "queue": 50000, "max_wait": "1h"}),
+    ));
+    let app = app(&layer);
+    let before = rss();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..100_000u32 {
+        let app = app.clone();
+        tasks.spawn(async move {
+            let req = Request::get("/fast")
+                .body(Body::from(i.to_string()))
+                .expect("request");
+            status(&app, req).await.0
+        });
+    }
+    // Until every request waits or was answered (time stands still: this
+    // loop never lets the runtime idle).
+    let (mut answered, mut rejected) = (0, 0);
+    loop {
+        while let Some(r) = tasks.try_join_next() {
+            let code = r.expect("joined");
+            assert!(
+                code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::OK,
+                "{code}"
+            );
+            answered += 1;
+            rejected += usize::from(code == StatusCode::TOO_MANY_REQUESTS);
+        }
+        let waiting = layer.throttler().queue().0;
+        assert!(waiting <= 50_000);
+        if waiting + answered == 100_000 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        layer.throttler().queue().0,
+        50_000,
+        "the queue holds what it may, no more"
+    );
+    assert_eq!(
+        rejected, 49_999,
+        "the rest are refused at once (one started)"
+    );
+    let grown = rss().saturating_sub(before);
+    eprintln!("resident memory grew by {grown} bytes for 50,000 waiting requests");
+    // About 2 KB per waiting request in a debug build (its future, its
+    // place in the queue): bounded by the queue, not by the flood.
+    assert!(grown < 1 << 30, "{grown} bytes for 50,000 waiting requests");
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    assert_eq!(
+        layer.throttler().queue(),
+        (0, 0.0),
+        "every caller gone, every place given back"
+    );
+}

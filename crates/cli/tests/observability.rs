@@ -68,6 +68,61 @@ async fn scraped_after_traffic() -> (RedisServer, CharonProcess, String) {
     (redis, server, metrics)
 }
 
+/// A `charon sidecar` process, killed when dropped.
+struct SidecarProcess(std::process::Child);
+
+impl Drop for SidecarProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `/metrics` of a `charon sidecar` in front of `server`'s HTTP port,
+/// after requests admitted at once, queued and then admitted, and refused.
+fn sidecar_scraped_after_traffic(server: &CharonProcess) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sidecar.yaml");
+    std::fs::write(
+        &config,
+        "resources: []\nthrottle: { discipline: qps, rate: 2, queue: 1, max_wait: 5s }\n",
+    )
+    .unwrap();
+    let (proxy, admin) = (charon_testkit::free_port(), charon_testkit::free_port());
+    let _sidecar = SidecarProcess(
+        std::process::Command::new(bin())
+            .args(["sidecar", "--config"])
+            .arg(&config)
+            .args([
+                "--upstream",
+                &format!("http://127.0.0.1:{}", server.http_port),
+            ])
+            .args(["--listen", &format!("127.0.0.1:{proxy}")])
+            .args(["--http-listen", &format!("127.0.0.1:{admin}")])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while charon_testkit::http_get(admin, "/healthz").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sidecar did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let codes: Vec<u16> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| charon_testkit::http_get(proxy, "/healthz").map_or(0, |r| r.0)))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    assert!(codes.contains(&200) && codes.contains(&429), "{codes:?}");
+    let (status, metrics) = charon_testkit::http_get(admin, "/metrics").expect("/metrics");
+    assert_eq!(status, 200);
+    metrics
+}
+
 /// Families by name: their `# TYPE`, whether they have `# HELP`, and the
 /// names of their samples.
 #[derive(Debug, Default)]
@@ -359,7 +414,9 @@ async fn the_dashboard_and_the_alert_rules_query_only_exported_metrics() {
         );
     }
 
-    let (_redis, _server, text) = scraped_after_traffic().await;
+    let (_redis, server, text) = scraped_after_traffic().await;
+    // The throttler's row: what a sidecar exports.
+    let text = text + &sidecar_scraped_after_traffic(&server);
     let exported = Exposition::parse(&text);
     let mut unknown = Vec::new();
     let mut used = BTreeSet::new();
@@ -391,6 +448,12 @@ async fn the_dashboard_and_the_alert_rules_query_only_exported_metrics() {
         "charon_warnings_total",
         "charon_banned_total",
         "charon_lease_leased",
+        "charon_throttle_requests_total",
+        "charon_throttle_queue_length",
+        "charon_throttle_queue_units",
+        "charon_throttle_wait_seconds_bucket",
+        "charon_throttle_cost_predicted_microseconds_total",
+        "charon_throttle_cost_measured_microseconds_total",
     ] {
         assert!(used.contains(name), "{name} is on no panel or rule");
     }

@@ -258,3 +258,92 @@ fn simulate_survives_random_bytes_with_one_error_line_per_line() {
         "the run went on after the bad lines: {last}"
     );
 }
+
+#[test]
+fn simulate_replays_the_throttler_with_lines_at_the_time_they_happen() {
+    let config = "resources: []\nthrottle: { discipline: qps, rate: 10, queue: 1, max_wait: 150ms, default_criticality: NOT_CRITICAL }\n";
+    let input = br#"{"t": 0, "op": "arrive", "id": "a", "class": "GET /a"}
+{"t": 0, "op": "arrive", "id": "b", "class": "GET /a"}
+{"t": 0, "op": "arrive", "id": "c", "class": "GET /a", "critical": true}
+{"t": 5, "op": "arrive", "id": "d", "class": "GET /a"}
+{"t": 20, "op": "finish", "id": "a", "cpu_ms": 2.5}
+{"t": 30, "op": "leave", "id": "c"}
+{"t": 40, "op": "arrive", "id": "e", "class": "GET /a", "critical": true}
+{"t": 50, "op": "arrive", "id": "f", "class": "GET /a", "critical": true}
+"#;
+    let (lines, status, stderr) = simulate_raw(config, input);
+    assert!(status.success(), "{stderr}");
+    let text: Vec<String> = lines.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [
+            r#"{"t":0,"id":"a","outcome":"started","predicted_ms":5.0}"#,
+            r#"{"t":0,"id":"b","outcome":"queued","predicted_ms":5.0}"#,
+            r#"{"t":0,"id":"c","outcome":"queued","predicted_ms":5.0}"#,
+            r#"{"t":0,"id":"b","outcome":"evicted","retry_after_ms":100}"#,
+            r#"{"t":5,"id":"d","outcome":"rejected","predicted_ms":5.0,"retry_after_ms":95}"#,
+            r#"{"t":20,"id":"a","class":"GET /a","predicted_ms":2.5}"#,
+            r#"{"t":30,"id":"c","outcome":"left"}"#,
+            r#"{"t":40,"id":"e","outcome":"queued","predicted_ms":2.5}"#,
+            r#"{"t":50,"id":"f","outcome":"rejected","predicted_ms":2.5,"retry_after_ms":50}"#,
+            r#"{"t":100,"id":"e","outcome":"started"}"#,
+        ]
+    );
+    // Without a throttle: section the throttler's ops are client errors.
+    let (lines, _, _) = simulate_raw(
+        "resources: []\n",
+        br#"{"t": 0, "op": "arrive", "id": "a", "class": "x"}"#,
+    );
+    assert_eq!(lines[0]["error"], "client");
+    assert!(
+        lines[0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no `throttle:` section")
+    );
+}
+
+#[test]
+fn sidecar_refuses_a_bad_start_with_the_reason() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("c.yaml");
+    let run = |args: &[&str]| {
+        let out = charon().arg("sidecar").args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let path = config.to_str().expect("utf-8 path");
+    let e = run(&["--config", path, "--upstream", "http://127.0.0.1:1"]);
+    assert!(e.contains("cannot read"), "{e}");
+    std::fs::write(&config, "resources: []\n").expect("write");
+    let e = run(&["--config", path, "--upstream", "http://127.0.0.1:1"]);
+    assert!(e.contains("no `throttle:` section"), "{e}");
+    std::fs::write(
+        &config,
+        "resources: []\nthrottle: { discipline: qps, rate: 0, queue: 1 }\n",
+    )
+    .expect("write");
+    let e = run(&["--config", path, "--upstream", "http://127.0.0.1:1"]);
+    assert!(e.contains("throttle.rate: 0 is out of range"), "{e}");
+    std::fs::write(
+        &config,
+        "resources: []\nthrottle: { discipline: qps, rate: 1, queue: 1 }\n",
+    )
+    .expect("write");
+    let e = run(&["--config", path, "--upstream", "127.0.0.1:8080"]);
+    assert!(e.contains("must start with http://"), "{e}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let e = run(&[
+        "--config",
+        path,
+        "--upstream",
+        "http://127.0.0.1:1",
+        "--listen",
+        &addr,
+    ]);
+    assert!(
+        e.contains(&format!("cannot listen on {addr} (--listen)")),
+        "{e}"
+    );
+}

@@ -267,13 +267,18 @@ impl Throttler {
                         "predicted_ms": predicted_ms, "retry_after_ms": retry_after_ms
                     }),
                 }];
+                let class = if a.other_class {
+                    charon_core::throttle::predictor::OTHER_CLASS.to_owned()
+                } else {
+                    class
+                };
                 match a.admission {
                     Admission::Started => {
-                        self.running.insert(id, a.class);
+                        self.running.insert(id, class);
                     }
                     Admission::Queued => {
                         self.queued_names.insert(id.clone(), n);
-                        self.queued.insert(n, (id, a.class));
+                        self.queued.insert(n, (id, class));
                     }
                     Admission::Rejected { .. } => {}
                 }

@@ -11,8 +11,6 @@
 //! the call to its end and so also counts time spent waiting.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use rustix::time::{ClockId, clock_gettime};
@@ -49,46 +47,31 @@ pub fn thread_cpu() -> Duration {
     )
 }
 
-/// A future whose cost is measured: resolves to its output and what it
-/// cost.
-#[derive(Debug)]
-pub struct Measured<F> {
-    inner: Pin<Box<F>>,
+/// Awaits `future` measuring it: its output and what it cost, `already`
+/// (the cost of the call that made it) included. Pinned in place, so
+/// measuring allocates nothing.
+pub async fn measured<F: Future>(
+    future: F,
     clock: CostClock,
-    spent: Duration,
+    already: Duration,
     started: Instant,
-}
-
-impl<F: Future> Measured<F> {
-    /// Measures `inner`, counting `already` (the cost of the call that
-    /// made it) in.
-    pub fn new(inner: F, clock: CostClock, already: Duration, started: Instant) -> Self {
-        Self {
-            inner: Box::pin(inner),
-            clock,
-            spent: already,
-            started,
-        }
-    }
-}
-
-impl<F: Future> Future for Measured<F> {
-    type Output = (F::Output, Duration);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        match this.clock {
-            CostClock::ThreadCpu => {
+) -> (F::Output, Duration) {
+    let mut future = std::pin::pin!(future);
+    match clock {
+        CostClock::ThreadCpu => {
+            let mut spent = already;
+            let out = std::future::poll_fn(|cx| {
                 let before = thread_cpu();
-                let polled = this.inner.as_mut().poll(cx);
-                this.spent += thread_cpu().saturating_sub(before);
-                polled.map(|out| (out, this.spent))
-            }
-            CostClock::Wall => this
-                .inner
-                .as_mut()
-                .poll(cx)
-                .map(|out| (out, this.started.elapsed())),
+                let polled = future.as_mut().poll(cx);
+                spent += thread_cpu().saturating_sub(before);
+                polled
+            })
+            .await;
+            (out, spent)
+        }
+        CostClock::Wall => {
+            let out = future.await;
+            (out, started.elapsed())
         }
     }
 }

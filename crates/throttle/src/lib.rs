@@ -275,15 +275,14 @@ where
             }
             drop(clients);
             let class = class_of(&shared, &parts);
-            let ticket = match shared.throttler.admit(&class, criticality).await {
+            let ticket = match shared.throttler.admit(class, criticality).await {
                 Ok(t) => t,
                 Err(r) => return Ok(rejected(&shared, r, grpc)),
             };
             let req = Request::from_parts(parts, body);
             let (future, spent, started) =
                 cost::measure_call(shared.cost_clock, || inner.call(req));
-            let (result, cost) =
-                cost::Measured::new(future, shared.cost_clock, spent, started).await;
+            let (result, cost) = cost::measured(future, shared.cost_clock, spent, started).await;
             shared.throttler.finish(&ticket, cost);
             result.map(|r| r.map(Either::Left))
         })

@@ -164,17 +164,34 @@ impl Counters {
         self.queue_units.set(machine.queued_units());
         self.rate.set(machine.config().rate as f64);
     }
+}
 
-    pub(crate) fn finished(&self, class: &str, predicted_us: u64, cost_us: u64, estimate_us: u64) {
+/// One class's counters of finished requests, made once.
+#[derive(Debug)]
+pub(crate) struct ClassCounters {
+    finished: Counter,
+    predicted: Counter,
+    measured: Counter,
+    estimate: Gauge,
+}
+
+impl ClassCounters {
+    pub(crate) fn new(class: &str) -> Self {
         let class = class.to_owned();
-        counter!("charon_throttle_finished_total", "class" => class.clone()).increment(1);
-        // Counters of whole microseconds (exact), exported in seconds by
-        // the rate() of a dashboard: predicted/measured per class.
-        counter!("charon_throttle_cost_predicted_microseconds_total", "class" => class.clone())
-            .increment(predicted_us);
-        counter!("charon_throttle_cost_measured_microseconds_total", "class" => class.clone())
-            .increment(cost_us);
-        gauge!("charon_throttle_cost_estimate_seconds", "class" => class)
-            .set(estimate_us as f64 / 1e6);
+        Self {
+            finished: counter!("charon_throttle_finished_total", "class" => class.clone()),
+            // Whole microseconds (exact); a dashboard's rate() of both
+            // gives predicted against measured per class.
+            predicted: counter!("charon_throttle_cost_predicted_microseconds_total", "class" => class.clone()),
+            measured: counter!("charon_throttle_cost_measured_microseconds_total", "class" => class.clone()),
+            estimate: gauge!("charon_throttle_cost_estimate_seconds", "class" => class),
+        }
+    }
+
+    pub(crate) fn finished(&self, predicted_us: u64, cost_us: u64, estimate_us: u64) {
+        self.finished.increment(1);
+        self.predicted.increment(predicted_us);
+        self.measured.increment(cost_us);
+        self.estimate.set(estimate_us as f64 / 1e6);
     }
 }

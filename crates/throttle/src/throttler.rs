@@ -17,7 +17,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::metrics::{Counters, Outcome};
+use crate::metrics::{ClassCounters, Counters, Outcome};
 use crate::reject::{Reason, Rejection};
 
 /// What a queued request is told when its turn comes (or does not).
@@ -38,6 +38,7 @@ struct State {
     machine: Throttle,
     waiters: HashMap<u64, Waiter>,
     events: Vec<Event>,
+    classes: HashMap<String, ClassCounters>,
 }
 
 /// The shared part.
@@ -79,6 +80,7 @@ impl Throttler {
                     machine: Throttle::new(config),
                     waiters: HashMap::new(),
                     events: Vec::new(),
+                    classes: HashMap::new(),
                 }),
                 base: Instant::now(),
                 wake: Notify::new(),
@@ -119,14 +121,18 @@ impl Throttler {
     /// start (at once, or after waiting its turn), `Err` with when to come
     /// back. A caller that drops the future while it waits leaves the queue
     /// at once, its units given back.
-    pub async fn admit(&self, class: &str, criticality: Criticality) -> Result<Ticket, Rejection> {
+    pub async fn admit(
+        &self,
+        class: String,
+        criticality: Criticality,
+    ) -> Result<Ticket, Rejection> {
         let shared = &self.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (arrived, rx) = {
             let mut state = shared.lock();
             let now = shared.now();
             shared.advance(&mut state, now);
-            let arrived = state.machine.arrive(now, id, class, criticality);
+            let arrived = state.machine.arrive(now, id, &class, criticality);
             let rx = match arrived.admission {
                 Admission::Queued => {
                     let (tx, rx) = oneshot::channel();
@@ -148,7 +154,11 @@ impl Throttler {
             (arrived, rx)
         };
         let ticket = Ticket {
-            class: arrived.class,
+            class: if arrived.other_class {
+                charon_core::throttle::predictor::OTHER_CLASS.to_owned()
+            } else {
+                class
+            },
             predicted_us: arrived.predicted_us,
             criticality,
         };
@@ -197,10 +207,18 @@ impl Throttler {
     /// Reports a finished request's measured cost: its class learns it.
     pub fn finish(&self, ticket: &Ticket, cost: Duration) {
         let cost_us = u64::try_from(cost.as_micros()).unwrap_or(u64::MAX);
-        let estimate = self.shared.lock().machine.record(&ticket.class, cost_us);
-        self.shared
-            .counters
-            .finished(&ticket.class, ticket.predicted_us, cost_us, estimate);
+        let mut state = self.shared.lock();
+        let estimate = state.machine.record(&ticket.class, cost_us);
+        // The class's counters, made at its first finish (classes are
+        // bounded by the predictor).
+        let counters = match state.classes.get(&ticket.class) {
+            Some(c) => c,
+            None => state
+                .classes
+                .entry(ticket.class.clone())
+                .or_insert_with(|| ClassCounters::new(&ticket.class)),
+        };
+        counters.finished(ticket.predicted_us, cost_us, estimate);
     }
 
     /// Counts a request rejected before the queue (per-client limits).

@@ -51,9 +51,9 @@ pub enum Admission {
 pub struct Arrived {
     /// Started, queued or rejected.
     pub admission: Admission,
-    /// The class it was counted under (its own, or
-    /// [`super::predictor::OTHER_CLASS`]).
-    pub class: String,
+    /// Whether it was counted under [`super::predictor::OTHER_CLASS`]
+    /// (its own class was one too many) rather than its own class.
+    pub other_class: bool,
     /// Its predicted cost at arrival, CPU-microseconds.
     pub predicted_us: u64,
     /// Queued `NOT_CRITICAL` requests it evicted, most recently queued
@@ -259,7 +259,11 @@ impl Throttle {
         class: &str,
         criticality: Criticality,
     ) -> Arrived {
-        let (class, predicted_us) = self.predict(class);
+        let name = self.predictor.class_name(class);
+        let other_class = name != class;
+        let predicted_us = self
+            .predictor
+            .predict_us(name, self.config.cold_cost_us(name));
         let units = match self.config.discipline {
             Discipline::Qps => MILLI,
             Discipline::Cost => u128::from(predicted_us),
@@ -300,7 +304,7 @@ impl Throttle {
         };
         Arrived {
             admission,
-            class,
+            other_class,
             predicted_us,
             evicted,
         }

@@ -506,3 +506,33 @@ fn burst_tiers_warn_then_ban() {
         "{after}"
     );
 }
+
+/// The throttler's example (`examples/throttle.yaml` and its events, as
+/// docs/throttler.md shows them): a start, a queue, an eviction by a
+/// CRITICAL request, a rejection with its retry time, a caller gone, a
+/// queued request starting at its time, and a class that learns.
+#[test]
+fn the_throttler_example_replays_as_documented() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config = std::fs::read_to_string(root.join("examples/throttle.yaml")).expect("example");
+    let events = std::fs::read(root.join("examples/throttle-events.jsonl")).expect("events");
+    let (lines, status, stderr) = support::simulate_raw(&config, &events);
+    assert!(status.success(), "{stderr}");
+    let text: Vec<String> = lines.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [
+            r#"{"t":0,"id":"r1","outcome":"started","predicted_ms":40.0}"#,
+            r#"{"t":0,"id":"r2","outcome":"queued","predicted_ms":5.0}"#,
+            r#"{"t":5,"id":"r3","outcome":"queued","predicted_ms":40.0}"#,
+            r#"{"t":5,"id":"r4","outcome":"queued","predicted_ms":40.0}"#,
+            r#"{"t":6,"id":"r5","outcome":"queued","predicted_ms":40.0}"#,
+            r#"{"t":6,"id":"r4","outcome":"evicted","retry_after_ms":24}"#,
+            r#"{"t":6,"id":"r6","outcome":"rejected","predicted_ms":40.0,"retry_after_ms":24}"#,
+            r#"{"t":10,"id":"r3","outcome":"left"}"#,
+            r#"{"t":27,"id":"r2","outcome":"started"}"#,
+            r#"{"t":30,"id":"r5","outcome":"started"}"#,
+            r#"{"t":30,"id":"r1","class":"POST /render","predicted_ms":52.5}"#,
+        ]
+    );
+}

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use charon_server::Shutdown;
 use charon_server::config_file;
-use charon_throttle::{PeerAddr, ThrottleLayer};
+use charon_throttle::{CostClock, PeerAddr, ThrottleLayer};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -119,8 +119,11 @@ pub async fn run(
         settings.upstream_timeout,
     )?);
     admin::install_metrics();
+    // The upstream's CPU cannot be seen from here: a request's cost is
+    // the wall time from forwarding it to the upstream's response headers.
     let layer = ThrottleLayer::builder(throttle.clone())
         .limits(limits)
+        .cost_clock(CostClock::Wall)
         .build()
         .map_err(|e| format!("{}: {e}", settings.config.display()))?;
     let state = Arc::new(SidecarState {

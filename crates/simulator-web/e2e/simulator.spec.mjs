@@ -12,7 +12,8 @@
 // the page shows: the credit pool's 40 and 48, the registrations' retry
 // after 50 ms, the sliding counter's estimate, the ban, the queue's delays
 // 0…400 ms and its rejection, the LLM tokens' dry run, charge and debt;
-// at 1280×800 it also switches the editor to a window by hand.
+// at 1280×800 it also switches the editor to a window by hand. Last, the
+// throttler view: the same overload without a throttler and with `cost`.
 // Screenshots go to E2E_OUT.
 // Any failed check, page error or console error exits non-zero.
 
@@ -366,8 +367,39 @@ async function steps(page, { name, viewport, full }) {
     check(yaml.includes('algorithm: fixed') && yaml.includes('limit: 2'), `the exported YAML of the window: ${yaml}`);
   }
 
+  await throttlerView(page, name, viewport);
+
   check(problems.length === 0, `the page reported problems:\n${problems.join('\n')}`);
   console.log(`ok ${name}: burst into tier 2, rejections at 25/25, cooldown; bucket, window, queue, ban and charge presets; screenshots in ${out}`);
+}
+
+// The throttler view: the same overload without a throttler and with the
+// cost discipline, as the server simulates it; the page only draws.
+async function throttlerView(page, name, viewport) {
+  const summary = page.getByTestId('throttler-summary');
+  const runWith = async (discipline) => {
+    await page.getByTestId('throttler-discipline').selectOption(discipline);
+    await page.getByTestId('throttler-overload').fill('3');
+    await page.getByTestId('throttler-run').click();
+    return until(`the throttler run (${discipline})`, async () => ({
+      discipline: await summary.getAttribute('data-discipline'),
+      goodput: await summary.getAttribute('data-goodput'),
+      critical: await summary.getAttribute('data-critical-success'),
+      rejected: await summary.getAttribute('data-rejected'),
+      evicted: await summary.getAttribute('data-evicted'),
+    }), (v) => v.discipline === discipline && v.goodput !== null);
+  };
+  const none = await runWith('none');
+  check(Number(none.goodput) < 0.3 && Number(none.rejected) === 0,
+    `without a throttler at 3× the service should drown: ${JSON.stringify(none)}`);
+  const cost = await runWith('cost');
+  check(Number(cost.goodput) > 0.8 && Number(cost.critical) > 0.9 && Number(cost.rejected) > 0 && Number(cost.evicted) > 0,
+    `the cost throttler at 3× should keep goodput and CRITICAL requests, rejecting and evicting the rest: ${JSON.stringify(cost)}`);
+  check(await page.locator('[data-testid="throttler-chart"] rect.started').count() > 0, 'the chart should show started requests');
+  check(await page.locator('[data-testid="throttler-chart"] rect.rejected').count() > 0, 'the chart should show rejections');
+  check(await page.getByTestId('throttler-queue-line').count() === 1, 'the chart should show the queue');
+  await noHorizontalScroll(page, viewport.width);
+  await page.getByTestId('throttler').screenshot({ path: path.join(out, `simulator-${name}-throttler.png`) });
 }
 
 const browser = await chromium.launch({ executablePath, args: ARGS, headless: true });

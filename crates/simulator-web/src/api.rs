@@ -209,3 +209,13 @@ pub(crate) async fn yaml(gate: Arc<Semaphore>, request: Request) -> Result<Respo
     }))
     .into_response())
 }
+
+/// `POST /simulator/api/throttle`: a throttler run (the `throttle`
+/// module): the arrivals, the decisions and the service, all on the server.
+pub(crate) async fn throttle(gate: Arc<Semaphore>, request: Request) -> Result<Response, ApiError> {
+    let (permit, bytes) = admit(&gate, request).await?;
+    let json = tokio::task::spawn_blocking(move || crate::throttle::run(&bytes))
+        .await
+        .map_err(|e| ApiError::Internal(format!("the throttler run failed: {e}")))??;
+    Ok(json_holding(permit, json))
+}

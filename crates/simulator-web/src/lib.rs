@@ -22,6 +22,7 @@ mod input;
 mod meters;
 mod presets;
 mod replay;
+mod throttle;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ pub const PAGE_PATH: &str = "/simulator";
 const PAGE_HTML: &str = include_str!("../assets/simulator.html");
 const PAGE_JS: &str = include_str!("../assets/simulator.js");
 const PAGE_CSS: &str = include_str!("../assets/simulator.css");
+const THROTTLER_JS: &str = include_str!("../assets/throttler.js");
 
 /// Request bodies may be this large: the page's 20 000 events take 0.3 MB
 /// (0.8 MB with copies on every one), and a body too large for it is
@@ -62,13 +64,17 @@ pub const MAX_CONCURRENT_REPLAYS: usize = 2;
 ///   beside it under `/simulator/assets/`);
 /// - `GET /simulator/api/presets`: the cookbook configurations and limits;
 /// - `POST /simulator/api/run`: stateless replay of a request list;
-/// - `POST /simulator/api/yaml`: the page's configuration as SPEC §6 YAML.
+/// - `POST /simulator/api/yaml`: the page's configuration as SPEC §6 YAML;
+/// - `POST /simulator/api/throttle`: a run of the server throttler (SPEC
+///   §13) under a request mix and an overload, its queue, admissions and
+///   rejections over time.
 ///
 /// See `docs/simulator.md` for the bodies and answers.
 pub fn router() -> Router {
     // Separate gates: the page asks for a replay and a rendering at once.
     let run_gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
     let gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
+    let throttle_gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
     Router::new()
         .route(PAGE_PATH, get(page))
         .route(
@@ -87,6 +93,17 @@ pub fn router() -> Router {
         .route(
             "/simulator/api/run",
             post(move |request: Request| api::run(run_gate.clone(), request)),
+        )
+        .route(
+            "/simulator/assets/throttler.js",
+            get(|| async { asset("text/javascript; charset=utf-8", THROTTLER_JS) }),
+        )
+        .route(
+            "/simulator/api/throttle",
+            post({
+                let gate = throttle_gate.clone();
+                move |request: Request| api::throttle(gate.clone(), request)
+            }),
         )
         .route(
             "/simulator/api/yaml",

@@ -398,3 +398,22 @@ async fn a_flood_of_100000_queued_requests_is_bounded_and_each_gets_a_clear_answ
         "every caller gone, every place given back"
     );
 }
+
+#[tokio::test]
+async fn a_global_lease_is_spent_locally_without_a_call_per_request() {
+    let server = charon_testkit::InProcessServer::start(
+        "resources:\n  - { name: api/all, kind: lease, capacity: 1, algorithm: fair_share, lease_length: 60s, refresh_interval: 30s, learning_mode: 0s }\n",
+    )
+    .await;
+    let layer = ThrottleLayer::new(config(json!({"discipline": "qps", "rate": 100000, "queue": 10,
+        "charon": {"server": format!("http://{}", server.grpc), "degraded": "pessimistic",
+                   "lease": {"resource": "api/all", "wants": 1}}})));
+    let app = app(&layer);
+    // One request a second: the first is admitted, the next at once is
+    // refused and told to come back in a second.
+    assert_eq!(status(&app, get_req("/fast", None)).await.0, StatusCode::OK);
+    let (code, headers) = status(&app, get_req("/fast", None)).await;
+    assert_eq!(code, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers["charon-throttle"], "global_limit");
+    assert_eq!(headers["charon-retry-after-ms"], "1000");
+}

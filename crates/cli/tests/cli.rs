@@ -271,11 +271,8 @@ fn simulate_replays_the_throttler_with_lines_at_the_time_they_happen() {
 {"t": 40, "op": "arrive", "id": "e", "class": "GET /a", "critical": true}
 {"t": 50, "op": "arrive", "id": "f", "class": "GET /a", "critical": true}
 "#;
-    let (lines, status, stderr) = simulate_raw(config, input);
-    assert!(status.success(), "{stderr}");
-    let text: Vec<String> = lines.iter().map(ToString::to_string).collect();
     assert_eq!(
-        text,
+        support::simulate_text(config, input),
         [
             r#"{"t":0,"id":"a","outcome":"started","predicted_ms":5.0}"#,
             r#"{"t":0,"id":"b","outcome":"queued","predicted_ms":5.0}"#,

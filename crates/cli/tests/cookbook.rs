@@ -516,11 +516,8 @@ fn the_throttler_example_replays_as_documented() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let config = std::fs::read_to_string(root.join("examples/throttle.yaml")).expect("example");
     let events = std::fs::read(root.join("examples/throttle-events.jsonl")).expect("events");
-    let (lines, status, stderr) = support::simulate_raw(&config, &events);
-    assert!(status.success(), "{stderr}");
-    let text: Vec<String> = lines.iter().map(ToString::to_string).collect();
     assert_eq!(
-        text,
+        support::simulate_text(&config, &events),
         [
             r#"{"t":0,"id":"r1","outcome":"started","predicted_ms":40.0}"#,
             r#"{"t":0,"id":"r2","outcome":"queued","predicted_ms":5.0}"#,

@@ -86,6 +86,21 @@ fn echo_app() -> Router {
         .layer(axum::extract::DefaultBodyLimit::disable())
 }
 
+/// A sidecar of `yaml` in front of the echo upstream.
+async fn echo_sidecar(yaml: &str, tune: impl FnOnce(&mut Settings)) -> Sidecar {
+    let up = upstream(echo_app()).await;
+    sidecar(yaml, &up, tune).await
+}
+
+/// Sends a first request, which the throttler admits (its bucket is then
+/// busy).
+async fn first_admitted(client: &HttpClient, s: &Sidecar) {
+    assert_eq!(
+        send(client, get_req(s.proxy, "/hello")).await.0,
+        StatusCode::OK
+    );
+}
+
 const QPS: &str = "resources: []\nthrottle: { discipline: qps, rate: 100000, queue: 100 }\n";
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
@@ -121,8 +136,7 @@ fn get_req(addr: SocketAddr, path: &str) -> Request<Full<Bytes>> {
 
 #[tokio::test]
 async fn http1_and_http2_are_proxied_with_bodies_streamed_whole() {
-    let up = upstream(echo_app()).await;
-    let s = sidecar(QPS, &up, |_| {}).await;
+    let s = echo_sidecar(QPS, |_| {}).await;
     let big = Bytes::from(vec![7u8; 3 << 20]);
     for client in [http1(), http2()] {
         let (code, _, body) = send(&client, get_req(s.proxy, "/hello")).await;
@@ -234,18 +248,13 @@ async fn a_websocket_upgrade_is_passed_through_and_joined() {
 
 #[tokio::test]
 async fn throttled_requests_get_429_with_retry_after_and_metrics_count_them() {
-    let up = upstream(echo_app()).await;
-    let s = sidecar(
+    let s = echo_sidecar(
         "resources: []\nthrottle: { discipline: qps, rate: 1, queue: 0 }\n",
-        &up,
         |_| {},
     )
     .await;
     let client = http1();
-    assert_eq!(
-        send(&client, get_req(s.proxy, "/hello")).await.0,
-        StatusCode::OK
-    );
+    first_admitted(&client, &s).await;
     let (code, headers, _) = send(&client, get_req(s.proxy, "/hello")).await;
     assert_eq!(code, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(headers["retry-after"], "1");
@@ -313,17 +322,12 @@ async fn queued(s: &Sidecar) -> u64 {
 
 #[tokio::test]
 async fn clients_that_go_away_while_queued_leave_the_queue() {
-    let up = upstream(echo_app()).await;
-    let s = sidecar(
+    let s = echo_sidecar(
         "resources: []\nthrottle: { discipline: qps, rate: 1, queue: 50, max_wait: 1h }\n",
-        &up,
         |_| {},
     )
     .await;
-    assert_eq!(
-        send(&http1(), get_req(s.proxy, "/hello")).await.0,
-        StatusCode::OK
-    );
+    first_admitted(&http1(), &s).await;
     let mut conns = Vec::new();
     for _ in 0..5 {
         let mut c = TcpStream::connect(s.proxy).await.expect("connect");
@@ -344,18 +348,13 @@ async fn clients_that_go_away_while_queued_leave_the_queue() {
 
 #[tokio::test]
 async fn a_flood_of_queued_requests_is_bounded_by_the_queue_and_the_rest_told_to_retry() {
-    let up = upstream(echo_app()).await;
-    let s = sidecar(
+    let s = echo_sidecar(
         "resources: []\nthrottle: { discipline: qps, rate: 1, queue: 1000, max_wait: 1h }\n",
-        &up,
         |_| {},
     )
     .await;
     let client = http2();
-    assert_eq!(
-        send(&client, get_req(s.proxy, "/hello")).await.0,
-        StatusCode::OK
-    );
+    first_admitted(&client, &s).await;
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..3000u32 {
         let client = client.clone();
@@ -397,8 +396,7 @@ async fn a_flood_of_queued_requests_is_bounded_by_the_queue_and_the_rest_told_to
 
 #[tokio::test]
 async fn slowloris_headers_are_cut_off() {
-    let up = upstream(echo_app()).await;
-    let s = sidecar(QPS, &up, |s| s.header_timeout = Duration::from_millis(200)).await;
+    let s = echo_sidecar(QPS, |s| s.header_timeout = Duration::from_millis(200)).await;
     let mut c = TcpStream::connect(s.proxy).await.expect("connect");
     c.write_all(b"GET /hello HTTP/1.1\r\nhost: x\r\nx-slow: ")
         .await
@@ -414,16 +412,12 @@ async fn slowloris_headers_are_cut_off() {
         "{text}"
     );
     // Others are served meanwhile and after.
-    assert_eq!(
-        send(&http1(), get_req(s.proxy, "/hello")).await.0,
-        StatusCode::OK
-    );
+    first_admitted(&http1(), &s).await;
 }
 
 #[tokio::test]
 async fn the_throttle_section_is_reloaded_and_a_bad_file_is_refused() {
-    let up = upstream(echo_app()).await;
-    let s = sidecar(QPS, &up, |_| {}).await;
+    let s = echo_sidecar(QPS, |_| {}).await;
     let readyz = || async {
         let (_, _, body) = send(&http1(), get_req(s.admin, "/readyz")).await;
         serde_json::from_slice::<serde_json::Value>(&body).expect("json")

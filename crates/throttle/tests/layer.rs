@@ -405,9 +405,11 @@ async fn a_global_lease_is_spent_locally_without_a_call_per_request() {
         "resources:\n  - { name: api/all, kind: lease, capacity: 1, algorithm: fair_share, lease_length: 60s, refresh_interval: 30s, learning_mode: 0s }\n",
     )
     .await;
-    let layer = ThrottleLayer::new(config(json!({"discipline": "qps", "rate": 100000, "queue": 10,
+    let layer = ThrottleLayer::new(config(
+        json!({"discipline": "qps", "rate": 100000, "queue": 10,
         "charon": {"server": format!("http://{}", server.grpc), "degraded": "pessimistic",
-                   "lease": {"resource": "api/all", "wants": 1}}})));
+                   "lease": {"resource": "api/all", "wants": 1}}}),
+    ));
     let app = app(&layer);
     // One request a second: the first is admitted, the next at once is
     // refused and told to come back in a second.

@@ -46,6 +46,14 @@ pub fn simulate_raw(config: &str, input: &[u8]) -> (Vec<Value>, std::process::Ex
     )
 }
 
+/// Runs `charon simulate` with `config` on `input`, which must succeed;
+/// its output lines as written.
+pub fn simulate_text(config: &str, input: &[u8]) -> Vec<String> {
+    let (lines, status, stderr) = simulate_raw(config, input);
+    assert!(status.success(), "charon simulate failed: {stderr}");
+    lines.iter().map(ToString::to_string).collect()
+}
+
 /// Runs `charon simulate` on events; panics if it fails.
 pub fn simulate(config: &str, events: &[Value]) -> Vec<Value> {
     let mut input = Vec::new();

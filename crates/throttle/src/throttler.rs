@@ -2,7 +2,7 @@
 //! machine behind a mutex, the requests waiting for their turn, and one
 //! timer task that starts them (or expires them) when their time comes.
 //!
-//! Time is the milliseconds since the throttler was made, from tokio's
+//! Time is the microseconds since the throttler was made, from tokio's
 //! clock (so tests may pause it). Everything the machine decides happens
 //! inside the lock and costs no allocation on the path of a request that
 //! starts at once.
@@ -132,7 +132,7 @@ impl Throttler {
             let mut state = shared.lock();
             let now = shared.now();
             shared.advance(&mut state, now);
-            let arrived = state.machine.arrive(now, id, &class, criticality);
+            let arrived = state.machine.arrive_us(now, id, &class, criticality);
             let rx = match arrived.admission {
                 Admission::Queued => {
                     let (tx, rx) = oneshot::channel();
@@ -264,14 +264,14 @@ impl Shared {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Moves the machine to `now` and tells the waiters what happened.
     fn advance(&self, state: &mut State, now: u64) {
         let mut events = std::mem::take(&mut state.events);
         events.clear();
-        state.machine.advance_into(now, &mut events);
+        state.machine.advance_into_us(now, &mut events);
         for e in &events {
             match *e {
                 Event::Started { id, .. } => {
@@ -306,12 +306,12 @@ impl Shared {
                 let mut state = self.lock();
                 let now = self.now();
                 self.advance(&mut state, now);
-                state.machine.next_event()
+                state.machine.next_event_us()
             };
             let notified = self.wake.notified();
             match next {
-                Some(ms) => {
-                    let at = self.base + Duration::from_millis(ms);
+                Some(us) => {
+                    let at = self.base + Duration::from_micros(us);
                     tokio::select! {
                         () = tokio::time::sleep_until(at) => {}
                         () = notified => {}

@@ -7,10 +7,17 @@
 //! **Exactness.** Units are counted in thousandths (a request of the `qps`
 //! discipline is 1000; a cost is its predicted CPU-microseconds), so with
 //! `rate` R units per second, `m` thousandths drain in exactly `m / R`
-//! milliseconds. Time inside is kept in *ticks* of `1/R` ms, so F, the
+//! milliseconds. Time inside is kept in *ticks* of `1/R` µs, so F, the
 //! time the bucket is empty, is an exact integer; a start at a fractional
 //! millisecond is reported rounded up, and every wait told to a client is
 //! rounded up (never too early).
+//!
+//! **Time.** SPEC §13 states the rules in milliseconds, and `charon
+//! simulate` gives whole milliseconds ([`Throttle::arrive`],
+//! [`Throttle::advance`]); a live throttler gives microseconds
+//! ([`Throttle::arrive_us`], [`Throttle::advance_us`]), so that requests
+//! arriving within one millisecond of a fast bucket are not held to the
+//! next millisecond. Both feed the same rules.
 //!
 //! **Order at one instant.** What the machine does by itself (starts at
 //! F, expiries at a deadline) at a time `t` happens before an event given
@@ -95,13 +102,16 @@ pub enum Event {
     },
 }
 
+/// Microseconds, the live throttler's clock.
+pub type Micros = u64;
+
 /// A request waiting.
 #[derive(Debug, Clone)]
 struct Queued {
     id: RequestId,
     units: u128,
-    arrived: Millis,
-    deadline: Millis,
+    arrived: Micros,
+    deadline: Micros,
     criticality: Criticality,
 }
 
@@ -109,7 +119,7 @@ struct Queued {
 #[derive(Debug, Clone)]
 pub struct Throttle {
     config: ThrottleConfig,
-    /// R, units per second: one tick is `1/R` ms.
+    /// R, units per second: one tick is `1/R` µs.
     rate: u128,
     /// The most thousandths that may wait.
     bound: u128,
@@ -166,7 +176,9 @@ impl Throttle {
         self.rate = rate;
         self.bound = u128::from(config.queue) * MILLI;
         for q in self.queue.values_mut() {
-            q.deadline = q.arrived.saturating_add(config.max_wait);
+            q.deadline = q
+                .arrived
+                .saturating_add(config.max_wait.saturating_mul(1000));
         }
         self.config = config;
     }
@@ -203,9 +215,14 @@ impl Throttle {
     /// When [`Throttle::advance`] next has something to do (a start or an
     /// expiry), in ms rounded up; `None` with an empty queue.
     pub fn next_event(&self) -> Option<Millis> {
+        self.next_event_us().map(|us| us.div_ceil(1000))
+    }
+
+    /// [`Throttle::next_event`] in µs, rounded up.
+    pub fn next_event_us(&self) -> Option<Micros> {
         let head = self.queue.values().next()?;
         Some(if self.f <= self.ticks(head.deadline) {
-            self.ms_up(self.f)
+            self.us_up(self.f)
         } else {
             head.deadline
         })
@@ -222,6 +239,11 @@ impl Throttle {
     /// [`Throttle::advance`] into a caller's buffer (no allocation when
     /// nothing is due).
     pub fn advance_into(&mut self, now: Millis, events: &mut Vec<Event>) {
+        self.advance_into_us(now.saturating_mul(1000), events);
+    }
+
+    /// [`Throttle::advance_into`] with `now` in µs.
+    pub fn advance_into_us(&mut self, now: Micros, events: &mut Vec<Event>) {
         let now_ticks = self.ticks(now);
         while let Some((&seq, head)) = self.queue.first_key_value() {
             let deadline = head.deadline;
@@ -229,10 +251,10 @@ impl Throttle {
                 if self.f > now_ticks {
                     break;
                 }
-                let (id, arrived, units) = (head.id, head.arrived, head.units);
+                let (id, arrived, units) = (head.id, head.arrived / 1000, head.units);
                 let at = self.ms_up(self.f);
                 self.remove(seq);
-                self.f += units;
+                self.f += units * MILLI;
                 events.push(Event::Started { id, at, arrived });
             } else {
                 if deadline > now {
@@ -243,7 +265,7 @@ impl Throttle {
                 let retry_after_ms = self.until_idle(deadline);
                 events.push(Event::Expired {
                     id,
-                    at: deadline,
+                    at: deadline.div_ceil(1000),
                     retry_after_ms,
                 });
             }
@@ -255,6 +277,18 @@ impl Throttle {
     pub fn arrive(
         &mut self,
         now: Millis,
+        id: RequestId,
+        class: &str,
+        criticality: Criticality,
+    ) -> Arrived {
+        self.arrive_us(now.saturating_mul(1000), id, class, criticality)
+    }
+
+    /// [`Throttle::arrive`] with `now` in µs (call
+    /// [`Throttle::advance_into_us`] to `now` first).
+    pub fn arrive_us(
+        &mut self,
+        now: Micros,
         id: RequestId,
         class: &str,
         criticality: Criticality,
@@ -271,7 +305,7 @@ impl Throttle {
         let now_ticks = self.ticks(now);
         let mut evicted = Vec::new();
         let admission = if self.queue.is_empty() && self.f <= now_ticks {
-            self.f = now_ticks + units;
+            self.f = now_ticks + units * MILLI;
             Admission::Started
         } else if self.queued + units <= self.bound {
             self.enqueue(now, id, units, criticality);
@@ -324,7 +358,7 @@ impl Throttle {
     /// its own fit in the queue, heads starting at F one after the other;
     /// or, for more units than the queue holds, until the queue is empty
     /// and the bucket too (when it would start at once). Rounded up.
-    fn retry_after(&self, now: Millis, units: u128) -> Millis {
+    fn retry_after(&self, now: Micros, units: u128) -> Millis {
         if units > self.bound {
             return self.until_idle(now);
         }
@@ -341,7 +375,7 @@ impl Throttle {
                 if freed >= need {
                     break;
                 }
-                start += q.units;
+                start += q.units * MILLI;
             }
             if need == 0 { now_ticks } else { start }
         };
@@ -351,12 +385,12 @@ impl Throttle {
     /// The wait from `now` until the queue is empty and the bucket too, if
     /// nothing else arrived (when an arrival would start at once), rounded
     /// up.
-    fn until_idle(&self, now: Millis) -> Millis {
+    fn until_idle(&self, now: Micros) -> Millis {
         let now_ticks = self.ticks(now);
-        self.ms_up(self.f.max(now_ticks) + self.queued - now_ticks)
+        self.ms_up(self.f.max(now_ticks) + self.queued * MILLI - now_ticks)
     }
 
-    fn enqueue(&mut self, now: Millis, id: RequestId, units: u128, criticality: Criticality) {
+    fn enqueue(&mut self, now: Micros, id: RequestId, units: u128, criticality: Criticality) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queued += units;
@@ -371,7 +405,7 @@ impl Throttle {
                 id,
                 units,
                 arrived: now,
-                deadline: now.saturating_add(self.config.max_wait),
+                deadline: now.saturating_add(self.config.max_wait.saturating_mul(1000)),
                 criticality,
             },
         );
@@ -388,12 +422,17 @@ impl Throttle {
         Some(q)
     }
 
-    fn ticks(&self, ms: Millis) -> u128 {
-        u128::from(ms) * self.rate
+    fn ticks(&self, us: Micros) -> u128 {
+        u128::from(us) * self.rate
     }
 
     /// Ticks to milliseconds, rounded up.
     fn ms_up(&self, ticks: u128) -> Millis {
-        Millis::try_from(ticks.div_ceil(self.rate)).unwrap_or(Millis::MAX)
+        Millis::try_from(ticks.div_ceil(self.rate * MILLI)).unwrap_or(Millis::MAX)
+    }
+
+    /// Ticks to microseconds, rounded up.
+    fn us_up(&self, ticks: u128) -> Micros {
+        Micros::try_from(ticks.div_ceil(self.rate)).unwrap_or(Micros::MAX)
     }
 }

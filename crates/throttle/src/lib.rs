@@ -31,7 +31,9 @@
 //!   `MatchedPath`; a gRPC path is its own template; elsewhere the path),
 //!   or [`ThrottleLayer::class_by`]'s function.
 //! - Its cost is measured around the inner service ([`cost`]) and teaches
-//!   its class's estimate.
+//!   its class's estimate: every request of a class until the class has 16
+//!   measurements, then one request in four (reading a thread's CPU clock
+//!   is a system call).
 //! - Rejections ([`reject`]) say when to retry: HTTP 429/503 with
 //!   `Retry-After`, a 307 redirect, or gRPC `RESOURCE_EXHAUSTED` with
 //!   `google.rpc.RetryInfo`.
@@ -280,9 +282,10 @@ where
                 Err(r) => return Ok(rejected(&shared, r, grpc)),
             };
             let req = Request::from_parts(parts, body);
-            let (future, spent, started) =
-                cost::measure_call(shared.cost_clock, || inner.call(req));
-            let (result, cost) = cost::measured(future, shared.cost_clock, spent, started).await;
+            if !ticket.measure {
+                return inner.call(req).await.map(|r| r.map(Either::Left));
+            }
+            let (result, cost) = cost::measured(shared.cost_clock, || inner.call(req)).await;
             shared.throttler.finish(&ticket, cost);
             result.map(|r| r.map(Either::Left))
         })

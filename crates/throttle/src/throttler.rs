@@ -2,7 +2,7 @@
 //! machine behind a mutex, the requests waiting for their turn, and one
 //! timer task that starts them (or expires them) when their time comes.
 //!
-//! Time is the microseconds since the throttler was made, from tokio's
+//! Time is the nanoseconds since the throttler was made, from tokio's
 //! clock (so tests may pause it). Everything the machine decides happens
 //! inside the lock and costs no allocation on the path of a request that
 //! starts at once.
@@ -59,9 +59,20 @@ pub struct Throttler {
     driver: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// After a class has this many measurements, one request in
+/// [`MEASURE_EVERY`] is measured: reading a thread's CPU clock is a system
+/// call (no vDSO), the largest part of what the layer costs a request.
+pub const MEASURE_ALL_UNTIL: u64 = charon_core::throttle::predictor::WINDOW;
+
+/// See [`MEASURE_ALL_UNTIL`].
+pub const MEASURE_EVERY: u64 = 4;
+
 /// A request admitted (started): what its finish reports.
 #[derive(Debug)]
 pub struct Ticket {
+    /// Whether its cost is measured (every request of a class until it has
+    /// [`MEASURE_ALL_UNTIL`] measurements, then one in [`MEASURE_EVERY`]).
+    pub measure: bool,
     /// The class it was counted under.
     pub class: String,
     /// Its predicted cost, CPU-microseconds.
@@ -128,11 +139,13 @@ impl Throttler {
     ) -> Result<Ticket, Rejection> {
         let shared = &self.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (arrived, rx) = {
+        let (arrived, rx, measure) = {
             let mut state = shared.lock();
             let now = shared.now();
             shared.advance(&mut state, now);
-            let arrived = state.machine.arrive_us(now, id, &class, criticality);
+            let arrived = state.machine.arrive_ns(now, id, &class, criticality);
+            let measure =
+                id % MEASURE_EVERY == 0 || state.machine.samples(&class) < MEASURE_ALL_UNTIL;
             let rx = match arrived.admission {
                 Admission::Queued => {
                     let (tx, rx) = oneshot::channel();
@@ -151,9 +164,10 @@ impl Throttler {
                 }
             }
             shared.counters.queue(&state.machine);
-            (arrived, rx)
+            (arrived, rx, measure)
         };
         let ticket = Ticket {
+            measure,
             class: if arrived.other_class {
                 charon_core::throttle::predictor::OTHER_CLASS.to_owned()
             } else {
@@ -264,14 +278,14 @@ impl Shared {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Moves the machine to `now` and tells the waiters what happened.
     fn advance(&self, state: &mut State, now: u64) {
         let mut events = std::mem::take(&mut state.events);
         events.clear();
-        state.machine.advance_into_us(now, &mut events);
+        state.machine.advance_into_ns(now, &mut events);
         for e in &events {
             match *e {
                 Event::Started { id, .. } => {
@@ -306,12 +320,12 @@ impl Shared {
                 let mut state = self.lock();
                 let now = self.now();
                 self.advance(&mut state, now);
-                state.machine.next_event_us()
+                state.machine.next_event_ns()
             };
             let notified = self.wake.notified();
             match next {
-                Some(us) => {
-                    let at = self.base + Duration::from_micros(us);
+                Some(ns) => {
+                    let at = self.base + Duration::from_nanos(ns);
                     tokio::select! {
                         () = tokio::time::sleep_until(at) => {}
                         () = notified => {}

@@ -7,17 +7,17 @@
 //! **Exactness.** Units are counted in thousandths (a request of the `qps`
 //! discipline is 1000; a cost is its predicted CPU-microseconds), so with
 //! `rate` R units per second, `m` thousandths drain in exactly `m / R`
-//! milliseconds. Time inside is kept in *ticks* of `1/R` µs, so F, the
+//! milliseconds. Time inside is kept in *ticks* of `1/R` ns, so F, the
 //! time the bucket is empty, is an exact integer; a start at a fractional
 //! millisecond is reported rounded up, and every wait told to a client is
 //! rounded up (never too early).
 //!
 //! **Time.** SPEC §13 states the rules in milliseconds, and `charon
 //! simulate` gives whole milliseconds ([`Throttle::arrive`],
-//! [`Throttle::advance`]); a live throttler gives microseconds
-//! ([`Throttle::arrive_us`], [`Throttle::advance_us`]), so that requests
-//! arriving within one millisecond of a fast bucket are not held to the
-//! next millisecond. Both feed the same rules.
+//! [`Throttle::advance`]); a live throttler gives nanoseconds
+//! ([`Throttle::arrive_ns`], [`Throttle::advance_into_ns`]), so that
+//! requests arriving within one millisecond of a fast bucket are not held
+//! to the next millisecond. Both feed the same rules.
 //!
 //! **Order at one instant.** What the machine does by itself (starts at
 //! F, expiries at a deadline) at a time `t` happens before an event given
@@ -102,16 +102,21 @@ pub enum Event {
     },
 }
 
-/// Microseconds, the live throttler's clock.
-pub type Micros = u64;
+/// Nanoseconds, the live throttler's clock.
+pub type Nanos = u64;
+
+/// Nanoseconds per millisecond.
+const NS_PER_MS: u128 = 1_000_000;
 
 /// A request waiting.
 #[derive(Debug, Clone)]
 struct Queued {
     id: RequestId,
     units: u128,
-    arrived: Micros,
-    deadline: Micros,
+    /// In ns.
+    arrived: u128,
+    /// In ns.
+    deadline: u128,
     criticality: Criticality,
 }
 
@@ -119,7 +124,7 @@ struct Queued {
 #[derive(Debug, Clone)]
 pub struct Throttle {
     config: ThrottleConfig,
-    /// R, units per second: one tick is `1/R` µs.
+    /// R, units per second: one tick is `1/R` ns.
     rate: u128,
     /// The most thousandths that may wait.
     bound: u128,
@@ -176,9 +181,7 @@ impl Throttle {
         self.rate = rate;
         self.bound = u128::from(config.queue) * MILLI;
         for q in self.queue.values_mut() {
-            q.deadline = q
-                .arrived
-                .saturating_add(config.max_wait.saturating_mul(1000));
+            q.deadline = q.arrived + u128::from(config.max_wait) * NS_PER_MS;
         }
         self.config = config;
     }
@@ -206,6 +209,11 @@ impl Throttle {
         (name.to_owned(), self.predictor.predict_us(name, cold))
     }
 
+    /// How many measurements `class` has taught its estimate.
+    pub fn samples(&self, class: &str) -> u64 {
+        self.predictor.samples(self.predictor.class_name(class))
+    }
+
     /// Records a finished request's measured cost; returns its class's new
     /// estimate, CPU-microseconds.
     pub fn record(&mut self, class: &str, cpu_us: u64) -> u64 {
@@ -215,14 +223,18 @@ impl Throttle {
     /// When [`Throttle::advance`] next has something to do (a start or an
     /// expiry), in ms rounded up; `None` with an empty queue.
     pub fn next_event(&self) -> Option<Millis> {
-        self.next_event_us().map(|us| us.div_ceil(1000))
+        self.next_event_at().map(|ns| clamp(ns.div_ceil(NS_PER_MS)))
     }
 
-    /// [`Throttle::next_event`] in µs, rounded up.
-    pub fn next_event_us(&self) -> Option<Micros> {
+    /// [`Throttle::next_event`] in ns, rounded up.
+    pub fn next_event_ns(&self) -> Option<Nanos> {
+        self.next_event_at().map(clamp)
+    }
+
+    fn next_event_at(&self) -> Option<u128> {
         let head = self.queue.values().next()?;
         Some(if self.f <= self.ticks(head.deadline) {
-            self.us_up(self.f)
+            self.f.div_ceil(self.rate)
         } else {
             head.deadline
         })
@@ -239,11 +251,15 @@ impl Throttle {
     /// [`Throttle::advance`] into a caller's buffer (no allocation when
     /// nothing is due).
     pub fn advance_into(&mut self, now: Millis, events: &mut Vec<Event>) {
-        self.advance_into_us(now.saturating_mul(1000), events);
+        self.advance_at(u128::from(now) * NS_PER_MS, events);
     }
 
-    /// [`Throttle::advance_into`] with `now` in µs.
-    pub fn advance_into_us(&mut self, now: Micros, events: &mut Vec<Event>) {
+    /// [`Throttle::advance_into`] with `now` in ns.
+    pub fn advance_into_ns(&mut self, now: Nanos, events: &mut Vec<Event>) {
+        self.advance_at(u128::from(now), events);
+    }
+
+    fn advance_at(&mut self, now: u128, events: &mut Vec<Event>) {
         let now_ticks = self.ticks(now);
         while let Some((&seq, head)) = self.queue.first_key_value() {
             let deadline = head.deadline;
@@ -251,10 +267,10 @@ impl Throttle {
                 if self.f > now_ticks {
                     break;
                 }
-                let (id, arrived, units) = (head.id, head.arrived / 1000, head.units);
+                let (id, arrived, units) = (head.id, clamp(head.arrived / NS_PER_MS), head.units);
                 let at = self.ms_up(self.f);
                 self.remove(seq);
-                self.f += units * MILLI;
+                self.f += units * NS_PER_MS;
                 events.push(Event::Started { id, at, arrived });
             } else {
                 if deadline > now {
@@ -265,7 +281,7 @@ impl Throttle {
                 let retry_after_ms = self.until_idle(deadline);
                 events.push(Event::Expired {
                     id,
-                    at: deadline.div_ceil(1000),
+                    at: clamp(deadline.div_ceil(NS_PER_MS)),
                     retry_after_ms,
                 });
             }
@@ -281,14 +297,24 @@ impl Throttle {
         class: &str,
         criticality: Criticality,
     ) -> Arrived {
-        self.arrive_us(now.saturating_mul(1000), id, class, criticality)
+        self.arrive_at(u128::from(now) * NS_PER_MS, id, class, criticality)
     }
 
-    /// [`Throttle::arrive`] with `now` in µs (call
-    /// [`Throttle::advance_into_us`] to `now` first).
-    pub fn arrive_us(
+    /// [`Throttle::arrive`] with `now` in ns (call
+    /// [`Throttle::advance_into_ns`] to `now` first).
+    pub fn arrive_ns(
         &mut self,
-        now: Micros,
+        now: Nanos,
+        id: RequestId,
+        class: &str,
+        criticality: Criticality,
+    ) -> Arrived {
+        self.arrive_at(u128::from(now), id, class, criticality)
+    }
+
+    fn arrive_at(
+        &mut self,
+        now: u128,
         id: RequestId,
         class: &str,
         criticality: Criticality,
@@ -305,7 +331,7 @@ impl Throttle {
         let now_ticks = self.ticks(now);
         let mut evicted = Vec::new();
         let admission = if self.queue.is_empty() && self.f <= now_ticks {
-            self.f = now_ticks + units * MILLI;
+            self.f = now_ticks + units * NS_PER_MS;
             Admission::Started
         } else if self.queued + units <= self.bound {
             self.enqueue(now, id, units, criticality);
@@ -358,7 +384,7 @@ impl Throttle {
     /// its own fit in the queue, heads starting at F one after the other;
     /// or, for more units than the queue holds, until the queue is empty
     /// and the bucket too (when it would start at once). Rounded up.
-    fn retry_after(&self, now: Micros, units: u128) -> Millis {
+    fn retry_after(&self, now: u128, units: u128) -> Millis {
         if units > self.bound {
             return self.until_idle(now);
         }
@@ -375,7 +401,7 @@ impl Throttle {
                 if freed >= need {
                     break;
                 }
-                start += q.units * MILLI;
+                start += q.units * NS_PER_MS;
             }
             if need == 0 { now_ticks } else { start }
         };
@@ -385,12 +411,12 @@ impl Throttle {
     /// The wait from `now` until the queue is empty and the bucket too, if
     /// nothing else arrived (when an arrival would start at once), rounded
     /// up.
-    fn until_idle(&self, now: Micros) -> Millis {
+    fn until_idle(&self, now: u128) -> Millis {
         let now_ticks = self.ticks(now);
-        self.ms_up(self.f.max(now_ticks) + self.queued * MILLI - now_ticks)
+        self.ms_up(self.f.max(now_ticks) + self.queued * NS_PER_MS - now_ticks)
     }
 
-    fn enqueue(&mut self, now: Micros, id: RequestId, units: u128, criticality: Criticality) {
+    fn enqueue(&mut self, now: u128, id: RequestId, units: u128, criticality: Criticality) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queued += units;
@@ -405,7 +431,7 @@ impl Throttle {
                 id,
                 units,
                 arrived: now,
-                deadline: now.saturating_add(self.config.max_wait.saturating_mul(1000)),
+                deadline: now + u128::from(self.config.max_wait) * NS_PER_MS,
                 criticality,
             },
         );
@@ -422,17 +448,17 @@ impl Throttle {
         Some(q)
     }
 
-    fn ticks(&self, us: Micros) -> u128 {
-        u128::from(us) * self.rate
+    fn ticks(&self, ns: u128) -> u128 {
+        ns * self.rate
     }
 
     /// Ticks to milliseconds, rounded up.
     fn ms_up(&self, ticks: u128) -> Millis {
-        Millis::try_from(ticks.div_ceil(self.rate * MILLI)).unwrap_or(Millis::MAX)
+        clamp(ticks.div_ceil(self.rate * NS_PER_MS))
     }
+}
 
-    /// Ticks to microseconds, rounded up.
-    fn us_up(&self, ticks: u128) -> Micros {
-        Micros::try_from(ticks.div_ceil(self.rate)).unwrap_or(Micros::MAX)
-    }
+/// A time or wait that fits in 64 bits (every one a configuration allows).
+fn clamp(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
 }

@@ -20,7 +20,7 @@ pub use config::{
     ClientKey, ClientLimit, Criticality, Degraded, Discipline, Global, GlobalLease, Reject,
     ThrottleConfig,
 };
-pub use machine::{Admission, Arrived, Event, Evicted, Micros, RequestId, Throttle};
+pub use machine::{Admission, Arrived, Event, Evicted, Nanos, RequestId, Throttle};
 pub use predictor::Predictor;
 
 #[cfg(test)]

@@ -90,6 +90,11 @@ impl Predictor {
         e.mean_us
     }
 
+    /// How many measurements `class` has had (saturating).
+    pub fn samples(&self, class: &str) -> u64 {
+        self.classes.get(class).map_or(0, |e| e.samples)
+    }
+
     /// How many classes have an estimate.
     pub fn len(&self) -> usize {
         self.classes.len()

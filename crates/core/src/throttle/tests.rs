@@ -514,20 +514,20 @@ proptest! {
 }
 
 #[test]
-fn a_live_throttler_in_microseconds_starts_what_a_fast_bucket_allows_within_one_millisecond() {
+fn a_live_throttler_in_nanoseconds_starts_what_a_fast_bucket_allows_within_one_millisecond() {
     // 10 000 per second: one every 100 µs. Five arrivals 100 µs apart all
     // start at once; a sixth 50 µs after the fifth waits for 50 µs.
     let mut t = qps(10_000, 5);
     for (i, us) in [0u64, 100, 200, 300, 400].into_iter().enumerate() {
         let mut events = Vec::new();
-        t.advance_into_us(us, &mut events);
-        let a = t.arrive_us(us, i as u64, "x", C);
+        t.advance_into_ns(us * 1000, &mut events);
+        let a = t.arrive_ns(us * 1000, i as u64, "x", C);
         assert_eq!(a.admission, Admission::Started, "at {us} µs");
     }
-    assert_eq!(t.arrive_us(450, 9, "x", C).admission, Admission::Queued);
-    assert_eq!(t.next_event_us(), Some(500));
+    assert_eq!(t.arrive_ns(450_000, 9, "x", C).admission, Admission::Queued);
+    assert_eq!(t.next_event_ns(), Some(500_000));
     let mut events = Vec::new();
-    t.advance_into_us(500, &mut events);
+    t.advance_into_ns(500_000, &mut events);
     assert_eq!(
         events,
         vec![Event::Started {

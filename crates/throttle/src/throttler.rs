@@ -144,8 +144,8 @@ impl Throttler {
             let now = shared.now();
             shared.advance(&mut state, now);
             let arrived = state.machine.arrive_ns(now, id, &class, criticality);
-            let measure =
-                id % MEASURE_EVERY == 0 || state.machine.samples(&class) < MEASURE_ALL_UNTIL;
+            let measure = id.is_multiple_of(MEASURE_EVERY)
+                || state.machine.samples(&class) < MEASURE_ALL_UNTIL;
             let rx = match arrived.admission {
                 Admission::Queued => {
                     let (tx, rx) = oneshot::channel();

@@ -204,10 +204,11 @@ async fn forward(up: &Upstream, mut req: Request<Incoming>) -> Response<ProxyBod
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             counter!("charon_sidecar_upstream_errors_total", "kind" => "unreachable").increment(1);
-            warn!(upstream = %up.base, "upstream failed: {e:?}");
+            let why = chain(&e);
+            warn!(upstream = %up.base, "upstream failed: {why}");
             return own(
                 StatusCode::BAD_GATEWAY,
-                &format!("the upstream {} failed: {e}", up.base),
+                &format!("the upstream {} failed: {why}", up.base),
             );
         }
         Err(_) => {
@@ -242,6 +243,19 @@ async fn forward(up: &Upstream, mut req: Request<Incoming>) -> Response<ProxyBod
         strip_hop_by_hop(resp.headers_mut(), false);
     }
     resp.map(Either::Left)
+}
+
+/// An error and its causes, as one line: `client error (Connect): tcp
+/// connect error: Connection refused (os error 111)`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 fn is_upgrade<B>(req: &Request<B>) -> bool {

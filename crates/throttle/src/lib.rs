@@ -25,11 +25,11 @@
 //!   simulate` replays.
 //! - Criticality comes from the `charon-criticality` header (gRPC
 //!   metadata alike): `CRITICAL` or `NOT_CRITICAL`, else
-//!   [`ThrottleLayer::criticality_by`]'s function, else the configured
+//!   [`Builder::criticality_by`]'s function, else the configured
 //!   default.
 //! - A request's class is its method and route template (axum's
 //!   `MatchedPath`; a gRPC path is its own template; elsewhere the path),
-//!   or [`ThrottleLayer::class_by`]'s function.
+//!   or [`Builder::class_by`]'s function.
 //! - Its cost is measured around the inner service ([`cost`]) and teaches
 //!   its class's estimate: every request of a class until the class has 16
 //!   measurements, then one request in four (reading a thread's CPU clock
@@ -63,7 +63,7 @@ use http_body_util::{Either, Full};
 pub use clients::{ClientLimits, PeerAddr};
 pub use cost::CostClock;
 pub use reject::{Reason, Rejection};
-pub use throttler::{Throttler, Ticket};
+pub use throttler::{MEASURE_ALL_UNTIL, MEASURE_EVERY, Throttler, Ticket};
 
 /// The header (gRPC metadata) that carries a request's criticality.
 pub const CRITICALITY_HEADER: &str = "charon-criticality";

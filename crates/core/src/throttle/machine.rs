@@ -43,7 +43,8 @@ pub enum Admission {
     /// It starts now.
     Started,
     /// It waits in the queue; a [`Event::Started`], [`Event::Expired`] or
-    /// [`Event::Evicted`] follows, unless its caller leaves first.
+    /// eviction ([`Arrived::evicted`] of a later arrival) follows, unless
+    /// its caller leaves first.
     Queued,
     /// Refused: the queue is full for it.
     Rejected {

@@ -4,6 +4,7 @@ mod bench;
 mod client_cmd;
 mod config_cmd;
 mod config_remote;
+mod exit;
 mod extras;
 mod import;
 mod lines;
@@ -31,7 +32,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "charon",
     version,
-    about = "Charon: a limiting service (rate limits with burst tiers, distributed counting semaphores)."
+    about = "Charon: a limiting service (rate limits with burst tiers, distributed counting semaphores).",
+    after_help = exit::EXIT_STATUS_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -141,7 +143,19 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version go to stdout and exit 0; a usage error to
+        // stderr, exit status 2.
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::ANSWERED
+            });
+        }
+    };
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
@@ -183,7 +197,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("charon: {e:#}");
-            ExitCode::FAILURE
+            exit::of(&e)
         }
     }
 }

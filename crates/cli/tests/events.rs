@@ -109,7 +109,7 @@ async fn every_decision_is_one_event_with_its_outcome() {
     assert_eq!(g.granted, 5);
     assert!(matches!(
         c.request("nope", "d1").send().await,
-        Err(charon_client::Error::Client(_))
+        Err(ref e) if e.is_client()
     ));
     requests(&c, "q", "d3", 2).await; // now, then after a delay
     let mut hold = c.reserve("vm", "d4").copies(2).send().await.expect("hold");

@@ -11,7 +11,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use charon_client::{Client, ClientOptions, ClientTls};
+use charon_client::{Client, ClientOptions, ClientTls, ErrorKind};
 use charon_testkit::{CharonProcess, TestPki, https_get, presented_certificate, wait_until};
 use support::{bin, charon};
 
@@ -111,14 +111,22 @@ async fn grpc_over_tls_needs_the_ca_that_signed_the_server() {
     let grant = good.request("api/search", "t").copies(2).send().await;
     assert_eq!(grant.unwrap().granted, 2);
 
-    // Plain text to a TLS port: no answer.
+    // Plain text to a TLS port: a client error that says so (never a
+    // server error, which a failing-open client would turn into a grant).
     let plain = client(&server, None);
     let e = plain.request("api/search", "t").send().await.unwrap_err();
-    assert!(e.is_server(), "{e}");
-    // A CA that did not sign the server's certificate: refused.
+    assert_eq!(e.kind(), ErrorKind::WrongProtocol, "{e}");
+    assert!(e.message().contains("speaks TLS"), "{e}");
+    // A CA that did not sign the server's certificate: refused, a client
+    // error too.
     let wrong = client(&server, trusting(&other, false));
     let e = wrong.request("api/search", "t").send().await.unwrap_err();
-    assert!(e.is_server(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(
+        e.message()
+            .contains("not signed by a CA this client trusts"),
+        "{e}"
+    );
 
     // The CLI's --ca (the default http:// address becomes https://).
     let out = charon()
@@ -183,7 +191,8 @@ async fn mutual_tls_refuses_clients_without_a_certificate_it_trusts() {
         .send()
         .await
         .unwrap_err();
-    assert!(e.is_server(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(e.message().contains("requires a client certificate"), "{e}");
     // Presents a certificate of another CA (and trusts the server).
     let mut strangers = ClientTls::from_files(
         Some(&pki.ca()),
@@ -191,14 +200,18 @@ async fn mutual_tls_refuses_clients_without_a_certificate_it_trusts() {
         Some(&other.client_key()),
     )
     .unwrap();
-    strangers.domain = None;
+    strangers.server_name = None;
     let stranger = client(&server, Some(strangers));
     let e = stranger
         .request("api/search", "t")
         .send()
         .await
         .unwrap_err();
-    assert!(e.is_server(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(
+        e.message().contains("refused this client's certificate"),
+        "{e}"
+    );
     // A certificate the client CA signed.
     let member = client(&server, trusting(&pki, true));
     assert_eq!(
@@ -720,7 +733,7 @@ async fn a_client_certificate_names_a_principal_of_the_limiting_api() {
         1
     );
     let e = search.reserve("sandbox/vm", "t").send().await.unwrap_err();
-    assert!(matches!(e, charon_client::Error::Client(_)), "{e}");
+    assert!(e.is_client(), "{e}");
     assert!(e.to_string().contains("search"), "{e}");
 
     // A certificate of the right CA whose name no principal carries.
@@ -731,7 +744,7 @@ async fn a_client_certificate_names_a_principal_of_the_limiting_api() {
         ),
     );
     let e = nobody.request("api/search", "t").send().await.unwrap_err();
-    assert!(matches!(e, charon_client::Error::Client(_)), "{e}");
+    assert!(e.is_client(), "{e}");
     assert!(e.to_string().contains("token"), "{e}");
 
     // The same certificate with `ops`' bearer token: the token wins.

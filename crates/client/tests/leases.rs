@@ -59,7 +59,7 @@ async fn a_lease_on_the_wrong_resource_is_a_client_error() {
             .lease(resource, LeaseOptions::new("a", wants))
             .await
             .expect_err(resource);
-        assert!(matches!(e, Error::Client(_)), "{resource}: {e:?}");
+        assert!(e.is_client(), "{resource}: {e:?}");
     }
 }
 

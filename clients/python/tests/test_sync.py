@@ -59,8 +59,10 @@ def test_client_errors_are_exceptions_and_never_degraded(charon: Charon) -> None
         client.hold_copy("api/search", "t")  # a rate resource cannot be held
     with pytest.raises(ClientError):
         client.seize_copy("not-a-transfer")
-    with pytest.raises(ClientError):
-        Client("http://127.0.0.1:1")
+    for bad in ("", "127.0.0.1", "ftp://127.0.0.1:1", "http://127.0.0.1:1/path", "h:port"):
+        with pytest.raises(ClientError) as refused:
+            Client(bad)
+        assert refused.value.kind == "settings", refused.value
     assert client.stats().degraded_grants == 0
     # The session survives bad operations.
     assert client.request_rate("api/search", "t").success

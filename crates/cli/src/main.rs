@@ -7,6 +7,7 @@ mod config_remote;
 mod exit;
 mod extras;
 mod import;
+mod keys;
 mod lines;
 mod serve;
 mod simulate;
@@ -143,6 +144,14 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    // Before anything else: a SIGHUP while `charon serve` starts must not
+    // end it (see `serve::catch_hangups`).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "serve")
+        && let Err(e) = serve::catch_hangups()
+    {
+        eprintln!("charon: {e}");
+        return ExitCode::from(exit::CLIENT_ERROR);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version go to stdout and exit 0; a usage error to

@@ -552,6 +552,83 @@ async fn top_in_a_terminal_shows_the_busiest_pair_first() {
     let (pair, counts) = first_row(&screen, "MOST LIMITED").unwrap();
     assert_eq!(pair, ("api".to_owned(), "cold".to_owned()), "{screen}");
     assert_eq!(counts, [3, 8], "{screen}");
+    assert!(screen.contains("(q quits)"), "{screen}");
+
+    // A key that is not q changes nothing; q quits (the session ends with
+    // its only process), and the terminal is given back: echo is on again.
+    tmux(&["send-keys", "-t", "top", "x"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        tmux(&["has-session", "-t", "top"]).status.success(),
+        "x does not quit"
+    );
+    tmux(&["send-keys", "-t", "top", "q"]);
+    let quit = wait_until(Duration::from_secs(10), || {
+        !tmux(&["has-session", "-t", "top"]).status.success()
+    });
+    assert!(quit, "q did not quit charon top");
+}
+
+/// `charon top` in a terminal gives the terminal back as it was once `q`
+/// quits it: the shell it ran from echoes what is typed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_quits_on_q_and_gives_the_terminal_back() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        println!("SKIPPED top_quits_on_q_and_gives_the_terminal_back: tmux is not installed");
+        return;
+    }
+    let server = start(&["--events", "/dev/null"]);
+    let socket = format!("charon-test-q-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux")
+    };
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "sh",
+        "-x",
+        "200",
+        "-y",
+        "50",
+        "sh",
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    let _cleanup = KillTmux(socket.clone());
+    let command = format!(
+        "{} top --server {} --interval 100ms; echo top-exited-$?",
+        bin().display(),
+        server.http_url()
+    );
+    tmux(&["send-keys", "-t", "sh", &command, "Enter"]);
+    let screen = |tmux: &dyn Fn(&[&str]) -> std::process::Output| {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "sh"]).stdout).into_owned()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || screen(&tmux)
+            .contains("(q quits)")),
+        "{}",
+        screen(&tmux)
+    );
+    tmux(&["send-keys", "-t", "sh", "q"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || screen(&tmux)
+            .contains("top-exited-0")),
+        "{}",
+        screen(&tmux)
+    );
+    // Echo is back: what is typed now shows.
+    tmux(&["send-keys", "-t", "sh", "echoed-again"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || screen(&tmux)
+            .contains("echoed-again")),
+        "{}",
+        screen(&tmux)
+    );
 }
 
 /// Ends a test's private tmux server.

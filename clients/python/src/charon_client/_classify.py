@@ -106,7 +106,7 @@ def _transport_failure(
         )
     if "CERTIFICATE_VERIFY_FAILED" in details or "certificate verify failed" in details:
         return err("tls", f"TLS with {address}: the server's certificate {_why_untrusted(details)}")
-    if "is not in peer certificate" in details:
+    if "is not in peer certificate" in details or "Hostname Verification" in details:
         return err(
             "tls",
             f"TLS with {address}: the server's certificate does not carry the name this client "
@@ -114,7 +114,11 @@ def _transport_failure(
         )
     if "TSI_DATA_CORRUPTED" in details or "CERTIFICATE_REQUIRED" in details:
         return err("tls", _refused_certificate(transport, "CERTIFICATE_REQUIRED" in details))
-    if "handshake failed" in details.lower() or "SSL_ERROR" in details:
+    if (
+        "handshake failed" in details.lower()
+        or "SSL_ERROR" in details
+        or "verification check failed" in details.lower()
+    ):
         return err("tls", f"TLS with {address} failed: {details}")
     return err("unavailable", f"the connection to {address} ended without an answer ({details})")
 

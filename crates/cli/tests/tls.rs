@@ -15,6 +15,9 @@ use charon_client::{Client, ClientOptions, ClientTls, ErrorKind};
 use charon_testkit::{CharonProcess, TestPki, https_get, presented_certificate, wait_until};
 use support::{bin, charon};
 
+#[path = "tls/mistakes.rs"]
+mod mistakes;
+
 const LIMITS: &str = "\
 resources:
   - { name: api/search, kind: rate, tiers: [ { limit: 100, window: 1s } ] }

@@ -231,8 +231,8 @@ pub(crate) fn tls_failure(e: &rustls::Error, address: &str) -> Error {
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => (
             ErrorKind::WrongProtocol,
             format!(
-                "{address} does not speak TLS ({e}): connect in plain text (http://, without a CA: \
-                 the CLI's --ca, ClientTls), or to its TLS port"
+                "{address} does not speak TLS ({e}): connect in plain text (an http:// address, \
+                 no CA given: neither the CLI's --ca nor ClientTls), or to its TLS port"
             ),
         ),
         other => (

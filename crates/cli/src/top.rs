@@ -145,7 +145,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
             Err(e) => render(&about, &empty(args.window), Some(&format!("{e:#}"))),
         };
         // Home, clear, draw: a full redraw each time.
-        write!(stdout, "\x1b[H\x1b[2J{screen}(q quits)\n")?;
+        writeln!(stdout, "\x1b[H\x1b[2J{screen}(q quits)")?;
         stdout.flush()?;
         if keys.quit_within(args.interval) {
             return Ok(ExitCode::SUCCESS);

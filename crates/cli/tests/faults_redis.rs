@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, Hold};
+use charon_client::{Client, ClientOptions, Hold};
 use charon_testkit::{CharonProcess, RedisServer};
 use support::{bin, holder, redis_cli, within};
 

@@ -10,7 +10,7 @@ use support::{bin, holder, strict_client};
 
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, Error};
+use charon_client::Client;
 use charon_testkit::{CharonProcess, RedisServer};
 
 const LIMITS: &str = r#"

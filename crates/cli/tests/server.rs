@@ -7,7 +7,7 @@ use support::{assert_percentiles_ordered, bench_json, bin, holder, strict_client
 
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, Source};
+use charon_client::{Client, ClientOptions, Source};
 use charon_proto::v1;
 use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;

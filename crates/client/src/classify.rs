@@ -100,7 +100,7 @@ fn transport_failure(status: &tonic::Status, address: &str) -> Option<Error> {
         .map(std::io::Error::kind)
         .next();
     let text = chain()
-        .map(|e| e.to_string())
+        .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(": ");
     use std::io::ErrorKind as Io;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, Source};
+use charon_client::{Client, ClientOptions, Source};
 use charon_testkit::InProcessServer;
 
 const LIMITS: &str = r#"

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, LeaseMode, LeaseOptions, LeaseSource};
+use charon_client::{Client, ClientOptions, LeaseMode, LeaseOptions, LeaseSource};
 use charon_testkit::InProcessServer;
 
 const CONFIG: &str = r#"

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use charon_client::{Client, ClientOptions, Error, RateTransport, Source};
+use charon_client::{Client, ClientOptions, RateTransport, Source};
 use charon_testkit::InProcessServer;
 
 const LIMITS: &str = r#"

@@ -144,12 +144,12 @@ mod tests {
     fn outside_its_period_a_certificate_is_refused_saying_when() {
         let v = validity(1_000_000, 2_000_000);
         assert!(check(&v, 1_500_000, "s.pem").is_ok());
-        let early = check(&v, 1_000_000 - 3_600, "s.pem").unwrap_err();
+        let early = check(&v, 1_000_000 - 3_600, "s.pem").expect_err("early");
         assert!(
             early.contains("not valid yet") && early.contains("1h"),
             "{early}"
         );
-        let late = check(&v, 2_000_000 + 86_400, "s.pem").unwrap_err();
+        let late = check(&v, 2_000_000 + 86_400, "s.pem").expect_err("late");
         assert!(
             late.contains("CN=x expired at 1970-01-24T03:33:20Z (1day ago)"),
             "{late}"
@@ -161,9 +161,9 @@ mod tests {
     fn the_last_day_is_named() {
         let v = validity(0, 100_000);
         assert_eq!(warning(&v, 100_000 - 86_400, "s.pem"), None);
-        let soon = warning(&v, 100_000 - 3 * 3600 - 60, "s.pem").unwrap();
+        let soon = warning(&v, 100_000 - 3 * 3600 - 60, "s.pem").expect("soon");
         assert!(soon.contains("in 3h 1m"), "{soon}");
-        let gone = warning(&v, 100_060, "s.pem").unwrap();
+        let gone = warning(&v, 100_060, "s.pem").expect("gone");
         assert!(
             gone.contains("expired") && gone.contains("1m ago"),
             "{gone}"

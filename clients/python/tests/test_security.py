@@ -49,12 +49,22 @@ class Fleet:
     tls: Charon
     mtls: Charon
     tokens: Charon
+    tokens_tls: Charon
+    tokens_mtls: Charon
     expiring: Charon
     expires_at: float
     down_target: str = ""
 
     def close(self) -> None:
-        for c in (self.plain, self.tls, self.mtls, self.tokens, self.expiring):
+        for c in (
+            self.plain,
+            self.tls,
+            self.mtls,
+            self.tokens,
+            self.tokens_tls,
+            self.tokens_mtls,
+            self.expiring,
+        ):
             c.close()
 
 
@@ -87,11 +97,38 @@ def fleet() -> Iterator[Fleet]:
         started.append(mtls)
         tokens = Charon(LIMITS, ["--api-tokens", "{dir}/tokens.yaml"], {"tokens.yaml": TOKENS})
         started.append(tokens)
+        token_args = ["--api-tokens", "{dir}/tokens.yaml"]
+        tokens_tls = Charon(
+            LIMITS,
+            [*token_args, *TLS_ARGS],
+            {"tokens.yaml": TOKENS, **tls_files(pki.server())},
+            pki.probe(),
+        )
+        started.append(tokens_tls)
+        tokens_mtls = Charon(
+            LIMITS,
+            [*token_args, *TLS_ARGS, "--tls-client-ca", "{dir}/ca.pem"],
+            {"tokens.yaml": TOKENS, **tls_files(pki.server()), "ca.pem": pki.ca},
+            pki.probe(client_cert),
+        )
+        started.append(tokens_mtls)
     except BaseException:
         for c in started:
             c.close()
         raise
-    f = Fleet(pki, other, client_cert, plain, tls, mtls, tokens, expiring, expires_at)
+    f = Fleet(
+        pki,
+        other,
+        client_cert,
+        plain,
+        tls,
+        mtls,
+        tokens,
+        tokens_tls,
+        tokens_mtls,
+        expiring,
+        expires_at,
+    )
     yield f
     f.close()
 
@@ -228,23 +265,45 @@ def test_every_mistake_has_its_class_and_only_server_errors_degrade(fleet: Fleet
                 f.write("| " + " | ".join(x.replace("|", "\\|") for x in r) + " |\n")
 
 
+@pytest.mark.parametrize("transport", ["plain", "tls", "mtls"])
 def test_a_token_protected_server_refuses_without_the_token_and_serves_with_it(
-    fleet: Fleet,
+    fleet: Fleet, transport: str
 ) -> None:
-    target = fleet.tokens.target
+    server = {"plain": fleet.tokens, "tls": fleet.tokens_tls, "mtls": fleet.tokens_mtls}
+    target = server[transport].target
+    tls: dict[str, Any] = {}
+    if transport != "plain":
+        tls["ca"] = fleet.pki.ca
+    if transport == "mtls":
+        tls.update(cert=fleet.client_cert.cert, key=fleet.client_cert.key)
     for fail_open in (True, False):
-        with Client(target, fail_open=fail_open) as c:
+        with Client(target, fail_open=fail_open, **tls) as c:
             with pytest.raises(ClientError) as refused:
                 c.request_rate("api/x", "d")
             assert refused.value.kind == "unauthenticated", refused.value
             with pytest.raises(ClientError):
                 c.hold_copy("api/x", "d")
             assert c.stats().degraded_grants == 0
-    with Client(target, token="s3cret-app") as c:
+
+    async def refused_in_asyncio() -> None:
+        async with aio.Client(target, **tls) as c:
+            with pytest.raises(ClientError):
+                await c.request_rate("api/x", "d")
+            assert c.stats().degraded_grants == 0
+            assert c.stats().requests == 1
+
+    asyncio.run(refused_in_asyncio())
+    with Client(target, token="s3cret-app", **tls) as c:
         assert c.request_rate("api/x", "d").source is Source.SERVER
         assert c.charge("api/x", "d", 1).granted == 1
-    with Client(target, token="s3cret-app", rate_transport="unary") as c:
+    with Client(target, token="s3cret-app", rate_transport="unary", **tls) as c:
         assert c.request_rate("api/x", "d").source is Source.SERVER
+
+    async def served_in_asyncio() -> None:
+        async with aio.Client(target, token="s3cret-app", **tls) as c:
+            assert (await c.request_rate("api/x", "d")).source is Source.SERVER
+
+    asyncio.run(served_in_asyncio())
 
 
 def test_tls_and_mutual_tls_serve_with_their_settings(fleet: Fleet, tmp_path: Any) -> None:

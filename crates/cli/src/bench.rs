@@ -545,10 +545,13 @@ impl Worker {
                 .map_err(drop),
         };
         let done = Instant::now();
-        // Counted only if measured, as the latency is: the warm-up and the
-        // calls that end after the measured interval count on neither
-        // side, so granted + rejected + errors = requests.
-        if since < shared.measure_from || done > shared.end {
+        // A call sent (or due) in the measured interval is counted, on both
+        // sides: its outcome and its latency, also if its answer comes
+        // after the interval ended (at most one call per worker in flight
+        // then); the warm-up's count on neither. So granted + rejected +
+        // errors = requests, and every call the server answered after the
+        // warm-up is in them.
+        if since < shared.measure_from {
             return;
         }
         let tally = &shared.tally;

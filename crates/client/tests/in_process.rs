@@ -376,3 +376,48 @@ async fn dry_run_charge_refund_and_the_reply_context() {
     assert!(second.delay() > Duration::from_secs(3500), "{second:?}");
     server.stop().await;
 }
+
+/// A sink for log lines, shared with the subscriber that writes them.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Degraded grants are counted, each of them, and logged at warning
+/// level, at most one line every 10 s: a server that is down is never
+/// silent, and never floods the application's log. The line names the
+/// address and the cause.
+#[tokio::test(flavor = "current_thread")]
+async fn degraded_grants_are_logged_at_most_once_in_ten_seconds() {
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let nowhere = format!("http://127.0.0.1:{}", charon_testkit::free_port());
+    let client = Client::connect(ClientOptions::new(&nowhere)).unwrap();
+    for _ in 0..5 {
+        let g = client.request("api", "d").send().await.unwrap();
+        assert_eq!(g.source, Source::Degraded);
+    }
+    assert_eq!(client.stats().degraded_grants, 5);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let logged: Vec<&str> = text.lines().filter(|l| l.contains("degraded grant")).collect();
+    assert_eq!(logged.len(), 1, "{text}");
+    assert!(
+        logged[0].contains("WARN") && logged[0].contains(&nowhere) && logged[0].contains("connection refused"),
+        "{text}"
+    );
+}

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._classify import from_reply_error
 from ._pb import limiter_pb2 as pb
@@ -78,6 +78,24 @@ def options(
         keepalive,
         check_transport(rate_transport),
     )
+
+
+_Channel = TypeVar("_Channel")
+
+
+def open_channel(
+    options: Options,
+    insecure: Callable[..., _Channel],
+    secure: Callable[..., _Channel],
+) -> _Channel:
+    """The client's channel: ``insecure`` or, under TLS, ``secure`` (the
+    ``grpc`` or the ``grpc.aio`` functions), with the keep-alive and server
+    name options."""
+    transport = options.transport
+    credentials = transport.credentials()
+    if credentials is None:
+        return insecure(transport.target, options=options.channel_options())
+    return secure(transport.target, credentials, options=options.channel_options())
 
 
 # The least time between two log lines about degraded grants: a server that

@@ -101,17 +101,8 @@ class Client:
             key=key,
             server_name=server_name,
         )
-        transport = self.options.transport
-        credentials = transport.credentials()
-        if credentials is None:
-            self._channel = grpc.insecure_channel(
-                transport.target, options=self.options.channel_options()
-            )
-        else:
-            self._channel = grpc.secure_channel(
-                transport.target, credentials, options=self.options.channel_options()
-            )
-        self._metadata = transport.metadata()
+        self._channel = c.open_channel(self.options, grpc.insecure_channel, grpc.secure_channel)
+        self._metadata = self.options.transport.metadata()
         self._degraded_log = c.DegradedLog()
         self._stub = pb_grpc.LimiterStub(self._channel)
         self._capacity = cpb_grpc.CapacityStub(self._channel)

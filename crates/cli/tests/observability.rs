@@ -363,23 +363,12 @@ async fn the_dashboard_and_the_alert_rules_query_only_exported_metrics() {
     let mut exported = Exposition::parse(&text);
     // The certificate's metrics exist only under TLS: a server with one.
     let pki = charon_testkit::TestPki::new();
-    let tls_server = CharonProcess::start_probed_with(
+    let tls_server = pki.serve(
         bin(),
-        &[
-            "--config",
-            "{dir}/limits.yaml",
-            "--tls-cert",
-            "{dir}/tls.pem",
-            "--tls-key",
-            "{dir}/tls.key",
-        ],
-        "/readyz",
-        pki.probe(false),
-        |dir: &std::path::Path| {
-            std::fs::write(dir.join("limits.yaml"), LIMITS).unwrap();
-            std::fs::copy(pki.server_cert(), dir.join("tls.pem")).unwrap();
-            std::fs::copy(pki.server_key(), dir.join("tls.key")).unwrap();
-        },
+        LIMITS,
+        (&pki.server_cert(), &pki.server_key()),
+        &[],
+        false,
     );
     let (_, tls_text) = tls_server.http_get("/metrics").expect("/metrics over TLS");
     exported

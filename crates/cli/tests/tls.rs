@@ -63,32 +63,11 @@ fn serve_tls(pki: &TestPki, extra: &[&str], probe_with_cert: bool) -> CharonProc
 /// [`serve_tls`] with this certificate and key.
 fn serve_tls_with(
     pki: &TestPki,
-    (cert, key): (&Path, &Path),
+    cert_and_key: (&Path, &Path),
     extra: &[&str],
     probe_with_cert: bool,
 ) -> CharonProcess {
-    let mut args = vec![
-        "--config",
-        "{dir}/limits.yaml",
-        "--tls-cert",
-        "{dir}/tls.pem",
-        "--tls-key",
-        "{dir}/tls.key",
-    ];
-    args.extend_from_slice(extra);
-    // The files must be there before the process starts (it reads them at
-    // start), in its directory (`{dir}`).
-    CharonProcess::start_probed_with(
-        bin(),
-        &args,
-        "/readyz",
-        pki.probe(probe_with_cert),
-        |dir: &Path| {
-            std::fs::write(dir.join("limits.yaml"), LIMITS).unwrap();
-            std::fs::copy(cert, dir.join("tls.pem")).unwrap();
-            std::fs::copy(key, dir.join("tls.key")).unwrap();
-        },
-    )
+    pki.serve(bin(), LIMITS, cert_and_key, extra, probe_with_cert)
 }
 
 /// Replaces `to` with `from` as editors and Kubernetes do: a new file

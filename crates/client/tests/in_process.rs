@@ -414,10 +414,15 @@ async fn degraded_grants_are_logged_at_most_once_in_ten_seconds() {
     }
     assert_eq!(client.stats().degraded_grants, 5);
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    let logged: Vec<&str> = text.lines().filter(|l| l.contains("degraded grant")).collect();
+    let logged: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("degraded grant"))
+        .collect();
     assert_eq!(logged.len(), 1, "{text}");
     assert!(
-        logged[0].contains("WARN") && logged[0].contains(&nowhere) && logged[0].contains("connection refused"),
+        logged[0].contains("WARN")
+            && logged[0].contains(&nowhere)
+            && logged[0].contains("connection refused"),
         "{text}"
     );
 }

@@ -264,6 +264,44 @@ impl TestPki {
         Arc::new(config)
     }
 
+    /// `charon serve` (the binary `bin`) with the limits `config` over TLS
+    /// with `cert` and `key` (copied into its directory as `tls.pem` and
+    /// `tls.key`, where a reload test replaces them) and the flags
+    /// `extra`, ready once `/readyz` answers over HTTPS with this CA (and
+    /// this CA's client certificate with `client_cert`: a server that
+    /// requires one).
+    pub fn serve(
+        &self,
+        bin: &Path,
+        config: &str,
+        (cert, key): (&Path, &Path),
+        extra: &[&str],
+        client_cert: bool,
+    ) -> crate::CharonProcess {
+        let mut args = vec![
+            "--config",
+            "{dir}/limits.yaml",
+            "--tls-cert",
+            "{dir}/tls.pem",
+            "--tls-key",
+            "{dir}/tls.key",
+        ];
+        args.extend_from_slice(extra);
+        // The files must be there before the process starts (it reads
+        // them at start), in its directory (`{dir}`).
+        crate::CharonProcess::start_probed_with(
+            bin,
+            &args,
+            "/readyz",
+            self.probe(client_cert),
+            |dir: &Path| {
+                std::fs::write(dir.join("limits.yaml"), config).expect("limits");
+                std::fs::copy(cert, dir.join("tls.pem")).expect("certificate");
+                std::fs::copy(key, dir.join("tls.key")).expect("key");
+            },
+        )
+    }
+
     /// How a [`crate::CharonProcess`] under TLS is probed: HTTPS with
     /// this CA (and this CA's client certificate with `client_cert`).
     pub fn probe(&self, client_cert: bool) -> HttpProbe {

@@ -383,7 +383,7 @@ struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for Lines {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        self.0.lock().expect("lines").extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -407,13 +407,13 @@ async fn degraded_grants_are_logged_at_most_once_in_ten_seconds() {
         .finish();
     let _logging = tracing::subscriber::set_default(subscriber);
     let nowhere = format!("http://127.0.0.1:{}", charon_testkit::free_port());
-    let client = Client::connect(ClientOptions::new(&nowhere)).unwrap();
+    let client = Client::connect(ClientOptions::new(&nowhere)).expect("client");
     for _ in 0..5 {
-        let g = client.request("api", "d").send().await.unwrap();
+        let g = client.request("api", "d").send().await.expect("degraded");
         assert_eq!(g.source, Source::Degraded);
     }
     assert_eq!(client.stats().degraded_grants, 5);
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("UTF-8");
     let logged: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("degraded grant"))

@@ -188,8 +188,29 @@ class Charon:
             return ""
 
     def signal(self, sig: int) -> None:
+        """Sends ``sig``; for SIGSTOP, waits until every thread has stopped
+        (the signal is only queued when ``kill`` returns, and a busy thread
+        may still answer a request or two: a test that stops the server to
+        hold requests in flight must not see that)."""
         assert self.proc is not None
         self.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not self._stopped():
+                time.sleep(0.001)
+
+    def _stopped(self) -> bool:
+        assert self.proc is not None
+        tasks = f"/proc/{self.proc.pid}/task"
+        try:
+            for t in os.listdir(tasks):
+                with open(f"{tasks}/{t}/stat") as f:
+                    state = f.read().rsplit(") ", 1)[1][:1]
+                if state not in ("T", "t"):
+                    return False
+        except OSError:
+            return False
+        return True
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -84,7 +84,7 @@ impl Decider {
             {
                 Matched::Limited(l) => {
                     let meter = match l.rate_limit {
-                        Some(r) => r.meter(),
+                        Some(r) => r.meter().expect("a limit above 0"),
                         None => match self
                             .config
                             .rate_like(l.resource, &l.domain, "request")

@@ -1,5 +1,5 @@
 -- The state of rate.lua: charon_core::rate::RateState, its encoding and
--- the rules over it (advance, current_tier, forget_at). After
+-- the rules over it (advance, current_tier, whole_at, forget_at). After
 -- rate_log.lua.
 --
 -- Layout (see docs/redis.md). The state holds the header of each hit log
@@ -148,6 +148,33 @@ local function tier_hits(st, i)
 end
 
 -- RateState::forget_at; -1 is never.
+-- RateState::whole_at: when the pair is whole again if no other hit
+-- arrives (every counted hit at the end of its window, no tier active or
+-- cooling down; tier 1 active for ever once its window is empty); -1 if
+-- never. The ban is not part of it.
+local function whole_at(st, tiers)
+  local at = 0
+  local l = log_latest(st.last)
+  if l then at = l + SECOND end
+  for i, ts in ipairs(st.tiers) do
+    if i > #tiers then break end
+    if ts.entered then
+      local tier = tiers[i]
+      local until_ = 0
+      if tier.active then
+        until_ = ts.entered + tier.active + tier.cooldown
+      elseif i == 1 then
+        local h = log_latest(ts.hits)
+        if h then until_ = h + tier.window end
+      else
+        return -1
+      end
+      if until_ > at then at = until_ end
+    end
+  end
+  return at
+end
+
 local function forget_at(st, tiers, grace)
   local at = 0
   local l = log_latest(st.last)

@@ -1,0 +1,104 @@
+//! The switches of the `envoy:` section: how a call is decided, recorded
+//! and answered. Each default is Charon's own convention (SPEC §11); each
+//! other value is how envoyproxy/ratelimit or Limitador behave, so that a
+//! configuration imported from them (which writes these out) decides and
+//! answers as the peer did.
+
+use super::inline::Windows;
+
+/// The section's switches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `shadow_mode: true`: decide and record every descriptor as usual,
+    /// keep each descriptor's status (OVER_LIMIT stays visible), and
+    /// answer the call OK (envoyproxy/ratelimit's `SHADOW_MODE`).
+    pub shadow_mode: bool,
+    /// `headers:`: which response headers replies carry.
+    pub headers: Headers,
+    /// `unknown_domain:`: the answer to a domain the section does not name.
+    pub unknown_domain: UnknownDomain,
+    /// `match:`: which node of a descriptor's path applies.
+    pub matching: MatchMode,
+    /// `record:`: what a call records when a descriptor is over.
+    pub record: Record,
+    /// `windows:`: the window inline limits count in.
+    pub windows: Windows,
+}
+
+/// `headers:`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Headers {
+    /// `false`: none.
+    #[default]
+    None,
+    /// `true`: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
+    /// and, when over, `Retry-After` (Charon's).
+    Charon,
+    /// `ratelimit`: `RateLimit-Limit`, `RateLimit-Remaining` and
+    /// `RateLimit-Reset`, exactly as envoyproxy/ratelimit adds them.
+    RateLimit,
+    /// `x_ratelimit`: `X-RateLimit-Limit` (with the quota policy of every
+    /// limit, `10, 10;w=60`), `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset`, as Limitador adds them.
+    XRateLimit,
+}
+
+impl Headers {
+    /// The values as the configuration writes them (besides `true` and
+    /// `false`).
+    pub const NAMES: &'static [&'static str] = &["ratelimit", "x_ratelimit"];
+}
+
+/// `unknown_domain:`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnknownDomain {
+    /// `ok`: every descriptor OK, nothing recorded (envoyproxy/ratelimit
+    /// and Limitador answer so): a domain configured later, or misspelt,
+    /// never stops traffic behind `failure_mode_deny: true`.
+    #[default]
+    Ok,
+    /// `error`: `INVALID_ARGUMENT`, so the caller sees at once that none
+    /// of its limits apply.
+    Error,
+}
+
+impl UnknownDomain {
+    /// Every value as the configuration writes it.
+    pub const NAMES: &'static [&'static str] = &["ok", "error"];
+}
+
+/// `match:`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MatchMode {
+    /// `deepest`: the deepest matched node that names an action applies,
+    /// even when the descriptor has entries the path did not match
+    /// (SPEC §11).
+    #[default]
+    Deepest,
+    /// `whole`: the node of the descriptor's last entry applies, only if
+    /// every entry matched a node (envoyproxy/ratelimit).
+    Whole,
+}
+
+impl MatchMode {
+    /// Every value as the configuration writes it.
+    pub const NAMES: &'static [&'static str] = &["deepest", "whole"];
+}
+
+/// `record:`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Record {
+    /// `all_or_nothing`: a call records only if no descriptor is over
+    /// (SPEC §11; Limitador).
+    #[default]
+    AllOrNothing,
+    /// `every_hit`: each descriptor is decided on its own and its hits are
+    /// counted whether it is over or not, so a client over its limit
+    /// stays over while it keeps calling (envoyproxy/ratelimit's counters).
+    EveryHit,
+}
+
+impl Record {
+    /// Every value as the configuration writes it.
+    pub const NAMES: &'static [&'static str] = &["all_or_nothing", "every_hit"];
+}

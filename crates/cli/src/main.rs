@@ -107,10 +107,25 @@ enum ConfigCommand {
         /// The project the files come from.
         #[arg(long, value_enum, value_name = "FORMAT")]
         from: import::Format,
-        /// The files: envoyproxy/ratelimit's one file per domain, or
-        /// Limitador's limits files.
+        /// The files: envoyproxy/ratelimit's one file per domain,
+        /// Limitador's limits files, or Boulder's defaults file and then,
+        /// optionally, its overrides file.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Print the configuration even when something cannot be carried
+        /// over (each loss is listed on stderr); without it, the import
+        /// fails then.
+        #[arg(long)]
+        lossy: bool,
+        /// The response headers the peer added: `ratelimit`
+        /// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED) or
+        /// `x-ratelimit` (Limitador's --rate-limit-headers DRAFT_VERSION_03).
+        #[arg(long, value_enum, value_name = "STYLE")]
+        headers: Option<import::HeaderStyle>,
+        /// The peer ran in global shadow mode (envoyproxy/ratelimit's
+        /// SHADOW_MODE=true).
+        #[arg(long)]
+        shadow_mode: bool,
     },
     /// Print a configuration service's configuration as SPEC §6 YAML.
     Export {
@@ -165,8 +180,23 @@ fn main() -> ExitCode {
             command: ConfigCommand::Export { remote },
         } => config_remote::export(&remote),
         Command::Config {
-            command: ConfigCommand::Import { from, files },
-        } => config_cmd::import(from, &files),
+            command:
+                ConfigCommand::Import {
+                    from,
+                    files,
+                    lossy,
+                    headers,
+                    shadow_mode,
+                },
+        } => config_cmd::import(
+            from,
+            &files,
+            &import::PeerSettings {
+                headers,
+                shadow_mode,
+            },
+            lossy,
+        ),
         Command::Config {
             command: ConfigCommand::Log { remote, limit },
         } => config_remote::log(&remote, limit),

@@ -166,8 +166,7 @@ impl Naive {
     fn whole(&self, d: &NaiveDomain, now: u64, t: u64) -> bool {
         let n = self.tiers.len();
         let periods = (1..=n).all(|i| {
-            self.phase(d, i, t) == Phase::Inactive
-                || (i == 1 && self.tiers[0].active.is_none())
+            self.phase(d, i, t) == Phase::Inactive || (i == 1 && self.tiers[0].active.is_none())
         });
         let tier_hits = (1..=n).all(|i| {
             let w = self.tiers[i - 1].window;

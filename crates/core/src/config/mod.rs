@@ -699,7 +699,14 @@ impl Config {
                 }
                 let p = path.index(i).key("limits");
                 for (j, l) in d.limits().iter().enumerate() {
-                    check_action(l.action(), l.id(), &p.index(j), &resources, &index, &mut issues);
+                    check_action(
+                        l.action(),
+                        l.id(),
+                        &p.index(j),
+                        &resources,
+                        &index,
+                        &mut issues,
+                    );
                 }
             }
         }

@@ -15,8 +15,8 @@ use super::{
 };
 use crate::envoy::Envoy;
 use crate::fields::{
-    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count,
-    required, too_many, unknown_field,
+    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
+    too_many, unknown_field,
 };
 use crate::meter::{Ban, FieldError, Policy, SoftLimit};
 use crate::request::check_name;

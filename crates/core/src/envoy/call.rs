@@ -67,9 +67,7 @@ impl Envoy {
         domain: &str,
         descriptors: &[Vec<(&str, &str)>],
     ) -> Result<CallPlan<'_>, ClientError> {
-        let at = |i: usize, e: &ClientError| {
-            ClientError::invalid(format!("descriptors[{i}]: {e}"))
-        };
+        let at = |i: usize, e: &ClientError| ClientError::invalid(format!("descriptors[{i}]: {e}"));
         for (i, d) in descriptors.iter().enumerate() {
             check_entries(d).map_err(|e| at(i, &e))?;
         }

@@ -161,10 +161,11 @@ impl LimitRule {
     /// condition holds and every variable is set.
     pub(super) fn applies<'a>(&self, call: &CallEntries<'a>) -> Option<Vec<&'a str>> {
         let holds = self.conditions.iter().all(|c| {
-            call.get(c.descriptor, &c.key).is_some_and(|v| match c.compare {
-                Compare::Equals => v == c.value,
-                Compare::NotEquals => v != c.value,
-            })
+            call.get(c.descriptor, &c.key)
+                .is_some_and(|v| match c.compare {
+                    Compare::Equals => v == c.value,
+                    Compare::NotEquals => v != c.value,
+                })
         });
         if !holds {
             return None;

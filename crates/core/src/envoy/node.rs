@@ -111,12 +111,11 @@ impl Children {
         if let Some(&i) = slot.values.get(value) {
             return Some((i, By::Value));
         }
-        let wild = slot.wildcards.iter().copied().find(|&i| {
-            nodes[i]
-                .wildcard
-                .as_ref()
-                .is_some_and(|w| w.matches(value))
-        });
+        let wild = slot
+            .wildcards
+            .iter()
+            .copied()
+            .find(|&i| nodes[i].wildcard.as_ref().is_some_and(|w| w.matches(value)));
         if let Some(i) = wild {
             return Some((i, By::Wildcard));
         }

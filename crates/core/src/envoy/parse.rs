@@ -71,7 +71,10 @@ pub(crate) fn section(v: &Value, path: &Path, issues: &mut Issues) -> Option<Env
         let dpath = path.key("domains");
         let nodes = |d: &Value| {
             let tree = d.get("descriptors").map_or(0, |n| count_nodes(n, 1));
-            let limits = d.get("limits").and_then(Value::as_array).map_or(0, Vec::len);
+            let limits = d
+                .get("limits")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             tree.saturating_add(limits)
         };
         if let Some(items) = list(ds, &dpath, issues)
@@ -348,9 +351,8 @@ fn node_at(v: &Value, path: &Path, depth: usize, issues: &mut Issues) -> Option<
         Some(d) => nodes_at(d, &path.key("descriptors"), depth + 1, issues).unwrap_or_default(),
     };
     let key = key?;
-    (issues.len() == before).then(|| {
-        Node::new(key, value, mask, action, shadow_mode, descriptors).with_extras(extras)
-    })
+    (issues.len() == before)
+        .then(|| Node::new(key, value, mask, action, shadow_mode, descriptors).with_extras(extras))
 }
 
 /// `name`, `replaces` and the peer switches of a node, refused where

@@ -392,18 +392,30 @@ const WILD: &str = "  domains:
 fn wildcard_values_match_after_exact_ones_and_before_the_value_less_node() {
     let c = section(WILD);
     // An exact value first.
-    assert_eq!(limited(&c, "edge", &[("path", "/exact")]).0, "envoy/edge/path=\\/exact");
+    assert_eq!(
+        limited(&c, "edge", &[("path", "/exact")]).0,
+        "envoy/edge/path=\\/exact"
+    );
     // A wildcard: each value its own count, unless share_threshold.
     let (r, d, _) = limited(&c, "edge", &[("path", "/api/users")]);
-    assert_eq!((r.as_str(), d.as_str()), ("envoy/edge/path=\\/api\\/*", "/api/users"));
+    assert_eq!(
+        (r.as_str(), d.as_str()),
+        ("envoy/edge/path=\\/api\\/*", "/api/users")
+    );
     let (r, d, _) = limited(&c, "edge", &[("path", "/files/a.txt")]);
-    assert_eq!((r.as_str(), d.as_str()), ("envoy/edge/path=\\/files\\/*", "/files/\\*"));
+    assert_eq!(
+        (r.as_str(), d.as_str()),
+        ("envoy/edge/path=\\/files\\/*", "/files/\\*")
+    );
     assert_eq!(limited(&c, "edge", &[("path", "/files/b")]).1, "/files/\\*");
     // A middle wildcard, unlimited.
     let m = envoy(&c).match_descriptor("edge", &[("path", "bar-x-b")]);
     assert!(matches!(m, Ok(Matched::Unlimited { .. })), "{m:?}");
     // Nothing else: the value-less node.
-    assert_eq!(limited(&c, "edge", &[("path", "/other")]).0, "envoy/edge/path");
+    assert_eq!(
+        limited(&c, "edge", &[("path", "/other")]).0,
+        "envoy/edge/path"
+    );
 }
 
 #[test]
@@ -461,7 +473,9 @@ fn unknown_domains_check_nothing_or_are_errors_as_the_section_says() {
     assert_eq!(p.statuses, vec![Status::NotLimited, Status::NotLimited]);
     let error = section("  unknown_domain: error\n  domains: []\n");
     let e = envoy(&error).plan("nowhere", &[vec![("k", "v")]]);
-    assert!(matches!(e, Err(ClientError::InvalidArgument(m)) if m.starts_with("unknown Envoy domain")));
+    assert!(
+        matches!(e, Err(ClientError::InvalidArgument(m)) if m.starts_with("unknown Envoy domain"))
+    );
     // A malformed descriptor is an error either way, naming it.
     let e = envoy(&ok).plan("nowhere", &[vec![("k", "v")], vec![("k", "")]]);
     assert!(
@@ -493,13 +507,24 @@ fn limits_apply_over_every_descriptor_in_any_entry_order() {
         "ns",
         &[&[("app.id", "a1"), ("req.path", "/x"), ("req.method", "GET")]],
     );
-    assert!(p.statuses.is_empty(), "a domain of limits only has no statuses");
-    let names: Vec<_> = p.checks.iter().map(|c| (c.limit.name, c.limit.domain.as_str())).collect();
+    assert!(
+        p.statuses.is_empty(),
+        "a domain of limits only has no statuses"
+    );
+    let names: Vec<_> = p
+        .checks
+        .iter()
+        .map(|c| (c.limit.name, c.limit.domain.as_str()))
+        .collect();
     assert_eq!(names, [(Some("gets"), "a1"), (None, "*")]);
     assert!(p.checks.iter().all(|c| c.descriptor.is_none()));
     // != : the excluded value, or the key missing, does not apply.
     for d in [
-        &[("req.method", "GET"), ("req.path", "/health"), ("app.id", "a1")][..],
+        &[
+            ("req.method", "GET"),
+            ("req.path", "/health"),
+            ("app.id", "a1"),
+        ][..],
         &[("req.method", "GET"), ("app.id", "a1")],
         &[("req.method", "GET"), ("req.path", "/x")],
     ] {
@@ -508,7 +533,11 @@ fn limits_apply_over_every_descriptor_in_any_entry_order() {
     }
     // A condition on the second descriptor.
     let p = plan(&c, "ns", &[&[("x", "1")], &[("kind", "2")]]);
-    let rl: Vec<_> = p.checks.iter().map(|c| c.limit.rate_limit.map(|r| r.requests_per_unit())).collect();
+    let rl: Vec<_> = p
+        .checks
+        .iter()
+        .map(|c| c.limit.rate_limit.map(|r| r.requests_per_unit()))
+        .collect();
     assert_eq!(rl, [Some(0), Some(1000)]);
     // Ids come from conditions, variables and window, never the order.
     let id = &p.checks[0].limit.label;

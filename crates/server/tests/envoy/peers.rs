@@ -61,19 +61,32 @@ async fn replies_say_what_both_peers_say() {
         let st = one(&mut c, &[("user", "ann")], None).await;
         assert!(ok(&st) && st.limit_remaining == 1, "{store}: {st:?}");
         let reset = st.duration_until_reset.expect("a reset");
-        assert!(reset.nanos == 0 && (1..=86_400).contains(&reset.seconds), "{reset:?}");
+        assert!(
+            reset.nanos == 0 && (1..=86_400).contains(&reset.seconds),
+            "{reset:?}"
+        );
         // Unlimited: u32's largest.
         let st = one(&mut c, &[("health", "x")], None).await;
         assert_eq!((st.code, st.limit_remaining), (Code::Ok as i32, u32::MAX));
         // A week is a unit of its own.
         let st = one(&mut c, &[("plan", "p")], None).await;
         let limit = st.current_limit.expect("a limit");
-        assert_eq!((limit.unit, limit.name.as_str()), (Unit::Week as i32, "plan"));
+        assert_eq!(
+            (limit.unit, limit.name.as_str()),
+            (Unit::Week as i32, "plan")
+        );
         // envoyproxy/ratelimit's headers: no Retry-After.
-        let r = call(&mut c, request(vec![descriptor(&[("user", "ann")], Some(5))])).await;
+        let r = call(
+            &mut c,
+            request(vec![descriptor(&[("user", "ann")], Some(5))]),
+        )
+        .await;
         let h = headers(&r);
         let keys: Vec<&str> = h.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]);
+        assert_eq!(
+            keys,
+            ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]
+        );
         assert_eq!((h[0].1.as_str(), h[1].1.as_str()), ("2", "0"), "{store}");
         s.stop().await;
     }
@@ -106,7 +119,10 @@ async fn replaces_wildcards_quota_and_whole_matching() {
         // one that ends on a node without a limit neither.
         for d in [&[("user", "u"), ("x", "y")][..], &[("a", "1")]] {
             let st = one(&mut c, d, Some(100)).await;
-            assert!(ok(&st) && st.current_limit.is_none(), "{store}: {d:?}: {st:?}");
+            assert!(
+                ok(&st) && st.current_limit.is_none(),
+                "{store}: {d:?}: {st:?}"
+            );
         }
         assert!(ok(&one(&mut c, &[("a", "1"), ("b", "2")], None).await));
         // quota_mode: the call is over when every quota descriptor is over
@@ -134,7 +150,11 @@ async fn shadow_mode_unknown_domains_and_every_hit() {
         // Global shadow mode keeps each status and answers OK.
         let (s, _redis) = server(&with("  shadow_mode: true\n"), store).await;
         let mut c = client(&s).await;
-        let r = call(&mut c, request(vec![descriptor(&[("user", "ann")], Some(3))])).await;
+        let r = call(
+            &mut c,
+            request(vec![descriptor(&[("user", "ann")], Some(3))]),
+        )
+        .await;
         assert_eq!(r.overall_code, Code::Ok as i32, "{store}: {r:?}");
         assert_eq!(r.statuses[0].code, Code::OverLimit as i32, "{store}: {r:?}");
         assert_eq!(r.statuses[0].limit_remaining, 0);
@@ -221,7 +241,10 @@ async fn limitador_limits_apply_over_the_whole_call() {
         assert_eq!(
             headers(&r),
             [
-                ("X-RateLimit-Limit".into(), "2, 2;w=60, 10;w=3600;name=\"no 'json'\"".into()),
+                (
+                    "X-RateLimit-Limit".into(),
+                    "2, 2;w=60, 10;w=3600;name=\"no 'json'\"".into()
+                ),
                 ("X-RateLimit-Remaining".into(), "1".into()),
                 ("X-RateLimit-Reset".into(), "60".into()),
             ],

@@ -73,7 +73,9 @@ impl EnvoyService {
 /// What decides one check, owned until the batch is built.
 enum Decider<'c> {
     /// `requests_per_unit: 0`: over, nothing asked of the store.
-    DenyAll { window: u64 },
+    DenyAll {
+        window: u64,
+    },
     Meter(Meter),
     Tiers {
         limits: RateLimits<'c>,

@@ -51,11 +51,7 @@ enum Command {
     ///
     /// Reads one event per line on stdin and writes one JSON reply per event
     /// on stdout. See the README for the event format.
-    Simulate {
-        /// The limits (SPEC §6 YAML).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-    },
+    Simulate(simulate::SimulateArgs),
     /// Load-test a running server's Request RPC; prints throughput and
     /// latency percentiles.
     Bench(bench::BenchArgs),
@@ -162,7 +158,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Top(args) => top::run(args),
         Command::Client { command } => client_cmd::run(command),
-        Command::Simulate { config } => simulate::run(&config),
+        Command::Simulate(args) => simulate::run(&args),
         Command::Completions(args) => extras::completions(&args, Cli::command()),
         Command::Man(args) => extras::man(&args, Cli::command()),
         Command::Config {

@@ -59,14 +59,29 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
 /// The certificates the settings name, read now so that a missing file is
 /// a start-up error naming it.
 fn tls(settings: &StoreSettings) -> anyhow::Result<RedisTls> {
+    redis_tls(
+        settings.redis_ca.as_deref(),
+        settings.redis_cert.as_deref(),
+        settings.redis_key.as_deref(),
+    )
+}
+
+/// The TLS of a Redis store from `--redis-ca`, `--redis-cert` and
+/// `--redis-key` (files read now, so a missing one is an error naming it):
+/// for every command that opens the Redis store (`serve`, `simulate`).
+pub fn redis_tls(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> anyhow::Result<RedisTls> {
     let read = |path: &Path, what: &str| {
         std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
     };
-    let ca_pem = match &settings.redis_ca {
+    let ca_pem = match ca {
         Some(path) => Some(read(path, "Redis CA file (--redis-ca)")?),
         None => None,
     };
-    let client = match (&settings.redis_cert, &settings.redis_key) {
+    let client = match (cert, key) {
         (Some(cert), Some(key)) => Some(ClientCertificate {
             cert_pem: read(cert, "Redis client certificate (--redis-cert)")?,
             key_pem: read(key, "Redis client key (--redis-key)")?,

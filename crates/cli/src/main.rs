@@ -122,6 +122,10 @@ enum ConfigCommand {
         /// SHADOW_MODE=true).
         #[arg(long)]
         shadow_mode: bool,
+        /// Merge files that name the same domain (envoyproxy/ratelimit's
+        /// MERGE_DOMAIN_CONFIG=true); without it they are refused, as there.
+        #[arg(long)]
+        merge_domains: bool,
     },
     /// Print a configuration service's configuration as SPEC §6 YAML.
     Export {
@@ -183,6 +187,7 @@ fn main() -> ExitCode {
                     lossy,
                     headers,
                     shadow_mode,
+                    merge_domains,
                 },
         } => config_cmd::import(
             from,
@@ -190,6 +195,7 @@ fn main() -> ExitCode {
             &import::PeerSettings {
                 headers,
                 shadow_mode,
+                merge_domains,
             },
             lossy,
         ),

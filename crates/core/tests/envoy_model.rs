@@ -121,7 +121,7 @@ proptest! {
             Ok(Matched::Limited(l)) => {
                 prop_assert!(check_name("domain", &l.domain).is_ok(), "{:?}", l.domain);
                 prop_assert!(l.domain.len() <= MAX_DOMAIN_BYTES);
-                prop_assert!(check_name("resource", l.resource).is_ok());
+                prop_assert!(check_name("resource", &l.resource).is_ok());
                 prop_assert!(l.invalid_addresses <= d.len());
                 // The same descriptor against a copy of the tree: the
                 // domain depends on nothing but the tree and the entries.

@@ -85,6 +85,8 @@ struct Replaces {
 #[derive(Debug, Default)]
 pub(super) struct Output {
     domains: Vec<(String, Vec<Value>)>,
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG=true`.
+    pub merge_domains: bool,
 }
 
 impl Output {
@@ -102,6 +104,7 @@ impl Output {
                 "match": "whole",
                 "record": "every_hit",
                 "windows": "fixed",
+                "descriptor_limits": "apply",
                 "domains": domains,
             }),
         );
@@ -137,12 +140,13 @@ pub(super) fn convert(text: &str, out: &mut Output, report: &mut Report) {
         report.error(&root.key("domain"), "config file cannot have empty domain");
         return;
     }
-    if out.domains.iter().any(|(d, _)| *d == domain) {
+    let merging = out.domains.iter().position(|(d, _)| *d == domain);
+    if merging.is_some() && !out.merge_domains {
         report.error(
             &root.key("domain"),
             format!(
                 "duplicate domain '{domain}' in config file (envoyproxy/ratelimit merges such \
-                 files only with MERGE_DOMAIN_CONFIG=true: merge them into one file)"
+                 files only with MERGE_DOMAIN_CONFIG=true: --merge-domains)"
             ),
         );
         return;
@@ -152,7 +156,7 @@ pub(super) fn convert(text: &str, out: &mut Output, report: &mut Report) {
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice);
     let typed_items = typed.descriptors.unwrap_or_default();
-    let nodes = nodes(
+    let mut nodes = nodes(
         items,
         &typed_items,
         &root.key("descriptors"),
@@ -160,7 +164,32 @@ pub(super) fn convert(text: &str, out: &mut Output, report: &mut Report) {
         false,
         report,
     );
-    out.domains.push((domain, nodes));
+    match merging {
+        // MERGE_DOMAIN_CONFIG: the file's top-level descriptors join the
+        // domain's; a composite key already there is refused, as there.
+        Some(at) => {
+            let existing = &mut out.domains[at].1;
+            for (i, n) in nodes.drain(..).enumerate() {
+                let composite = |v: &Value| {
+                    let key = v.get("key").and_then(Value::as_str).unwrap_or_default();
+                    match v.get("value").and_then(Value::as_str) {
+                        Some(val) => format!("{key}_{val}"),
+                        None => key.to_owned(),
+                    }
+                };
+                let c = composite(&n);
+                if existing.iter().any(|e| composite(e) == c) {
+                    report.error(
+                        &root.key("descriptors").index(i),
+                        format!("duplicate descriptor composite key '{domain}.{c}'"),
+                    );
+                } else {
+                    existing.push(n);
+                }
+            }
+        }
+        None => out.domains.push((domain, nodes)),
+    }
 }
 
 /// envoyproxy/ratelimit's key check: every mapping key is a string among

@@ -55,6 +55,9 @@ pub struct PeerSettings {
     pub headers: Option<HeaderStyle>,
     /// envoyproxy/ratelimit's `SHADOW_MODE=true`.
     pub shadow_mode: bool,
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG=true`: files naming the
+    /// same domain are merged.
+    pub merge_domains: bool,
 }
 
 /// `--headers`.
@@ -180,6 +183,7 @@ pub fn convert(format: Format, sources: &[Source<'_>], peer: &PeerSettings) -> C
     let config = match format {
         Format::EnvoyRatelimit => {
             let mut out = envoy_ratelimit::Output::default();
+            out.merge_domains = peer.merge_domains;
             for source in sources {
                 report.file = source.name.to_owned();
                 envoy_ratelimit::convert(source.text, &mut out, &mut report);

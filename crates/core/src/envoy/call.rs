@@ -3,11 +3,12 @@
 //! `limits:` evaluated over all of them. What the server then decides in
 //! one store batch.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::limits::CallEntries;
 use super::{
-    Action, DomainBuilder, Envoy, Limit, Matched, Node, UnknownDomain, check_entries,
+    Action, DomainBuilder, Envoy, Limit, Matched, Node, RateLimit, UnknownDomain, check_entries,
     unknown_domain,
 };
 use crate::ClientError;
@@ -127,13 +128,13 @@ impl Envoy {
                 let domain = d.finish()?;
                 let (resource, rate_limit) = match &rule.action {
                     Action::Resource(r) => (r.as_str(), None),
-                    Action::RateLimit(l) => (rule.id(), Some(l)),
+                    Action::RateLimit(l) => (rule.id(), Some(*l)),
                     Action::Unlimited => continue,
                 };
                 checks.push(Check {
                     limit: Limit {
                         label: rule.id(),
-                        resource,
+                        resource: Cow::Borrowed(resource),
                         rate_limit,
                         domain,
                         shadow: false,
@@ -152,5 +153,59 @@ impl Envoy {
             statuses,
             checks,
         })
+    }
+}
+
+impl CallPlan<'_> {
+    /// Makes descriptor `i` decided by the `limit` override Envoy sent with
+    /// it (`requests_per_unit` per `unit`, a fixed window), as
+    /// envoyproxy/ratelimit does under `descriptor_limits: apply`: its
+    /// counts are those of the call's domain, the override's unit and the
+    /// descriptor's entries (keys and values), whatever node matched. A
+    /// call to an unknown domain, or a descriptor past the plan's
+    /// statuses, is left as it is.
+    pub fn apply_override(
+        &mut self,
+        domain: &str,
+        i: usize,
+        entries: &[(&str, &str)],
+        limit: RateLimit,
+    ) -> Result<(), ClientError> {
+        if !self.known || i >= self.statuses.len() {
+            return Ok(());
+        }
+        let unit = limit.unit().map_or("window", super::Unit::name);
+        let resource = format!("{}/override/{unit}", super::EnvoyDomain::root(domain));
+        let mut d = DomainBuilder::default();
+        for (k, v) in entries {
+            let mut part = String::new();
+            super::escape_name(&mut part, k);
+            part.push('=');
+            part.push_str(v);
+            d.value(&part, None);
+        }
+        let check = Check {
+            limit: Limit {
+                label: "(descriptor limit)",
+                resource: Cow::Owned(resource),
+                rate_limit: Some(limit),
+                domain: d.finish()?,
+                shadow: false,
+                quota: false,
+                name: None,
+                replaces: &[],
+                detail: None,
+                invalid_addresses: 0,
+            },
+            descriptor: Some(i),
+        };
+        // The override replaces whatever the descriptor matched.
+        if let Status::Limited(j) = self.statuses[i] {
+            self.checks[j] = check;
+        } else {
+            self.checks.push(check);
+            self.statuses[i] = Status::Limited(self.checks.len() - 1);
+        }
+        Ok(())
     }
 }

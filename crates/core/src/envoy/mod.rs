@@ -32,6 +32,7 @@ pub(crate) mod parse;
 pub(crate) mod render;
 mod settings;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -41,7 +42,7 @@ pub use call::{CallPlan, Check, Status};
 pub use inline::{Inline, Mask, Per, RateLimit, Unit, Windows};
 pub use limits::{Compare, Condition, LimitRule, Variable};
 pub use node::{Action, Extras, Node, Wildcard};
-pub use settings::{Headers, MatchMode, Record, Settings, UnknownDomain};
+pub use settings::{DescriptorLimits, Headers, MatchMode, Record, Settings, UnknownDomain};
 
 use node::{By, Children};
 
@@ -193,12 +194,13 @@ pub struct Limit<'a> {
     /// its label in metrics.
     pub label: &'a str,
     /// The Charon resource: the configured one `resource:` names, or the
-    /// label for an inline `rate_limit`.
-    pub resource: &'a str,
+    /// label for an inline `rate_limit` (a name of its own for a
+    /// descriptor's `limit` override).
+    pub resource: Cow<'a, str>,
     /// The inline `rate_limit` ([`RateLimit::decider`]); `None` for a
     /// configured resource (resolve it with
     /// [`crate::config::Config::rate_like`]).
-    pub rate_limit: Option<&'a RateLimit>,
+    pub rate_limit: Option<RateLimit>,
     /// The values of the entries that matched value-less and wildcard
     /// nodes (or of the limit's variables), masked where `mask` says,
     /// joined by `|` ([`WHOLE_DOMAIN`] when there are none). In each value
@@ -308,7 +310,7 @@ impl Envoy {
         let node = path[depth - 1].0;
         let (resource, rate_limit) = match &node.action {
             Some(Action::Resource(r)) => (r.as_str(), None),
-            Some(Action::RateLimit(l)) => (node.id(), Some(l)),
+            Some(Action::RateLimit(l)) => (node.id(), Some(*l)),
             Some(Action::Unlimited) | None => return Ok(Matched::Unlimited { node }),
         };
         let mut domain = DomainBuilder::default();
@@ -329,7 +331,7 @@ impl Envoy {
             .unwrap_or(false);
         Ok(Matched::Limited(Limit {
             label: node.id(),
-            resource,
+            resource: Cow::Borrowed(resource),
             rate_limit,
             domain,
             shadow,

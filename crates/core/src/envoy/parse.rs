@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::inline::{Mask, Per, RateLimit, Unit, Windows};
 use super::limits::{Compare, Condition, LimitRule, Variable};
 use super::node::{Action, Extras, Node};
-use super::settings::{Headers, MatchMode, Record, Settings, UnknownDomain};
+use super::settings::{DescriptorLimits, Headers, MatchMode, Record, Settings, UnknownDomain};
 use super::{
     Envoy, EnvoyDomain, MAX_DEPTH, MAX_DOMAINS, MAX_KEY_BYTES, MAX_LIMITS, MAX_NODES, MAX_TERMS,
     MAX_VALUE_BYTES,
@@ -30,6 +30,7 @@ const ENVOY_FIELDS: &[&str] = &[
     "match",
     "record",
     "windows",
+    "descriptor_limits",
     "domains",
 ];
 const DOMAIN_FIELDS: &[&str] = &["domain", "same_slot", "descriptors", "limits"];
@@ -148,6 +149,9 @@ fn settings(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Setti
     }
     if let Some(w) = pick("windows", Windows::NAMES).and_then(Windows::from_name) {
         s.windows = w;
+    }
+    if pick("descriptor_limits", DescriptorLimits::NAMES) == Some("apply") {
+        s.descriptor_limits = DescriptorLimits::Apply;
     }
     s
 }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use super::inline::{Per, RateLimit};
 use super::limits::{Compare, LimitRule};
 use super::node::{Action, Node};
-use super::settings::{Headers, MatchMode, Record, UnknownDomain};
+use super::settings::{DescriptorLimits, Headers, MatchMode, Record, UnknownDomain};
 use super::{Envoy, EnvoyDomain};
 use crate::time::format_span;
 
@@ -42,6 +42,10 @@ pub(crate) fn section(e: &Envoy) -> Value {
         "match": matching,
         "record": record,
         "windows": s.windows.name(),
+        "descriptor_limits": match s.descriptor_limits {
+            DescriptorLimits::Ignore => "ignore",
+            DescriptorLimits::Apply => "apply",
+        },
         "domains": domains,
     })
 }

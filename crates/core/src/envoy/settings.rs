@@ -23,6 +23,26 @@ pub struct Settings {
     pub record: Record,
     /// `windows:`: the window inline limits count in.
     pub windows: Windows,
+    /// `descriptor_limits:`: what a descriptor's own `limit` (Envoy's
+    /// rate-limit override) does.
+    pub descriptor_limits: DescriptorLimits,
+}
+
+/// `descriptor_limits:`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DescriptorLimits {
+    /// `ignore`: the configuration decides (SPEC §11).
+    #[default]
+    Ignore,
+    /// `apply`: a descriptor that carries a `limit` is limited by it, as
+    /// envoyproxy/ratelimit does (a fixed window of its unit, counted per
+    /// descriptor).
+    Apply,
+}
+
+impl DescriptorLimits {
+    /// Every value as the configuration writes it.
+    pub const NAMES: &'static [&'static str] = &["ignore", "apply"];
 }
 
 /// `headers:`.

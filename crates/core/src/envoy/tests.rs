@@ -65,7 +65,7 @@ fn envoy(c: &Config) -> &Envoy {
 #[track_caller]
 fn limited(c: &Config, domain: &str, entries: &[(&str, &str)]) -> (String, String, bool) {
     match envoy(c).match_descriptor(domain, entries) {
-        Ok(Matched::Limited(l)) => (l.resource.to_owned(), l.domain, l.shadow),
+        Ok(Matched::Limited(l)) => (l.resource.to_string(), l.domain, l.shadow),
         other => panic!("{entries:?}: {other:?}"),
     }
 }
@@ -152,7 +152,7 @@ fn nested_inline_limits_get_a_fixed_window_and_a_stable_name() {
         &[("region", "eu"), ("client", "198.51.100.77")],
     );
     assert_eq!(l.resource, "envoy/users/region/client");
-    assert_eq!(l.label, l.resource);
+    assert_eq!(l.label, &*l.resource);
     assert_eq!(l.domain, "eu|198.51.100.0/24");
     let rl = l.rate_limit.expect("inline");
     assert_eq!((rl.unit(), rl.requests_per_unit()), (Some(Unit::Second), 5));
@@ -166,7 +166,7 @@ fn nested_inline_limits_get_a_fixed_window_and_a_stable_name() {
     // A node without value named by its key; with a value, key=value.
     let l = limit(&c, "edge", &[("tenant", "acme")]);
     assert_eq!(
-        (l.resource, l.domain.as_str()),
+        (&*l.resource, l.domain.as_str()),
         ("envoy/edge/tenant", "acme")
     );
     let vip = &envoy(&c).domain("users").expect("users").descriptors()[1];
@@ -190,7 +190,7 @@ fn unlimited_applies_when_deepest_and_a_deeper_action_beats_it() {
         &[("region", "eu"), ("unlimited_below", "y"), ("x", "1")],
     );
     assert_eq!(l.domain, "eu|y|1");
-    assert_eq!(l.rate_limit.and_then(RateLimit::unit), Some(Unit::Day));
+    assert_eq!(l.rate_limit.and_then(|r| r.unit()), Some(Unit::Day));
 }
 
 #[test]

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use charon_core::ClientError;
 use charon_core::config::{Config, Enforcement, RateLike, RateLimits, RateResource};
-use charon_core::envoy::{CallPlan, Envoy, Inline, Record, Unit};
+use charon_core::envoy::{CallPlan, DescriptorLimits, Envoy, Inline, Per, RateLimit, Record, Unit};
 use charon_core::meter::{Meter, Op, Policy};
 use charon_core::request::Amount;
 use charon_limiter::LimitError;
@@ -95,6 +95,24 @@ struct Resolved<'c> {
     lenient: bool,
 }
 
+/// A descriptor's `limit` override as an inline limit; `None` for a unit
+/// Envoy leaves unknown.
+fn override_of(
+    l: &charon_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride,
+) -> Option<RateLimit> {
+    use charon_proto::envoy::r#type::v3::RateLimitUnit as U;
+    let unit = match U::try_from(l.unit).ok()? {
+        U::Second => Unit::Second,
+        U::Minute => Unit::Minute,
+        U::Hour => Unit::Hour,
+        U::Day => Unit::Day,
+        U::Month => Unit::Month,
+        U::Year => Unit::Year,
+        U::Unknown => return None,
+    };
+    RateLimit::new(Per::Unit(unit), u64::from(l.requests_per_unit)).ok()
+}
+
 /// The unit a meter's limit is counted per, where it has one: a window as
 /// long as a unit.
 fn unit_of(meter: &Meter) -> Option<Unit> {
@@ -119,12 +137,12 @@ fn cost_of(req: &RateLimitRequest, descriptor: Option<usize>) -> u64 {
 }
 
 /// Resolves every check of `plan` (errors name the descriptor).
-fn resolve<'c>(
-    config: &'c Config,
+fn resolve<'p>(
+    config: &'p Config,
     envoy: &Envoy,
-    plan: &CallPlan<'c>,
+    plan: &'p CallPlan<'_>,
     req: &RateLimitRequest,
-) -> Result<Vec<Resolved<'c>>, LimitError> {
+) -> Result<Vec<Resolved<'p>>, LimitError> {
     let at = |c: &charon_core::envoy::Check<'_>, e: &ClientError| -> LimitError {
         let e = match c.descriptor {
             Some(i) => ClientError::invalid(format!("descriptors[{i}]: {e}")),
@@ -137,9 +155,9 @@ fn resolve<'c>(
     for c in &plan.checks {
         let l = &c.limit;
         let cost = cost_of(req, c.descriptor);
-        let (decider, enforcement, unit) = match l.rate_limit {
+        let (decider, enforcement, unit) = match &l.rate_limit {
             Some(rl) => {
-                let e = config.enforcement(l.resource);
+                let e = config.enforcement(&l.resource);
                 let d = match rl.decider(settings.windows) {
                     Inline::DenyAll => Decider::DenyAll {
                         window: rl.window(),
@@ -160,7 +178,7 @@ fn resolve<'c>(
             None => {
                 let operation = if cost == 0 { "dry_run" } else { "request" };
                 match config
-                    .rate_like(l.resource, &l.domain, operation)
+                    .rate_like(&l.resource, &l.domain, operation)
                     .map_err(|e| at(c, &e))?
                 {
                     (RateLike::Meter(m), e) => {
@@ -251,7 +269,16 @@ async fn decide(
     if envoy.domain(domain).is_none() {
         metrics::envoy_unknown_domain(envoy.settings.unknown_domain);
     }
-    let plan = envoy.plan(domain, &descriptors)?;
+    let mut plan = envoy.plan(domain, &descriptors)?;
+    if envoy.settings.descriptor_limits == DescriptorLimits::Apply {
+        for (i, d) in req.descriptors.iter().enumerate() {
+            let Some(limit) = d.limit.as_ref().and_then(override_of) else {
+                continue;
+            };
+            plan.apply_override(domain, i, &descriptors[i], limit)
+                .map_err(|e| ClientError::invalid(format!("descriptors[{i}]: {e}")))?;
+        }
+    }
     if let Some(i) = req.descriptors.iter().position(|d| d.is_negative_hits) {
         return Err(ClientError::invalid(format!(
             "descriptors[{i}]: is_negative_hits is not supported: hits already counted are not \
@@ -307,7 +334,7 @@ async fn decide(
             };
             at.push(Some(ops.len()));
             ops.push(MeterOp {
-                resource: c.limit.resource,
+                resource: &c.limit.resource,
                 domain: &c.limit.domain,
                 limit,
                 op: r.op,

@@ -183,7 +183,7 @@ fn node_label<'a>(c: &'a Check<'_>) -> &'a str {
 fn limit_name(c: &Check<'_>) -> String {
     match (c.limit.name, c.limit.rate_limit) {
         (Some(n), _) => n.to_owned(),
-        (None, None) => c.limit.resource.to_owned(),
+        (None, None) => c.limit.resource.to_string(),
         (None, Some(_)) => String::new(),
     }
 }
@@ -392,7 +392,7 @@ pub(super) fn event(now: u64, c: &Check<'_>, cost: u64, o: &Outcome) -> Event {
         (true, false) => EventOutcome::Rejected,
         (false, _) => EventOutcome::Granted,
     };
-    let mut e = Event::new(now, "envoy", c.limit.resource, &c.limit.domain, outcome);
+    let mut e = Event::new(now, "envoy", &c.limit.resource, &c.limit.domain, outcome);
     e.requested = Some(Count::Whole(cost.max(1)));
     e.granted = Some(Count::Whole(o.granted));
     e.remaining = Some(o.shown_remaining());

@@ -108,7 +108,7 @@ impl Envoy {
                 }
                 Matched::Limited(l) => {
                     checks.push(Check {
-                        limit: l,
+                        limit: *l,
                         descriptor: Some(i),
                     });
                     Status::Limited(checks.len() - 1)

@@ -183,7 +183,7 @@ pub enum Matched<'a> {
         node: &'a Node,
     },
     /// A resource decides.
-    Limited(Limit<'a>),
+    Limited(Box<Limit<'a>>),
 }
 
 /// A resource that decides a descriptor (or a call, for a limit of a
@@ -329,7 +329,7 @@ impl Envoy {
             .rev()
             .find_map(|(n, _)| n.shadow_mode)
             .unwrap_or(false);
-        Ok(Matched::Limited(Limit {
+        Ok(Matched::Limited(Box::new(Limit {
             label: node.id(),
             resource: Cow::Borrowed(resource),
             rate_limit,
@@ -340,7 +340,7 @@ impl Envoy {
             replaces: &node.extras.replaces,
             detail: detail(tree, path, entries, node),
             invalid_addresses,
-        }))
+        })))
     }
 }
 

@@ -73,7 +73,7 @@ fn limited(c: &Config, domain: &str, entries: &[(&str, &str)]) -> (String, Strin
 #[track_caller]
 fn limit<'a>(c: &'a Config, domain: &str, entries: &[(&str, &str)]) -> Limit<'a> {
     match envoy(c).match_descriptor(domain, entries) {
-        Ok(Matched::Limited(l)) => l,
+        Ok(Matched::Limited(l)) => *l,
         other => panic!("{entries:?}: {other:?}"),
     }
 }

@@ -12,7 +12,6 @@
 
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use charon_core::envoy::{CallPlan, Check, Envoy, Headers, Status, Unit};
 use charon_core::meter::Meter;
@@ -104,13 +103,11 @@ impl Outcome {
     /// A limit of 0: over, with the reset of its window (aligned to the
     /// epoch, by this server's clock).
     pub(super) fn deny_all(window: u64, unit: Option<Unit>) -> Self {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now = charon_core::Clock::now(&charon_store::SystemClock::new());
         Outcome {
             limit: 0,
             remaining: 0,
-            reset_after_ms: Some(window.checked_sub(now % window.max(1)).unwrap_or(0)),
+            reset_after_ms: Some(window.saturating_sub(now % window.max(1))),
             retry_after_ms: None,
             warning: false,
             unit,

@@ -187,12 +187,12 @@ envoy:
     assert!(ok);
     assert_eq!(again, stdout);
     let (ok, stdout, stderr) = config_check(
-        "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: week, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: { ipv4: 24 }, resource: nowhere }\n",
+        "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: fortnight, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: { ipv4: 24 }, resource: nowhere }\n",
     );
     assert!(!ok);
     assert!(stdout.is_empty());
     for want in [
-        "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour or day, found the string \"week\"",
+        "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour, day, week, month or year, found the string \"fortnight\"",
         "envoy.domains[0].descriptors[1].mask: only a node without a value can have a mask",
     ] {
         assert!(stderr.contains(want), "{want} in:\n{stderr}");

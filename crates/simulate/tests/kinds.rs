@@ -139,3 +139,28 @@ fn bad_events_are_client_errors_naming_the_field() {
     // Nothing changed: the bucket is still full.
     assert_eq!(after[0]["granted"], 10);
 }
+
+/// The same replay through a Redis Cluster (`redis+cluster://`): every
+/// kind, a dry run, a charge and a refund, as in memory; the replay's keys
+/// are deleted on every master.
+#[test]
+fn a_replay_on_a_redis_cluster_is_the_replay_in_memory() {
+    let cluster = charon_testkit::RedisCluster::start();
+    let events: Vec<Value> = ["api", "tokens", "win", "q"]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let t = i as u64 * 10;
+            [
+                json!({"t": t, "op": "request", "resource": r, "domain": "d", "copies": 2}),
+                json!({"t": t + 1, "op": "request", "resource": r, "domain": "d", "dry_run": true}),
+                json!({"t": t + 2, "op": "charge", "resource": r, "domain": "e", "copies": 3}),
+            ]
+        })
+        .chain([
+            json!({"t": 100, "op": "refund", "resource": "tokens", "domain": "e", "copies": 1}),
+        ])
+        .collect();
+    let out = both::run_at(CONFIG, &events, &cluster.url());
+    assert_eq!(out.len(), events.len());
+}

@@ -1370,7 +1370,7 @@ fn bad_envoy_sections_name_the_exact_path() {
         (
             "  shadow: true\n".to_owned(),
             "envoy.shadow: unknown field (expected one of: shadow_mode, headers, unknown_domain, \
-             match, record, windows, domains)",
+             match, record, windows, descriptor_limits, domains)",
         ),
         (
             "  headers: 1\n".to_owned(),

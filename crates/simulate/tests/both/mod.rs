@@ -10,8 +10,17 @@ use charon_testkit::RedisServer;
 use serde_json::Value;
 
 /// The replies to `events` in the in-memory store, after checking that the
-/// Redis store gives the very same.
+/// Redis store (a private redis-server) gives the very same, and leaves
+/// no key behind.
 pub fn run(config: &str, events: &[Value]) -> Vec<Value> {
+    let redis = RedisServer::start();
+    let replies = run_at(config, events, &redis.url());
+    assert_eq!(keys_left(&redis), 0, "keys left in Redis after the replay");
+    replies
+}
+
+/// [`run`] against the Redis store at `url` (a Redis Cluster's, say).
+pub fn run_at(config: &str, events: &[Value], url: &str) -> Vec<Value> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -23,24 +32,18 @@ pub fn run(config: &str, events: &[Value]) -> Vec<Value> {
         .iter()
         .map(|e| runtime.block_on(memory.event(e)))
         .collect();
-    let redis = RedisServer::start();
     let (run, mut sim) = runtime
-        .block_on(RedisSimulation::start(
-            &redis.url(),
-            config,
-            RedisOptions::default(),
-        ))
+        .block_on(RedisSimulation::start(url, config, RedisOptions::default()))
         .expect("a replay on the private redis");
     let in_redis: Vec<Value> = events
         .iter()
         .map(|e| runtime.block_on(sim.event(e)))
         .collect();
     drop(sim);
-    runtime
+    let deleted = runtime
         .block_on(run.finish())
         .expect("the replay's keys deleted");
-    let left = keys_left(&redis);
-    assert_eq!(left, 0, "keys left in Redis after the replay");
+    assert!(deleted > 0, "the replay wrote keys, and deleted them");
     for (i, (m, r)) in in_memory.iter().zip(&in_redis).enumerate() {
         assert_eq!(m, r, "event {i} ({}): memory vs Redis", events[i]);
     }

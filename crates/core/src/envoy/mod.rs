@@ -29,6 +29,7 @@ mod inline;
 mod limits;
 mod node;
 pub(crate) mod parse;
+mod parse_limits;
 pub(crate) mod render;
 mod settings;
 

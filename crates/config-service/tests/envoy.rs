@@ -248,6 +248,17 @@ fn the_openapi_document_describes_the_envoy_section() {
     );
     assert_eq!(
         schemas["EnvoyUnit"]["enum"],
-        json!(["second", "minute", "hour", "day"])
+        json!(["second", "minute", "hour", "day", "week", "month", "year"])
     );
+    let limit = &schemas["EnvoyLimit"];
+    assert_eq!(limit["additionalProperties"], false, "{limit}");
+    assert!(limit["properties"].get("conditions").is_some(), "{limit}");
+    assert_eq!(
+        domain["properties"]["limits"]["items"]["$ref"],
+        "#/components/schemas/EnvoyLimit",
+        "{domain}"
+    );
+    for field in ["name", "replaces", "share_threshold", "detailed_metric"] {
+        assert!(node["properties"].get(field).is_some(), "{field}: {node}");
+    }
 }

@@ -254,8 +254,7 @@ fn the_openapi_document_describes_the_envoy_section() {
     assert_eq!(limit["additionalProperties"], false, "{limit}");
     assert!(limit["properties"].get("conditions").is_some(), "{limit}");
     assert_eq!(
-        domain["properties"]["limits"]["items"]["$ref"],
-        "#/components/schemas/EnvoyLimit",
+        domain["properties"]["limits"]["items"]["$ref"], "#/components/schemas/EnvoyLimit",
         "{domain}"
     );
     for field in ["name", "replaces", "share_threshold", "detailed_metric"] {

@@ -115,6 +115,22 @@ fn override_of(
 
 /// The unit a meter's limit is counted per, where it has one: a window as
 /// long as a unit.
+/// OK for the call and each of its descriptors.
+fn all_ok(req: &RateLimitRequest) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: req
+            .descriptors
+            .iter()
+            .map(|_| DescriptorStatus {
+                code: Code::Ok as i32,
+                ..DescriptorStatus::default()
+            })
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}
+
 fn unit_of(meter: &Meter) -> Option<Unit> {
     let Meter::Window(p) = meter else {
         return None;
@@ -288,18 +304,7 @@ async fn decide(
     }
     if !plan.known {
         metrics::envoy_call(metrics::UNKNOWN_DOMAIN, false);
-        return Ok(Some(RateLimitResponse {
-            overall_code: Code::Ok as i32,
-            statuses: req
-                .descriptors
-                .iter()
-                .map(|_| DescriptorStatus {
-                    code: Code::Ok as i32,
-                    ..DescriptorStatus::default()
-                })
-                .collect(),
-            ..RateLimitResponse::default()
-        }));
+        return Ok(Some(all_ok(req)));
     }
     let resolved = resolve(config, envoy, &plan, req)?;
     for c in &plan.checks {
@@ -439,18 +444,7 @@ impl RateLimitService for EnvoyService {
                          envoy: section: every call is answered OK"
                     );
                 }
-                Ok(Response::new(RateLimitResponse {
-                    overall_code: Code::Ok as i32,
-                    statuses: req
-                        .descriptors
-                        .iter()
-                        .map(|_| DescriptorStatus {
-                            code: Code::Ok as i32,
-                            ..DescriptorStatus::default()
-                        })
-                        .collect(),
-                    ..RateLimitResponse::default()
-                }))
+                Ok(Response::new(all_ok(&req)))
             }
             Err(e) => {
                 metrics::envoy_error(e.class());

@@ -118,6 +118,11 @@ enum ConfigCommand {
         /// `x-ratelimit` (Limitador's --rate-limit-headers DRAFT_VERSION_03).
         #[arg(long, value_enum, value_name = "STYLE")]
         headers: Option<import::HeaderStyle>,
+        /// Another name for a header, FIELD=NAME with FIELD limit,
+        /// remaining or reset (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER,
+        /// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); with --headers.
+        #[arg(long, value_name = "FIELD=NAME", value_parser = import::header_name, requires = "headers")]
+        header_name: Vec<(String, String)>,
         /// The peer ran in global shadow mode (envoyproxy/ratelimit's
         /// SHADOW_MODE=true).
         #[arg(long)]
@@ -186,6 +191,7 @@ fn main() -> ExitCode {
                     files,
                     lossy,
                     headers,
+                    header_name,
                     shadow_mode,
                     merge_domains,
                 },
@@ -194,6 +200,7 @@ fn main() -> ExitCode {
             &files,
             &import::PeerSettings {
                 headers,
+                header_names: header_name,
                 shadow_mode,
                 merge_domains,
             },

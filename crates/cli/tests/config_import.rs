@@ -85,12 +85,20 @@ fn envoy_ratelimit_files_import_with_every_field_and_the_peers_settings() {
     // The peer's flags and environment, given on the command line.
     let (ok, yaml, _) = import_with(
         "envoy-ratelimit",
-        &["--headers", "ratelimit", "--shadow-mode"],
+        &[
+            "--headers",
+            "ratelimit",
+            "--shadow-mode",
+            "--header-name",
+            "reset=A-Ratelimit-Reset",
+        ],
         &["envoy-ratelimit/messaging.yaml"],
     );
     assert!(ok);
     assert!(
-        yaml.contains("  shadow_mode: true\n  headers: ratelimit\n"),
+        yaml.contains(
+            "  shadow_mode: true\n  headers: ratelimit\n  header_names:\n    reset: A-Ratelimit-Reset\n"
+        ),
         "{yaml}"
     );
 }

@@ -257,6 +257,13 @@ fn the_openapi_document_describes_the_envoy_section() {
         domain["properties"]["limits"]["items"]["$ref"], "#/components/schemas/EnvoyLimit",
         "{domain}"
     );
+    let names = &schemas["EnvoySection"]["properties"]["header_names"];
+    assert!(
+        names
+            .to_string()
+            .contains("#/components/schemas/EnvoyHeaderNames"),
+        "{names}"
+    );
     for field in ["name", "replaces", "share_threshold", "detailed_metric"] {
         assert!(node["properties"].get(field).is_some(), "{field}: {node}");
     }

@@ -46,13 +46,17 @@ pub enum Format {
 
 /// How the peer ran, where its files do not say it (an environment
 /// variable or a flag there).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerSettings {
     /// Response headers: `ratelimit` (envoyproxy/ratelimit's
     /// `LIMIT_RESPONSE_HEADERS_ENABLED=true`) or `x_ratelimit` (Limitador's
     /// `--rate-limit-headers DRAFT_VERSION_03`); `None`: none, both peers'
     /// default.
     pub headers: Option<HeaderStyle>,
+    /// Other header names, (`limit`, `remaining` or `reset`, the name):
+    /// envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`, … The configuration
+    /// check refuses a bad one by path.
+    pub header_names: Vec<(String, String)>,
     /// envoyproxy/ratelimit's `SHADOW_MODE=true`.
     pub shadow_mode: bool,
     /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG=true`: files naming the
@@ -68,6 +72,21 @@ pub enum HeaderStyle {
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (Limitador).
     XRatelimit,
 }
+
+/// `--header-name FIELD=NAME`.
+pub fn header_name(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((field, name)) if HEADER_FIELDS.contains(&field) => {
+            Ok((field.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!(
+            "expected FIELD=NAME with FIELD one of {}",
+            HEADER_FIELDS.join(", ")
+        )),
+    }
+}
+
+const HEADER_FIELDS: &[&str] = charon_core::envoy::HeaderNames::FIELDS;
 
 /// One source file: its name (for messages) and its text.
 #[derive(Debug, Clone, Copy)]
@@ -173,6 +192,14 @@ pub(super) fn envoy_settings(peer: &PeerSettings, base: Value) -> Value {
         Some(HeaderStyle::Ratelimit) => "ratelimit".into(),
         Some(HeaderStyle::XRatelimit) => "x_ratelimit".into(),
     };
+    if !peer.header_names.is_empty() {
+        let names: serde_json::Map<String, Value> = peer
+            .header_names
+            .iter()
+            .map(|(field, name)| (field.clone(), name.as_str().into()))
+            .collect();
+        s["header_names"] = names.into();
+    }
     s["unknown_domain"] = "ok".into();
     s
 }

@@ -483,6 +483,9 @@ pub(crate) struct EnvoySection {
     /// (X-RateLimit-*, as Limitador). Default false.
     #[schema(value_type = Option<serde_json::Value>)]
     headers: Option<bool>,
+    /// Other names for the limit, remaining and reset headers (only with
+    /// `headers:` set).
+    header_names: Option<EnvoyHeaderNames>,
     /// The answer to a domain not named here: `ok` (default) or `error`.
     #[schema(inline)]
     unknown_domain: Option<EnvoyUnknownDomain>,
@@ -504,6 +507,15 @@ pub(crate) struct EnvoySection {
     descriptor_limits: Option<EnvoyDescriptorLimits>,
     /// Distinct domain names.
     domains: Option<Vec<EnvoyDomain>>,
+}
+
+/// `header_names`: HTTP header names (1 to 128 token characters), no two
+/// alike, none `Retry-After`.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyHeaderNames {
+    limit: Option<String>,
+    remaining: Option<String>,
+    reset: Option<String>,
 }
 
 /// `unknown_domain`.

@@ -1180,6 +1180,23 @@ fn the_envoy_section_loads_and_round_trips() {
 }
 
 #[test]
+fn header_names_round_trip_next_to_headers() {
+    let yaml = "resources: []\nenvoy:\n  headers: ratelimit\n  header_names: { limit: X-Quota, reset: X-Quota-Reset }\n  domains: []\n";
+    let (c, _) = Config::from_yaml(yaml).expect("valid");
+    let names = &c.envoy().expect("envoy").settings.header_names;
+    assert_eq!(
+        (names.limit.as_deref(), names.remaining.as_deref()),
+        (Some("X-Quota"), None)
+    );
+    let out = c.to_yaml();
+    assert!(
+        out.contains("headers: ratelimit\n  header_names:\n    limit: X-Quota\n    reset: X-Quota-Reset\n  unknown_domain"),
+        "{out}"
+    );
+    assert_eq!(Config::from_yaml(&out).expect("parses").0, c);
+}
+
+#[test]
 fn same_slot_is_per_domain_and_round_trips() {
     let text = envoy_example().replacen(
         "      descriptors:\n",
@@ -1284,6 +1301,26 @@ fn bad_envoy_sections_name_the_exact_path() {
             "envoy.domains[0].limits[0].variables[0].descriptor: 1024 is past the last descriptor a call can have (1023)",
         ),
         (
+            "  header_names: { limit: X-Quota }\n".to_owned(),
+            "envoy.header_names: names headers that are not sent: set headers: to true, ratelimit or x_ratelimit",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { limit: \"X Quota\" }\n".to_owned(),
+            "envoy.header_names.limit: \"X Quota\" is not a header name",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { limit: X-Quota, reset: x-quota }\n".to_owned(),
+            "envoy.header_names.reset: the same name as envoy.header_names.limit",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { reset: retry-after }\n".to_owned(),
+            "envoy.header_names.reset: Retry-After is a header of its own",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { retry: X }\n".to_owned(),
+            "envoy.header_names.retry: unknown field (expected one of: limit, remaining, reset)",
+        ),
+        (
             "  unknown_domain: maybe\n".to_owned(),
             "envoy.unknown_domain: expected ok or error, found the string \"maybe\"",
         ),
@@ -1369,7 +1406,7 @@ fn bad_envoy_sections_name_the_exact_path() {
         ),
         (
             "  shadow: true\n".to_owned(),
-            "envoy.shadow: unknown field (expected one of: shadow_mode, headers, unknown_domain, \
+            "envoy.shadow: unknown field (expected one of: shadow_mode, headers, header_names, unknown_domain, \
              match, record, windows, descriptor_limits, domains)",
         ),
         (

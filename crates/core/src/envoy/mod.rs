@@ -43,7 +43,9 @@ pub use call::{CallPlan, Check, Status};
 pub use inline::{Inline, Mask, Per, RateLimit, Unit, Windows};
 pub use limits::{Compare, Condition, LimitRule, Variable};
 pub use node::{Action, Extras, Node, Wildcard};
-pub use settings::{DescriptorLimits, Headers, MatchMode, Record, Settings, UnknownDomain};
+pub use settings::{
+    DescriptorLimits, HeaderNames, Headers, MatchMode, Record, Settings, UnknownDomain,
+};
 
 use node::{By, Children};
 

@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 
 use super::inline::{Mask, Per, RateLimit, Unit, Windows};
 use super::node::{Action, Extras, Node};
-use super::settings::{DescriptorLimits, Headers, MatchMode, Record, Settings, UnknownDomain};
+use super::settings::{
+    DescriptorLimits, HeaderNames, Headers, MatchMode, Record, Settings, UnknownDomain,
+};
 use super::{
     Envoy, EnvoyDomain, MAX_DEPTH, MAX_DOMAINS, MAX_KEY_BYTES, MAX_NODES, MAX_VALUE_BYTES,
 };
@@ -24,6 +26,7 @@ use crate::fields::{
 const ENVOY_FIELDS: &[&str] = &[
     "shadow_mode",
     "headers",
+    "header_names",
     "unknown_domain",
     "match",
     "record",
@@ -125,6 +128,17 @@ fn settings(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Setti
             }
         }
     }
+    if let Some(v) = map.get("header_names").filter(|v| !v.is_null()) {
+        let hpath = path.key("header_names");
+        if s.headers == Headers::None {
+            issues.push(
+                &hpath,
+                "names headers that are not sent: set headers: to true, ratelimit or x_ratelimit",
+            );
+        } else if let Some(names) = header_names(v, &hpath, issues) {
+            s.header_names = names;
+        }
+    }
     let mut pick = |field: &str, names: &'static [&'static str]| -> Option<&'static str> {
         map.get(field)
             .filter(|v| !v.is_null())
@@ -146,6 +160,40 @@ fn settings(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Setti
         s.descriptor_limits = DescriptorLimits::Apply;
     }
     s
+}
+
+/// `header_names:`: each a header name, no two alike (HTTP header names
+/// are case-insensitive), none `Retry-After`.
+fn header_names(v: &Value, path: &Path, issues: &mut Issues) -> Option<HeaderNames> {
+    let map = object(v, path, issues, "header names", HeaderNames::FIELDS)?;
+    let before = issues.len();
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    let mut read = |field: &'static str| -> Option<String> {
+        let p = path.key(field);
+        let name = string(map.get(field).filter(|v| !v.is_null())?, &p, issues)?;
+        let lower = name.to_ascii_lowercase();
+        if !HeaderNames::valid(&name) {
+            issues.push(
+                &p,
+                format!(
+                    "{name:?} is not a header name (1 to {} letters, digits or !#$%&'*+-.^_`|~)",
+                    HeaderNames::MAX_BYTES
+                ),
+            );
+        } else if lower == "retry-after" {
+            issues.push(&p, "Retry-After is a header of its own");
+        } else if let Some((_, first)) = seen.iter().find(|(l, _)| *l == lower) {
+            issues.push(&p, format!("the same name as {}", path.key(first)));
+        }
+        seen.push((lower, field));
+        Some(name)
+    };
+    let names = HeaderNames {
+        limit: read("limit"),
+        remaining: read("remaining"),
+        reset: read("reset"),
+    };
+    (issues.len() == before).then_some(names)
 }
 
 /// The nodes of the descriptor list `v` at `depth` and below, counted down

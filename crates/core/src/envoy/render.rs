@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use super::inline::{Per, RateLimit};
 use super::limits::{Compare, LimitRule};
 use super::node::{Action, Node};
-use super::settings::{DescriptorLimits, Headers, MatchMode, Record, UnknownDomain};
+use super::settings::{DescriptorLimits, HeaderNames, Headers, MatchMode, Record, UnknownDomain};
 use super::{Envoy, EnvoyDomain};
 use crate::time::format_span;
 
@@ -35,19 +35,30 @@ pub(crate) fn section(e: &Envoy) -> Value {
         Record::EveryHit => "every_hit",
     };
     let domains: Vec<Value> = e.domains().iter().map(domain).collect();
-    json!({
-        "shadow_mode": s.shadow_mode,
-        "headers": headers,
-        "unknown_domain": unknown,
-        "match": matching,
-        "record": record,
-        "windows": s.windows.name(),
-        "descriptor_limits": match s.descriptor_limits {
-            DescriptorLimits::Ignore => "ignore",
-            DescriptorLimits::Apply => "apply",
-        },
-        "domains": domains,
-    })
+    let mut m = Map::new();
+    m.insert("shadow_mode".into(), s.shadow_mode.into());
+    m.insert("headers".into(), headers);
+    // Only when set.
+    if !s.header_names.is_empty() {
+        let mut names = Map::new();
+        for (field, name) in HeaderNames::FIELDS.iter().zip(s.header_names.each()) {
+            if let Some(n) = name {
+                names.insert((*field).into(), n.as_str().into());
+            }
+        }
+        m.insert("header_names".into(), names.into());
+    }
+    m.insert("unknown_domain".into(), unknown.into());
+    m.insert("match".into(), matching.into());
+    m.insert("record".into(), record.into());
+    m.insert("windows".into(), s.windows.name().into());
+    let descriptor_limits = match s.descriptor_limits {
+        DescriptorLimits::Ignore => "ignore",
+        DescriptorLimits::Apply => "apply",
+    };
+    m.insert("descriptor_limits".into(), descriptor_limits.into());
+    m.insert("domains".into(), domains.into());
+    m.into()
 }
 
 fn domain(d: &EnvoyDomain) -> Value {

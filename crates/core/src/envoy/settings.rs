@@ -7,7 +7,7 @@
 use super::inline::Windows;
 
 /// The section's switches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settings {
     /// `shadow_mode: true`: decide and record every descriptor as usual,
     /// keep each descriptor's status (OVER_LIMIT stays visible), and
@@ -15,6 +15,8 @@ pub struct Settings {
     pub shadow_mode: bool,
     /// `headers:`: which response headers replies carry.
     pub headers: Headers,
+    /// `header_names:`: other names for them.
+    pub header_names: HeaderNames,
     /// `unknown_domain:`: the answer to a domain the section does not name.
     pub unknown_domain: UnknownDomain,
     /// `match:`: which node of a descriptor's path applies.
@@ -67,6 +69,47 @@ impl Headers {
     /// The values as the configuration writes them (besides `true` and
     /// `false`).
     pub const NAMES: &'static [&'static str] = &["ratelimit", "x_ratelimit"];
+}
+
+/// `header_names:`: the names of the limit, remaining and reset headers
+/// when not the style's own (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER`). `None` is the
+/// style's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// Instead of `RateLimit-Limit` (`X-RateLimit-Limit`).
+    pub limit: Option<String>,
+    /// Instead of `RateLimit-Remaining` (`X-RateLimit-Remaining`).
+    pub remaining: Option<String>,
+    /// Instead of `RateLimit-Reset` (`X-RateLimit-Reset`).
+    pub reset: Option<String>,
+}
+
+impl HeaderNames {
+    /// The fields as the configuration writes them.
+    pub const FIELDS: &'static [&'static str] = &["limit", "remaining", "reset"];
+    /// The longest name, in bytes.
+    pub const MAX_BYTES: usize = 128;
+
+    /// The names, in [`Self::FIELDS`]' order.
+    pub fn each(&self) -> [&Option<String>; 3] {
+        [&self.limit, &self.remaining, &self.reset]
+    }
+
+    /// Whether none is set.
+    pub fn is_empty(&self) -> bool {
+        self.each().iter().all(|n| n.is_none())
+    }
+
+    /// Whether `name` may name an HTTP header: 1 to [`Self::MAX_BYTES`]
+    /// bytes of RFC 9110's token characters.
+    pub fn valid(name: &str) -> bool {
+        !name.is_empty()
+            && name.len() <= Self::MAX_BYTES
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    }
 }
 
 /// `unknown_domain:`.

@@ -93,6 +93,17 @@ async fn replies_say_what_both_peers_say() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_names_rename_the_styles_headers() {
+    let names = "  header_names: { limit: X-Quota, reset: x-quota-reset }\n";
+    let (s, _redis) = server(&with(names), STORES[0]).await;
+    let mut c = client(&s).await;
+    let r = call(&mut c, request(vec![descriptor(&[("user", "ann")], None)])).await;
+    let keys: Vec<String> = headers(&r).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["X-Quota", "RateLimit-Remaining", "x-quota-reset"]);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaces_wildcards_quota_and_whole_matching() {
     for store in STORES {
         let (s, _redis) = server(&with("  match: whole\n"), store).await;

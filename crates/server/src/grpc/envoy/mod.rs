@@ -166,7 +166,7 @@ fn resolve<'p>(
         };
         LimitError::Client(e)
     };
-    let settings = envoy.settings;
+    let settings = &envoy.settings;
     let mut out = Vec::with_capacity(plan.checks.len());
     for c in &plan.checks {
         let l = &c.limit;

@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use charon_core::envoy::{CallPlan, Check, Envoy, Headers, Status, Unit};
+use charon_core::envoy::{CallPlan, Check, Envoy, Headers, Settings, Status, Unit};
 use charon_core::meter::Meter;
 use charon_proto::envoy::config::core::v3::HeaderValue;
 use charon_proto::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -192,7 +192,7 @@ pub(super) fn respond(
     plan: &CallPlan<'_>,
     outcomes: &[Outcome],
 ) -> RateLimitResponse {
-    let settings = envoy.settings;
+    let settings = &envoy.settings;
     // Per check: whether its status is OVER_LIMIT (a node's shadow_mode
     // answers it OK).
     let over_status: Vec<bool> = plan
@@ -263,7 +263,7 @@ pub(super) fn respond(
         }
     }
     let over = failed || (quota > 0 && quota == quota_over);
-    let response_headers_to_add = headers(settings.headers, plan, outcomes, &over_status);
+    let response_headers_to_add = headers(settings, plan, outcomes, &over_status);
     let over = over && !settings.shadow_mode;
     metrics::envoy_call(domain, over);
     RateLimitResponse {
@@ -274,19 +274,35 @@ pub(super) fn respond(
     }
 }
 
-/// The response headers of `style`.
+/// The response headers of the section's style, under the names of its
+/// `header_names:` where set.
 fn headers(
-    style: Headers,
+    settings: &Settings,
     plan: &CallPlan<'_>,
     outcomes: &[Outcome],
     over_status: &[bool],
 ) -> Vec<HeaderValue> {
-    match style {
+    let mut h = match settings.headers {
         Headers::None => Vec::new(),
         Headers::Charon => charon_headers(outcomes, over_status),
         Headers::RateLimit => ratelimit_headers(plan, outcomes, over_status),
         Headers::XRateLimit => x_ratelimit_headers(plan, outcomes),
+    };
+    let names = &settings.header_names;
+    if !names.is_empty() {
+        for header in &mut h {
+            let own = match header.key.trim_start_matches("X-") {
+                "RateLimit-Limit" => &names.limit,
+                "RateLimit-Remaining" => &names.remaining,
+                "RateLimit-Reset" => &names.reset,
+                _ => &None,
+            };
+            if let Some(name) = own {
+                header.key.clone_from(name);
+            }
+        }
     }
+    h
 }
 
 /// `RateLimit-*` of the limit with the least remaining, and `Retry-After`

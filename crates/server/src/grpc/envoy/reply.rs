@@ -366,7 +366,8 @@ fn ratelimit_headers(
 /// Limitador's: `X-RateLimit-Limit` lists every limit's quota policy
 /// (`10, 10;w=60, 100;w=3600;name="daily"`, the one with the least
 /// remaining first), `X-RateLimit-Remaining` and `X-RateLimit-Reset` are
-/// that first one's; sorted by name.
+/// that first one's (the reset in whole seconds cut down); sorted by
+/// name.
 fn x_ratelimit_headers(plan: &CallPlan<'_>, outcomes: &[Outcome]) -> Vec<HeaderValue> {
     let mut order: Vec<usize> = (0..outcomes.len()).collect();
     order.sort_by_key(|&i| outcomes[i].shown_remaining());
@@ -389,8 +390,9 @@ fn x_ratelimit_headers(plan: &CallPlan<'_>, outcomes: &[Outcome]) -> Vec<HeaderV
         header("X-RateLimit-Limit", format!("{}{policies}", t.limit)),
         header("X-RateLimit-Remaining", t.shown_remaining()),
     ];
+    // Whole seconds cut down, as Limitador's (`Duration::as_secs`).
     if let Some(ms) = t.reset_after_ms {
-        h.push(header("X-RateLimit-Reset", seconds_up(ms)));
+        h.push(header("X-RateLimit-Reset", ms / 1000));
     }
     h.sort_by(|a, b| a.key.cmp(&b.key));
     h

@@ -1,7 +1,9 @@
 """Paper Figure 7: copies of a copy-limited resource and hits of a
 rate-limited one, pseudo-atomically (by hand, as in the paper, then with
-the client's helper ``Client.multi``).
+the client's helper ``Client.multi``). ``db/conn`` (8 per tenant), ``gpu``
+(3) and ``api/render`` (2 a minute) of ``examples/limits.yaml``.
 
+    charon serve --config examples/limits.yaml &
     CHARON_TARGET=127.0.0.1:7070 python fig7_multi.py
 """
 

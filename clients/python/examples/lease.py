@@ -1,10 +1,13 @@
 """Capacity leases (SPEC §12, paper §5.1): a share of a resource's capacity
 held for a block and spent locally, one unit at a time at the leased rate;
-given back on leaving the block. The resource is `kind: lease`:
+given back on leaving the block. The resource is `kind: lease`, in
+``examples/limits.yaml``:
 
     - { name: db/qps, kind: lease, capacity: 60, algorithm: fair_share,
-        lease_length: 2s, refresh_interval: 200ms, safe_capacity: 10 }
+        lease_length: 2s, refresh_interval: 200ms, learning_mode: 0s,
+        safe_capacity: 10 }
 
+    charon serve --config examples/limits.yaml &
     CHARON_TARGET=127.0.0.1:7070 python lease.py
 """
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -103,13 +104,26 @@ class Redis:
 
 
 class Charon:
-    """`charon serve --config FILE` on free ports; waits for /readyz."""
+    """`charon serve --config FILE` on free ports; waits for /readyz.
+    ``files`` are written into its directory first (``{dir}`` in ``extra``
+    names it); ``ssl_context`` probes /readyz over HTTPS (a TLS server)."""
 
-    def __init__(self, config: str, extra: list[str]) -> None:
+    def __init__(
+        self,
+        config: str,
+        extra: list[str],
+        files: dict[str, bytes] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="charon-py-")
         self.config_path = os.path.join(self.dir.name, "limits.yaml")
         with open(self.config_path, "w") as f:
             f.write(config)
+        for name, data in (files or {}).items():
+            with open(os.path.join(self.dir.name, name), "wb") as b:
+                b.write(data)
+        extra = [a.replace("{dir}", self.dir.name) for a in extra]
+        self.ssl_context = ssl_context
         self.log_path = os.path.join(self.dir.name, "charon.log")
         self.proc: subprocess.Popen[bytes] | None = None
         # A port free a moment ago may be taken before the server binds it.
@@ -146,9 +160,12 @@ class Charon:
         return False
 
     def _ready(self) -> bool:
+        scheme = "https" if self.ssl_context is not None else "http"
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.http_port}/readyz", timeout=2
+                f"{scheme}://127.0.0.1:{self.http_port}/readyz",
+                timeout=2,
+                context=self.ssl_context,
             ) as r:
                 return bool(r.status == 200)
         except (urllib.error.HTTPError, OSError):
@@ -171,8 +188,29 @@ class Charon:
             return ""
 
     def signal(self, sig: int) -> None:
+        """Sends ``sig``; for SIGSTOP, waits until every thread has stopped
+        (the signal is only queued when ``kill`` returns, and a busy thread
+        may still answer a request or two: a test that stops the server to
+        hold requests in flight must not see that)."""
         assert self.proc is not None
         self.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not self._stopped():
+                time.sleep(0.001)
+
+    def _stopped(self) -> bool:
+        assert self.proc is not None
+        tasks = f"/proc/{self.proc.pid}/task"
+        try:
+            for t in os.listdir(tasks):
+                with open(f"{tasks}/{t}/stat") as f:
+                    state = f.read().rsplit(") ", 1)[1][:1]
+                if state not in ("T", "t"):
+                    return False
+        except OSError:
+            return False
+        return True
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import signal
 import threading
 import time
@@ -9,7 +11,7 @@ import time
 import pytest
 from conftest import Charon, free_port
 
-from charon_client import Client, ClientError, ServerError, Source
+from charon_client import Client, ClientError, ServerError, Source, aio
 
 
 def test_request_rate_grants_then_rejects_with_context(charon: Charon) -> None:
@@ -59,8 +61,10 @@ def test_client_errors_are_exceptions_and_never_degraded(charon: Charon) -> None
         client.hold_copy("api/search", "t")  # a rate resource cannot be held
     with pytest.raises(ClientError):
         client.seize_copy("not-a-transfer")
-    with pytest.raises(ClientError):
-        Client("http://127.0.0.1:1")
+    for bad in ("", "127.0.0.1", "ftp://127.0.0.1:1", "http://127.0.0.1:1/path", "h:port"):
+        with pytest.raises(ClientError) as refused:
+            Client(bad)
+        assert refused.value.kind == "settings", refused.value
     assert client.stats().degraded_grants == 0
     # The session survives bad operations.
     assert client.request_rate("api/search", "t").success
@@ -181,6 +185,32 @@ def test_degraded_mode_with_no_server_at_all() -> None:
     res = client.request_rate("api/search", "u", copies=10, min_copies=2)
     assert (res.granted, res.source) == (2, Source.DEGRADED)
     assert client.stats().degraded_grants == 1
+
+
+def test_degraded_grants_are_logged_at_most_once_in_ten_seconds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="charon_client")
+    target = f"127.0.0.1:{free_port()}"
+    client = Client(target, request_timeout=0.5)
+    for _ in range(5):
+        assert client.request_rate("api/search", "u").source is Source.DEGRADED
+    assert client.stats().degraded_grants == 5
+    lines = [r.getMessage() for r in caplog.records if "degraded grant" in r.getMessage()]
+    # The first one is logged, naming the address and the cause; the four
+    # after it within 10 s are counted for the next line.
+    assert len(lines) == 1, lines
+    assert target in lines[0] and "connection refused" in lines[0], lines[0]
+
+    async def in_asyncio() -> int:
+        async with aio.Client(target, request_timeout=0.5) as c:
+            for _ in range(3):
+                assert (await c.request_rate("api/search", "u")).degraded
+            return c.stats().degraded_grants
+
+    caplog.clear()
+    assert asyncio.run(in_asyncio()) == 3
+    assert len([r for r in caplog.records if "degraded grant" in r.getMessage()]) == 1
 
 
 def test_multi_resource_helper(charon: Charon) -> None:

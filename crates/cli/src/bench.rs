@@ -138,7 +138,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
                 .tcp_nodelay(true)
                 .connect()
                 .await
-                .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", server.server))?;
+                .map_err(|e| charon_client::Error::from_connect_error(e, &server.url()))?;
         let conn = InterceptedService::new(channel, server.bearer()?);
         clients.push(match args.envoy {
             None if args.mode == Mode::Lease => Client::Capacity(CapacityClient::new(conn)),
@@ -545,18 +545,27 @@ impl Worker {
                 .map_err(drop),
         };
         let done = Instant::now();
+        // A call sent (or due) in the measured interval is counted, on both
+        // sides: its outcome and its latency, also if its answer comes
+        // after the interval ended (at most one call per worker in flight
+        // then); the warm-up's count on neither. So granted + rejected +
+        // errors = requests, and every call the server answered after the
+        // warm-up is in them.
+        if since < shared.measure_from {
+            return;
+        }
         let tally = &shared.tally;
         match result {
             Ok(true) => tally.granted.fetch_add(1, Ordering::Relaxed),
             Ok(false) => tally.rejected.fetch_add(1, Ordering::Relaxed),
             Err(()) => tally.errors.fetch_add(1, Ordering::Relaxed),
         };
-        if since >= shared.measure_from && done <= shared.end {
-            let us = u64::try_from(done.duration_since(since).as_micros())
-                .unwrap_or(u64::MAX)
-                .max(1);
-            let _ = shared.histogram.lock().await.record(us);
-        }
+        let us = u64::try_from(done.duration_since(since).as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        // Past the histogram's bound (a minute): counted at the bound, never
+        // dropped.
+        shared.histogram.lock().await.saturating_record(us);
     }
 
     async fn closed_loop(self) {

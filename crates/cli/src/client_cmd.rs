@@ -189,7 +189,8 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
                     json!({"granted": hold.copies(), "groups": hold.groups(), "resource": hold.resource(), "domain": hold.domain()})
                 );
                 if !hold.is_granted() {
-                    return Ok(ExitCode::from(1));
+                    // Answered: the reply says it was not granted.
+                    return Ok(ExitCode::from(crate::exit::ANSWERED));
                 }
                 wait_for_stop().await;
                 hold.release_all().await?;
@@ -331,10 +332,19 @@ fn meter_fields(r: &v1::RateReply) -> Map<String, Value> {
     out
 }
 
+/// Prints a client's error as one JSON line on stdout (where the answer
+/// would have gone): its class, kind, gRPC code and address, and the whole
+/// message; exit status 1 for a client error, 3 for a server error.
 fn report(e: &Error) -> ExitCode {
-    let class = if e.is_server() { "server" } else { "client" };
-    println!("{}", json!({"error": class, "message": e.to_string()}));
-    ExitCode::from(2)
+    println!(
+        "{}",
+        json!({
+            "error": e.class().name(), "kind": e.kind().name(),
+            "code": e.code().map(charon_client::code_name), "address": e.address(),
+            "message": e.to_string(),
+        })
+    );
+    crate::exit::of_client_error(e)
 }
 
 async fn wait_for_stop() {

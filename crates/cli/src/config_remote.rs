@@ -8,6 +8,16 @@
 //!
 //! `log` prints the service's audit trail; `rollback --to V` takes the
 //! configuration commit V left from it and goes the way of `apply`.
+//!
+//! Before a difference is shown for `apply` or `rollback`, the token is
+//! checked with a write the service cannot apply (an `If-Match` no version
+//! has: 401 or 403 if the token may not write, 412 if it may), so a
+//! refused token is said before, not after, a screenful of diff. Errors
+//! say what is wrong: a server without the configuration API (a limiting
+//! server fed by a file or another service: 404), a refused token and
+//! where it came from (`charon.db.token`), an unreachable service. Exit
+//! status: 1 for a client error, 3 when the service cannot be reached or
+//! answers 5xx (see `crate::exit`).
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -60,19 +70,72 @@ pub struct RemoteArgs {
     tls: TlsArgs,
 }
 
+/// Where the token sent came from, for the hint when it is refused.
+#[derive(Debug)]
+enum TokenSource {
+    /// `--token` or `CHARON_CONFIG_TOKEN`.
+    Given,
+    /// The embedded service's token file in the current directory.
+    File(std::path::PathBuf),
+    /// None: no flag, and no file where one was looked for.
+    Nothing(std::path::PathBuf),
+}
+
+impl TokenSource {
+    /// What to say when the service refused the token (or its absence).
+    fn hint(&self) -> String {
+        const WHERE: &str = "`charon serve` with its embedded configuration service writes its \
+                             write token to <db>.token beside its database: charon.db.token in \
+                             the directory it runs in, unless --db or --config-token say otherwise";
+        match self {
+            TokenSource::Given => {
+                "the token given with --token or CHARON_CONFIG_TOKEN was \
+                                   refused: is it a write token of this service? "
+                    .to_owned()
+                    + WHERE
+            }
+            TokenSource::File(path) => format!(
+                "the token read from {} was refused: it is the token of the embedded service of \
+                 a `charon serve` started in that directory, not of this one; pass this \
+                 service's write token with --token or CHARON_CONFIG_TOKEN. {WHERE}",
+                path.display()
+            ),
+            TokenSource::Nothing(path) => format!(
+                "no token was given (--token or CHARON_CONFIG_TOKEN) and {} does not exist. \
+                 {WHERE}; pass it with --token \"$(cat DIR/charon.db.token)\"",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// A client of the service and where its token came from.
+struct Remote {
+    client: ConfigClient,
+    token: TokenSource,
+}
+
 impl RemoteArgs {
-    fn client(&self) -> anyhow::Result<ConfigClient> {
-        let token = self.token.clone().or_else(|| {
-            std::fs::read_to_string(charon_server::token_file("charon.db"))
-                .ok()
-                .map(|t| t.trim().to_owned())
-        });
-        Ok(ConfigClient::with_tls(
-            &self.tls.url(&self.url),
-            token,
-            Duration::from_secs(30),
-            &self.tls.config()?,
-        )?)
+    fn client(&self) -> anyhow::Result<Remote> {
+        let file = std::env::current_dir()
+            .unwrap_or_default()
+            .join(charon_server::token_file("charon.db"));
+        let (token, source) = match &self.token {
+            Some(t) => (Some(t.clone()), TokenSource::Given),
+            None => match std::fs::read_to_string(&file) {
+                Ok(t) => (Some(t.trim().to_owned()), TokenSource::File(file)),
+                Err(_) => (None, TokenSource::Nothing(file)),
+            },
+        };
+        Ok(Remote {
+            client: ConfigClient::with_tls(
+                &self.tls.url(&self.url),
+                token,
+                Duration::from_secs(30),
+                &self.tls.config()?,
+            )?,
+            token: source,
+        })
     }
 }
 
@@ -83,12 +146,25 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Explains an error answer; `file` prefixes the problems of a document.
-fn report(e: &ConfigClientError, file: Option<&Path>) {
+/// Explains an error answer of the service at `remote` (`file` prefixes
+/// the problems of a document) on stderr; the exit status it deserves.
+fn report(e: &ConfigClientError, file: Option<&Path>, remote: &Remote) -> ExitCode {
+    let url = remote.client.base_url();
     match e {
+        // Not the API's JSON: no configuration API at this address.
+        ConfigClientError::Api { status: 404, body } if body.error == "http" => {
+            eprintln!(
+                "charon: {url} has no configuration API (HTTP 404): a limiting server started \
+                 with --config FILE takes its limits from that file (edit the file: it is \
+                 re-read when it changes and on SIGHUP), and one started with --config-url \
+                 follows the configuration service at that URL. Point --url (CHARON_CONFIG_URL) \
+                 at a configuration service: the HTTP port of a `charon serve` started without \
+                 --config and --config-url, or of `charon serve --config-api-only`."
+            );
+        }
         ConfigClientError::Api { status, body } => {
             if body.problems.is_empty() {
-                eprintln!("charon: {}", body.message);
+                eprintln!("charon: {url} answered {status}: {}", body.message);
             }
             for p in &body.problems {
                 let at = file
@@ -101,10 +177,53 @@ fn report(e: &ConfigClientError, file: Option<&Path>) {
                 }
             }
             if *status == 401 || *status == 403 {
-                eprintln!("charon: pass a write token with --token or CHARON_CONFIG_TOKEN");
+                eprintln!("charon: {}", remote.token.hint());
+            }
+            if *status >= 500 {
+                return ExitCode::from(crate::exit::SERVER_UNAVAILABLE);
             }
         }
+        ConfigClientError::Unreachable { message, .. } if closed_without_answer(message) => {
+            eprintln!(
+                "charon: {url} closed the connection without an HTTP answer ({message}): is it \
+                 the gRPC port? The configuration API is on the HTTP port (7071 unless \
+                 --http-listen says otherwise)."
+            );
+        }
+        ConfigClientError::Unreachable { .. } => {
+            eprintln!("charon: {e}");
+            return ExitCode::from(crate::exit::SERVER_UNAVAILABLE);
+        }
         other => eprintln!("charon: {other}"),
+    }
+    ExitCode::from(crate::exit::CLIENT_ERROR)
+}
+
+/// Whether an HTTP client's failure is a server that took the connection
+/// and closed it without a word on seeing HTTP/1: a gRPC port (HTTP/2
+/// only) given as the configuration API.
+fn closed_without_answer(message: &str) -> bool {
+    message.contains("connection closed before message completed")
+        || message.contains("received unexpected message from connection")
+        || message.contains("invalid HTTP version")
+        || message.contains("connection reset")
+}
+
+/// Checks, before anything is shown, that the token may write: a write the
+/// service cannot apply (an `If-Match` no version has) is refused 401 or
+/// 403 if it may not, 412 if it may; nothing is ever written. `None`: go
+/// on; else the exit status (the error was explained).
+fn check_write_token(
+    rt: &tokio::runtime::Runtime,
+    remote: &Remote,
+    yaml: &str,
+    file: &Path,
+) -> Option<ExitCode> {
+    match rt.block_on(remote.client.import_yaml(yaml, false, Some(u64::MAX))) {
+        Err(ConfigClientError::Api { status: 412, .. }) => None,
+        // Never: no version is u64::MAX. Had it been, it was applied.
+        Ok(_) => None,
+        Err(e) => Some(report(&e, Some(file), remote)),
     }
 }
 
@@ -112,9 +231,9 @@ fn report(e: &ConfigClientError, file: Option<&Path>) {
 pub fn apply(file: &Path, remote: &RemoteArgs, confirm: ConfirmArgs) -> anyhow::Result<ExitCode> {
     let yaml =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let client = remote.client()?;
+    let remote = remote.client()?;
     let rt = runtime()?;
-    replace(&rt, &client, &yaml, &file.display().to_string(), confirm)
+    replace(&rt, &remote, &yaml, &file.display().to_string(), confirm)
 }
 
 /// Replaces the service's configuration with `yaml` (named `label` in
@@ -123,18 +242,22 @@ pub fn apply(file: &Path, remote: &RemoteArgs, confirm: ConfirmArgs) -> anyhow::
 /// against. `apply` and `rollback` both go this way.
 fn replace(
     rt: &tokio::runtime::Runtime,
-    client: &ConfigClient,
+    remote: &Remote,
     yaml: &str,
     label: &str,
     confirm: ConfirmArgs,
 ) -> anyhow::Result<ExitCode> {
     let file = Path::new(label);
+    let client = &remote.client;
+    // A dry run only reads: its difference needs no write token.
+    if !confirm.dry_run
+        && let Some(code) = check_write_token(rt, remote, yaml, file)
+    {
+        return Ok(code);
+    }
     let preview = match rt.block_on(client.import_yaml(yaml, true, None)) {
         Ok(p) => p,
-        Err(e) => {
-            report(&e, Some(file));
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(e) => return Ok(report(&e, Some(file), remote)),
     };
     for a in &preview.adjustments {
         eprintln!("{label}: normalized: {}: {}", a.path, a.change);
@@ -155,7 +278,7 @@ fn replace(
     }
     if !confirm.yes && !ask()? {
         eprintln!("Nothing was applied.");
-        return Ok(ExitCode::FAILURE);
+        return Ok(ExitCode::from(crate::exit::CLIENT_ERROR));
     }
     match rt.block_on(client.import_yaml(yaml, false, Some(preview.base_version))) {
         Ok(done) => {
@@ -172,25 +295,19 @@ fn replace(
                  to see the new difference.",
                 body.current_version.unwrap_or_default()
             );
-            Ok(ExitCode::FAILURE)
+            Ok(ExitCode::from(crate::exit::CLIENT_ERROR))
         }
-        Err(e) => {
-            report(&e, Some(file));
-            Ok(ExitCode::FAILURE)
-        }
+        Err(e) => Ok(report(&e, Some(file), remote)),
     }
 }
 
 /// `charon config log [--limit N]`: the audit trail, newest first: each
 /// commit's version, time, token name and diff.
 pub fn log(remote: &RemoteArgs, limit: u64) -> anyhow::Result<ExitCode> {
-    let client = remote.client()?;
-    let page = match runtime()?.block_on(client.audit(limit, None)) {
+    let remote = remote.client()?;
+    let page = match runtime()?.block_on(remote.client.audit(limit, None)) {
         Ok(page) => page,
-        Err(e) => {
-            report(&e, None);
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(e) => return Ok(report(&e, None, &remote)),
     };
     let mut out = std::io::stdout().lock();
     if page.entries.is_empty() {
@@ -221,32 +338,29 @@ pub fn rollback(
     version: u64,
     confirm: ConfirmArgs,
 ) -> anyhow::Result<ExitCode> {
-    let client = remote.client()?;
+    let remote = remote.client()?;
     let rt = runtime()?;
-    let entry = match rt.block_on(client.audit_entry(version)) {
+    let entry = match rt.block_on(remote.client.audit_entry(version)) {
         Ok(entry) => entry,
-        Err(ConfigClientError::Api { status: 404, .. }) => {
+        Err(ConfigClientError::Api { status: 404, body }) if body.error != "http" => {
             eprintln!(
                 "charon: version {version} is not in the audit trail (never committed, \
                  committed before the service kept one, or older than the versions it keeps); \
                  see `charon config log`"
             );
-            return Ok(ExitCode::FAILURE);
+            return Ok(ExitCode::from(crate::exit::CLIENT_ERROR));
         }
-        Err(e) => {
-            report(&e, None);
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(e) => return Ok(report(&e, None, &remote)),
     };
     let Some(yaml) = entry.config else {
         eprintln!("charon: the service sent version {version} without its configuration");
-        return Ok(ExitCode::FAILURE);
+        return Ok(ExitCode::from(crate::exit::SERVER_UNAVAILABLE));
     };
     eprintln!(
         "Rolling back to version {version} (committed {} by token {}).",
         entry.time, entry.token
     );
-    replace(&rt, &client, &yaml, &format!("version {version}"), confirm)
+    replace(&rt, &remote, &yaml, &format!("version {version}"), confirm)
 }
 
 fn ask() -> anyhow::Result<bool> {
@@ -259,16 +373,13 @@ fn ask() -> anyhow::Result<bool> {
 
 /// `charon config export`.
 pub fn export(remote: &RemoteArgs) -> anyhow::Result<ExitCode> {
-    let client = remote.client()?;
-    match runtime()?.block_on(client.export_yaml()) {
+    let remote = remote.client()?;
+    match runtime()?.block_on(remote.client.export_yaml()) {
         Ok(yaml) => {
             print!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            report(&e, None);
-            Ok(ExitCode::FAILURE)
-        }
+        Err(e) => Ok(report(&e, None, &remote)),
     }
 }
 

@@ -4,8 +4,10 @@ mod bench;
 mod client_cmd;
 mod config_cmd;
 mod config_remote;
+mod exit;
 mod extras;
 mod import;
+mod keys;
 mod lines;
 mod serve;
 mod simulate;
@@ -31,7 +33,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "charon",
     version,
-    about = "Charon: a limiting service (rate limits with burst tiers, distributed counting semaphores)."
+    about = "Charon: a limiting service (rate limits with burst tiers, distributed counting semaphores).",
+    after_help = exit::EXIT_STATUS_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -161,7 +164,27 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Before anything else: a SIGHUP while `charon serve` starts must not
+    // end it (see `serve::catch_hangups`).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "serve")
+        && let Err(e) = serve::catch_hangups()
+    {
+        eprintln!("charon: {e}");
+        return ExitCode::from(exit::CLIENT_ERROR);
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version go to stdout and exit 0; a usage error to
+        // stderr, exit status 2.
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::ANSWERED
+            });
+        }
+    };
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
@@ -222,7 +245,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("charon: {e:#}");
-            ExitCode::FAILURE
+            exit::of(&e)
         }
     }
 }

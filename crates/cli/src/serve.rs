@@ -384,12 +384,35 @@ impl ServeArgs {
     }
 }
 
+/// Catches SIGHUP for the life of the process: `main` calls it first
+/// thing for `charon serve`, before the command line is parsed, the
+/// runtime built or a file read. SIGHUP's default disposition ends a
+/// process, so a reload asked while the server starts (a certificate
+/// rotation hook, `kill -HUP` of a whole fleet) would kill it; caught, it
+/// is ignored until the server's own watches listen for it (the files it
+/// would reload are being read anyway). Only the dynamic loader's first
+/// milliseconds, before any of the program runs, remain uncovered.
+pub fn catch_hangups() -> Result<(), String> {
+    signal_hook::flag::register(
+        signal_hook::consts::SIGHUP,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    )
+    .map(drop)
+    .map_err(|e| format!("cannot catch SIGHUP: {e}"))
+}
+
 /// Runs the server until SIGTERM or SIGINT (exit 0), a resignation from
 /// the store (exit 3), or an error (exit 1, with the reason).
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    // SIGTERM and SIGINT are caught from here on: one that comes while the
+    // server starts stops it cleanly.
+    let shutdown = {
+        let _in_runtime = runtime.enter();
+        charon_server::terminated()
+    };
     let telemetry = {
         let _in_runtime = runtime.enter();
         crate::telemetry::init(args.otlp_endpoint.as_deref())?
@@ -399,7 +422,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let exit = runtime.block_on(charon_server::run(
         args.settings(),
         Listeners::AtSettings,
-        charon_server::terminated(),
+        shutdown,
     ));
     telemetry.shutdown();
     Ok(ExitCode::from(exit?.code()))

@@ -22,12 +22,17 @@ pub struct TlsArgs {
     /// TLS: the PEM private key of --cert.
     #[arg(long, value_name = "FILE", env = "CHARON_KEY", requires = "cert")]
     pub key: Option<PathBuf>,
+    /// TLS: the name the server's certificate must carry, when it is not
+    /// the address's host (a server reached by IP address or through a
+    /// tunnel). Implies TLS.
+    #[arg(long, value_name = "NAME", env = "CHARON_SERVER_NAME")]
+    pub server_name: Option<String>,
 }
 
 impl TlsArgs {
     /// Whether any TLS flag was given.
     pub fn any(&self) -> bool {
-        self.ca.is_some() || self.cert.is_some()
+        self.ca.is_some() || self.cert.is_some() || self.server_name.is_some()
     }
 
     /// The client library's TLS settings, or `None` when no flag was given
@@ -36,11 +41,13 @@ impl TlsArgs {
         if !self.any() {
             return Ok(None);
         }
-        Ok(Some(charon_client::ClientTls::from_files(
+        let mut tls = charon_client::ClientTls::from_files(
             self.ca.as_deref(),
             self.cert.as_deref(),
             self.key.as_deref(),
-        )?))
+        )?;
+        tls.server_name.clone_from(&self.server_name);
+        Ok(Some(tls))
     }
 
     /// `url` as the client connects to it: `https://` once a TLS flag is
@@ -54,6 +61,12 @@ impl TlsArgs {
 
     /// The configuration client's TLS settings.
     pub fn config(&self) -> anyhow::Result<charon_config_client::ConfigTls> {
+        if self.server_name.is_some() {
+            anyhow::bail!(
+                "--server-name is for the gRPC port; the configuration API's URL must name a host \
+                 its certificate carries"
+            );
+        }
         let read = |p: &PathBuf| -> anyhow::Result<Vec<u8>> {
             std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
         };

@@ -7,7 +7,8 @@
 //! included) and counted here in the same bounded summaries
 //! ([`charon_server::events::Top`]); the window then ends at the newest
 //! event read, so a file read after the fact shows its last window.
-//! `--once` prints one table and exits (scripts, tests).
+//! `--once` prints one table and exits (scripts, tests); otherwise `q`
+//! (or Ctrl-C) quits, the terminal given back as it was.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -137,15 +138,18 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut stdout = std::io::stdout();
+    let keys = crate::keys::Keys::open();
     loop {
         let screen = match source.report(args.window, limit) {
             Ok(report) => render(&about, &report, None),
             Err(e) => render(&about, &empty(args.window), Some(&format!("{e:#}"))),
         };
         // Home, clear, draw: a full redraw each time.
-        write!(stdout, "\x1b[H\x1b[2J{screen}")?;
+        writeln!(stdout, "\x1b[H\x1b[2J{screen}(q quits)")?;
         stdout.flush()?;
-        std::thread::sleep(args.interval);
+        if keys.quit_within(args.interval) {
+            return Ok(ExitCode::SUCCESS);
+        }
     }
 }
 

@@ -86,6 +86,7 @@ impl Service {
     fn run(&self, args: &[&str], stdin: &str) -> Output {
         let mut child = charon()
             .args(args)
+            .current_dir(self.dir.path())
             .env_remove("CHARON_CONFIG_TOKEN")
             .env("CHARON_CONFIG_URL", &self.url)
             .stdin(Stdio::piped())
@@ -257,14 +258,64 @@ fn apply_reports_every_problem_and_refusals() {
         "{stderr}"
     );
 
-    // Without a token: the difference is shown (a dry run only reads), the
-    // commit is refused.
+    // Without a token: refused before any difference is shown, saying
+    // where the embedded service's token would be (none in this directory).
     let file = service.file("limits.yaml", FILE);
     let out = service.run(&["config", "apply", file.to_str().unwrap(), "--yes"], "");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "a client error");
+    assert!(out.stdout.is_empty(), "no difference before the refusal");
     let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("answered 401"), "{stderr}");
     assert!(stderr.contains("--token"), "{stderr}");
+    let looked_for = service.dir.path().join("charon.db.token");
+    assert!(
+        stderr.contains(&format!("{} does not exist", looked_for.display())),
+        "{stderr}"
+    );
     assert_eq!(service.version(), 0);
+    // A token file of another service in this directory: used, refused,
+    // named.
+    service.file("charon.db.token", "not-this-service\n");
+    let out = service.run(&["config", "rollback", "--to", "1", "--yes"], "");
+    assert_eq!(out.status.code(), Some(1));
+    let out = service.run(&["config", "apply", file.to_str().unwrap(), "--yes"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no difference before the refusal");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "the token read from {} was refused",
+            looked_for.display()
+        )),
+        "{stderr}"
+    );
+    // A wrong token given: the same, said of the flag.
+    let out = service.run(
+        &[
+            "config",
+            "apply",
+            file.to_str().unwrap(),
+            "--yes",
+            "--token",
+            "wrong",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no difference before the refusal");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the token given with --token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A dry run only reads: its difference needs no write token.
+    let out = service.run(
+        &["config", "apply", file.to_str().unwrap(), "--dry-run"],
+        "",
+    );
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 change(s)"));
+    assert_eq!(service.version(), 0, "nothing was written by the checks");
 
     // Nobody there.
     let out = service.run(
@@ -277,10 +328,53 @@ fn apply_reports_every_problem_and_refusals() {
         ],
         "",
     );
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(3), "server unavailable");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unreachable"));
     let out = service.run(&["config", "export", "--url", "http://127.0.0.1:9"], "");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(3), "server unavailable");
+}
+
+/// A limiting server fed by a file has no configuration API: every
+/// `config` command that needs one says so (and what to do), exit 1; its
+/// gRPC port given as the API's URL is named as such.
+#[test]
+fn config_commands_explain_a_server_without_the_api_and_the_grpc_port() {
+    let server = charon_testkit::CharonProcess::start(support::bin(), FILE, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    std::fs::write(&file, FILE).unwrap();
+    let file = file.to_str().unwrap();
+    let http = server.http_url();
+    for args in [
+        vec!["config", "export"],
+        vec!["config", "log"],
+        vec!["config", "apply", file, "--yes", "--token", TOKEN],
+        vec!["config", "rollback", "--to", "1", "--yes", "--token", TOKEN],
+    ] {
+        let out = charon()
+            .args(&args)
+            .args(["--url", &http])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(
+            stderr.contains("has no configuration API (HTTP 404)")
+                && stderr.contains("--config FILE takes its limits from that file"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let grpc = format!("http://127.0.0.1:{}", server.grpc_port);
+    let out = charon()
+        .args(["config", "export", "--url", &grpc])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is it the gRPC port?"), "{stderr}");
 }
 
 /// A migration end to end: envoyproxy/ratelimit's file converted by

@@ -109,7 +109,7 @@ async fn every_decision_is_one_event_with_its_outcome() {
     assert_eq!(g.granted, 5);
     assert!(matches!(
         c.request("nope", "d1").send().await,
-        Err(charon_client::Error::Client(_))
+        Err(ref e) if e.is_client()
     ));
     requests(&c, "q", "d3", 2).await; // now, then after a delay
     let mut hold = c.reserve("vm", "d4").copies(2).send().await.expect("hold");
@@ -498,13 +498,14 @@ async fn a_stalled_sink_fills_the_queue_and_drains_when_read() {
 
 /// `charon top` in a real terminal (tmux, 200×50) against a server whose
 /// busiest pair is known: the captured screen lists it first, with its
-/// count, and the most limited pair first in its list.
+/// count, and the most limited pair first in its list; a key that is not q
+/// changes nothing, q quits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_in_a_terminal_shows_the_busiest_pair_first() {
-    if Command::new("tmux").arg("-V").output().is_err() {
+    let Some(tmux) = Tmux::new("top") else {
         println!("SKIPPED top_in_a_terminal_shows_the_busiest_pair_first: tmux is not installed");
         return;
-    }
+    };
     let server = start(&["--events", "/dev/null"]);
     let c = strict_client(&server);
     requests(&c, "open", "hot", 40).await;
@@ -512,36 +513,15 @@ async fn top_in_a_terminal_shows_the_busiest_pair_first() {
     requests(&c, "api", "cold", 8).await; // 5 granted, 3 rejected
     wait_written(&server, 68);
 
-    let socket = format!("charon-test-{}", std::process::id());
-    let tmux = |args: &[&str]| {
-        Command::new("tmux")
-            .args(["-L", &socket, "-f", "/dev/null"])
-            .args(args)
-            .output()
-            .expect("tmux")
-    };
     let command = format!(
         "{} top --server {} --interval 200ms --window 60s",
         bin().display(),
         server.http_url()
     );
-    let started = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "200",
-        "-y",
-        "50",
-        &command,
-    ]);
-    assert!(started.status.success(), "{started:?}");
-    let _cleanup = KillTmux(socket.clone());
+    tmux.session("top", &command);
     let mut screen = String::new();
     let drawn = wait_until(Duration::from_secs(10), || {
-        let out = tmux(&["capture-pane", "-p", "-t", "top"]);
-        screen = String::from_utf8_lossy(&out.stdout).into_owned();
+        screen = tmux.screen("top");
         first_row(&screen, "MOST LIMITED").is_some()
     });
     assert!(drawn, "no table on screen:\n{screen}");
@@ -552,16 +532,95 @@ async fn top_in_a_terminal_shows_the_busiest_pair_first() {
     let (pair, counts) = first_row(&screen, "MOST LIMITED").unwrap();
     assert_eq!(pair, ("api".to_owned(), "cold".to_owned()), "{screen}");
     assert_eq!(counts, [3, 8], "{screen}");
+    assert!(screen.contains("(q quits)"), "{screen}");
+
+    // A key that is not q changes nothing; q quits (the session ends with
+    // its only process).
+    tmux.run(&["send-keys", "-t", "top", "x"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        tmux.run(&["has-session", "-t", "top"]).status.success(),
+        "x does not quit"
+    );
+    tmux.run(&["send-keys", "-t", "top", "q"]);
+    let quit = wait_until(Duration::from_secs(10), || {
+        !tmux.run(&["has-session", "-t", "top"]).status.success()
+    });
+    assert!(quit, "q did not quit charon top");
 }
 
-/// Ends a test's private tmux server.
-struct KillTmux(String);
+/// `charon top` in a terminal gives the terminal back as it was once `q`
+/// quits it: the shell it ran from echoes what is typed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_quits_on_q_and_gives_the_terminal_back() {
+    let Some(tmux) = Tmux::new("q") else {
+        println!("SKIPPED top_quits_on_q_and_gives_the_terminal_back: tmux is not installed");
+        return;
+    };
+    let server = start(&["--events", "/dev/null"]);
+    tmux.session("sh", "sh");
+    let command = format!(
+        "{} top --server {} --interval 100ms; echo top-exited-$?",
+        bin().display(),
+        server.http_url()
+    );
+    tmux.run(&["send-keys", "-t", "sh", &command, "Enter"]);
+    tmux.shows("sh", "(q quits)");
+    tmux.run(&["send-keys", "-t", "sh", "q"]);
+    tmux.shows("sh", "top-exited-0");
+    // Echo is back: what is typed now shows.
+    tmux.run(&["send-keys", "-t", "sh", "echoed-again"]);
+    tmux.shows("sh", "echoed-again");
+}
 
-impl Drop for KillTmux {
+/// A test's private tmux server (200×50 sessions), killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    /// `None` when tmux is not installed.
+    fn new(name: &str) -> Option<Self> {
+        Command::new("tmux").arg("-V").output().ok()?;
+        Some(Self(format!("charon-test-{name}-{}", std::process::id())))
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.0, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux")
+    }
+
+    /// A detached session `name` running `command`.
+    fn session(&self, name: &str, command: &str) {
+        let started = self.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            command,
+        ]);
+        assert!(started.status.success(), "{started:?}");
+    }
+
+    fn screen(&self, name: &str) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", name]).stdout).into_owned()
+    }
+
+    /// Waits until session `name` shows `text`.
+    fn shows(&self, name: &str, text: &str) {
+        let shown = wait_until(Duration::from_secs(10), || self.screen(name).contains(text));
+        assert!(shown, "{text:?} not on screen:\n{}", self.screen(name));
+    }
+}
+
+impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .output();
+        let _ = self.run(&["kill-server"]);
     }
 }
 

@@ -243,3 +243,35 @@ fn install_extras_puts_completions_and_pages_under_the_prefix() {
         assert!(p.join("share/man/man1").join(page).is_file(), "{page}");
     }
 }
+
+/// The exit statuses are documented where a user looks: `charon --help`
+/// and the man page `charon man` prints.
+#[test]
+fn help_and_the_man_page_document_the_exit_statuses() {
+    let help = charon().arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let man = charon().arg("man").output().unwrap();
+    assert!(man.status.success());
+    let (help, man) = (
+        String::from_utf8_lossy(&help.stdout).into_owned(),
+        String::from_utf8_lossy(&man.stdout).into_owned(),
+    );
+    for text in [&help, &man] {
+        for line in [
+            "0  answered",
+            "1  client error",
+            "2  usage",
+            "3  server unavailable",
+        ] {
+            assert!(text.contains(line), "{line:?} in:\n{text}");
+        }
+    }
+    assert!(help.contains("Exit status:"), "{help}");
+    // A usage error exits 2, --help and --version 0.
+    let bad = charon().arg("--no-such-flag").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(
+        charon().arg("--version").output().unwrap().status.code(),
+        Some(0)
+    );
+}

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, Hold};
+use charon_client::{Client, ClientOptions, Hold};
 use charon_testkit::{CharonProcess, RedisServer};
 use support::{bin, holder, redis_cli, within};
 
@@ -152,7 +152,7 @@ fn probe(fleet: &Fleet, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Outage
                         assert!(g.is_granted(), "{g:?}");
                         seen.decisions += 1;
                     }
-                    Err(Error::Server(_)) => seen.server_errors += 1,
+                    Err(ref e) if e.is_server() => seen.server_errors += 1,
                     Err(e) => panic!("a server error, not {e:?}"),
                 }
                 match reserve {
@@ -160,7 +160,7 @@ fn probe(fleet: &Fleet, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Outage
                         seen.decisions += 1;
                         held.lock().expect("held").push(h);
                     }
-                    Err(Error::Server(_)) => seen.server_errors += 1,
+                    Err(ref e) if e.is_server() => seen.server_errors += 1,
                     Err(e) => panic!("a server error, not {e:?}"),
                 }
             }

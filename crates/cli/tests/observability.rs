@@ -360,7 +360,20 @@ async fn the_dashboard_and_the_alert_rules_query_only_exported_metrics() {
     }
 
     let (_redis, _server, text) = scraped_after_traffic().await;
-    let exported = Exposition::parse(&text);
+    let mut exported = Exposition::parse(&text);
+    // The certificate's metrics exist only under TLS: a server with one.
+    let pki = charon_testkit::TestPki::new();
+    let tls_server = pki.serve(
+        bin(),
+        LIMITS,
+        (&pki.server_cert(), &pki.server_key()),
+        &[],
+        false,
+    );
+    let (_, tls_text) = tls_server.http_get("/metrics").expect("/metrics over TLS");
+    exported
+        .samples
+        .extend(Exposition::parse(&tls_text).samples);
     let mut unknown = Vec::new();
     let mut used = BTreeSet::new();
     for (file, exprs) in [("dashboard", &dashboard_exprs), ("rules", &rule_exprs)] {

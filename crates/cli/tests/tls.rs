@@ -11,9 +11,12 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use charon_client::{Client, ClientOptions, ClientTls};
+use charon_client::{Client, ClientOptions, ClientTls, ErrorKind};
 use charon_testkit::{CharonProcess, TestPki, https_get, presented_certificate, wait_until};
 use support::{bin, charon};
+
+#[path = "tls/mistakes.rs"]
+mod mistakes;
 
 const LIMITS: &str = "\
 resources:
@@ -49,28 +52,22 @@ fn trusting(pki: &TestPki, cert: bool) -> Option<ClientTls> {
 /// copied into its directory (`tls.pem`, `tls.key`) so a test can replace
 /// them; `extra` flags after.
 fn serve_tls(pki: &TestPki, extra: &[&str], probe_with_cert: bool) -> CharonProcess {
-    let mut args = vec![
-        "--config",
-        "{dir}/limits.yaml",
-        "--tls-cert",
-        "{dir}/tls.pem",
-        "--tls-key",
-        "{dir}/tls.key",
-    ];
-    args.extend_from_slice(extra);
-    // The files must be there before the process starts (it reads them at
-    // start), in its directory (`{dir}`).
-    CharonProcess::start_probed_with(
-        bin(),
-        &args,
-        "/readyz",
-        pki.probe(probe_with_cert),
-        |dir: &Path| {
-            std::fs::write(dir.join("limits.yaml"), LIMITS).unwrap();
-            std::fs::copy(pki.server_cert(), dir.join("tls.pem")).unwrap();
-            std::fs::copy(pki.server_key(), dir.join("tls.key")).unwrap();
-        },
+    serve_tls_with(
+        pki,
+        (&pki.server_cert(), &pki.server_key()),
+        extra,
+        probe_with_cert,
     )
+}
+
+/// [`serve_tls`] with this certificate and key.
+fn serve_tls_with(
+    pki: &TestPki,
+    cert_and_key: (&Path, &Path),
+    extra: &[&str],
+    probe_with_cert: bool,
+) -> CharonProcess {
+    pki.serve(bin(), LIMITS, cert_and_key, extra, probe_with_cert)
 }
 
 /// Replaces `to` with `from` as editors and Kubernetes do: a new file
@@ -111,14 +108,22 @@ async fn grpc_over_tls_needs_the_ca_that_signed_the_server() {
     let grant = good.request("api/search", "t").copies(2).send().await;
     assert_eq!(grant.unwrap().granted, 2);
 
-    // Plain text to a TLS port: no answer.
+    // Plain text to a TLS port: a client error that says so (never a
+    // server error, which a failing-open client would turn into a grant).
     let plain = client(&server, None);
     let e = plain.request("api/search", "t").send().await.unwrap_err();
-    assert!(e.is_server(), "{e}");
-    // A CA that did not sign the server's certificate: refused.
+    assert_eq!(e.kind(), ErrorKind::WrongProtocol, "{e}");
+    assert!(e.message().contains("speaks TLS"), "{e}");
+    // A CA that did not sign the server's certificate: refused, a client
+    // error too.
     let wrong = client(&server, trusting(&other, false));
     let e = wrong.request("api/search", "t").send().await.unwrap_err();
-    assert!(e.is_server(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(
+        e.message()
+            .contains("not signed by a CA this client trusts"),
+        "{e}"
+    );
 
     // The CLI's --ca (the default http:// address becomes https://).
     let out = charon()
@@ -183,7 +188,8 @@ async fn mutual_tls_refuses_clients_without_a_certificate_it_trusts() {
         .send()
         .await
         .unwrap_err();
-    assert!(e.is_server(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(e.message().contains("requires a client certificate"), "{e}");
     // Presents a certificate of another CA (and trusts the server).
     let mut strangers = ClientTls::from_files(
         Some(&pki.ca()),
@@ -191,14 +197,18 @@ async fn mutual_tls_refuses_clients_without_a_certificate_it_trusts() {
         Some(&other.client_key()),
     )
     .unwrap();
-    strangers.domain = None;
+    strangers.server_name = None;
     let stranger = client(&server, Some(strangers));
     let e = stranger
         .request("api/search", "t")
         .send()
         .await
         .unwrap_err();
-    assert!(e.is_server(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(
+        e.message().contains("refused this client's certificate"),
+        "{e}"
+    );
     // A certificate the client CA signed.
     let member = client(&server, trusting(&pki, true));
     assert_eq!(
@@ -720,7 +730,7 @@ async fn a_client_certificate_names_a_principal_of_the_limiting_api() {
         1
     );
     let e = search.reserve("sandbox/vm", "t").send().await.unwrap_err();
-    assert!(matches!(e, charon_client::Error::Client(_)), "{e}");
+    assert!(e.is_client(), "{e}");
     assert!(e.to_string().contains("search"), "{e}");
 
     // A certificate of the right CA whose name no principal carries.
@@ -731,7 +741,7 @@ async fn a_client_certificate_names_a_principal_of_the_limiting_api() {
         ),
     );
     let e = nobody.request("api/search", "t").send().await.unwrap_err();
-    assert!(matches!(e, charon_client::Error::Client(_)), "{e}");
+    assert!(e.is_client(), "{e}");
     assert!(e.to_string().contains("token"), "{e}");
 
     // The same certificate with `ops`' bearer token: the token wins.
@@ -742,4 +752,134 @@ async fn a_client_certificate_names_a_principal_of_the_limiting_api() {
     let ops = Client::connect(options.with_token("ops-secret")).unwrap();
     let hold = ops.reserve("sandbox/vm", "t").send().await.unwrap();
     assert_eq!(hold.copies(), 1);
+}
+
+/// `charon serve` with `cert` and `key`: its exit status and stderr, once
+/// it exits (within 20 s, else it is killed and `None`).
+fn serve_exit(cert: &Path, key: &Path) -> Option<(Option<i32>, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("limits.yaml"), LIMITS).unwrap();
+    let mut child = charon()
+        .current_dir(dir.path())
+        .args(["serve", "--config", "limits.yaml"])
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(cert)
+        .arg("--tls-key")
+        .arg(key)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = wait_until(Duration::from_secs(20), || {
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        return None;
+    }
+    let out = child.wait_with_output().unwrap();
+    Some((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// A certificate that has expired, or is not valid yet, stops `charon
+/// serve` at start (exit 1), saying which file, since or until when, and
+/// what to do: served, it would fail every client's handshake.
+#[test]
+fn a_certificate_outside_its_validity_is_refused_at_start() {
+    let pki = TestPki::new();
+    let now = TestPki::now();
+    let expired = pki.issue_server_valid("expired", "charon expired", now - 30 * 86400, now - 7200);
+    let future = pki.issue_server_valid("future", "charon future", now + 7200, now + 30 * 86400);
+    for ((cert, key), says) in [(&expired, "expired at"), (&future, "not valid yet")] {
+        let (code, stderr) = serve_exit(cert, key).expect("charon serve exits");
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains(&cert.display().to_string()), "{stderr}");
+    }
+    let (_, stderr) = serve_exit(&expired.0, &expired.1).unwrap();
+    assert!(
+        stderr.contains("CN=charon expired expired at") && stderr.contains("2h ago"),
+        "{stderr}"
+    );
+}
+
+/// An expired certificate renamed over the one in force is refused on
+/// reload: the previous one is still served, the refusal is logged,
+/// counted and shown by `/readyz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_refused_on_reload_and_the_previous_one_kept() {
+    let pki = TestPki::new();
+    let server = serve_tls(&pki, &[], false);
+    let before = TestPki::der(&pki.server_cert());
+    let now = TestPki::now();
+    let (expired, expired_key) =
+        pki.issue_server_valid("expired", "charon expired", now - 30 * 86400, now - 60);
+    replace(&expired_key, &server.dir().join("tls.key"));
+    replace(&expired, &server.dir().join("tls.pem"));
+    server.signal("HUP");
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .log()
+            .contains("CN=charon expired expired at")),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server
+            .log()
+            .contains("the previous certificate is still served")
+    );
+    assert_eq!(
+        presented_certificate(server.grpc_port),
+        Some(before.clone())
+    );
+    assert_eq!(presented_certificate(server.http_port), Some(before));
+    assert!(metric(&server, "charon_tls_reloads_total{result=\"refused\"}") >= Some(1.0));
+    assert_eq!(metric(&server, "charon_tls_reload_failing"), Some(1.0));
+    let (code, ready) = server.http_get("/readyz").unwrap();
+    assert_eq!(code, 200, "still serving the previous one: {ready}");
+    assert!(
+        ready.contains("tls: the files were refused") && ready.contains("expired at"),
+        "{ready}"
+    );
+    // Still answering, under the previous certificate.
+    let c = client(&server, trusting(&pki, false));
+    assert_eq!(
+        c.request("api/search", "t").send().await.unwrap().granted,
+        1
+    );
+}
+
+/// The chain in force's expiry is on `/metrics` (Unix seconds, for an
+/// alert weeks ahead), and `/readyz` names a certificate in its last day
+/// (still 200: the whole fleet's certificates expire together; taking
+/// servers out of rotation would not help).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_expiry_is_exported_and_readyz_names_its_last_day() {
+    let pki = TestPki::new();
+    let now = TestPki::now();
+    let until = now + 3 * 3600;
+    let (cert, key) = pki.issue_server_valid("soon", "charon soon", now - 3600, until);
+    let server = serve_tls_with(&pki, (&cert, &key), &[], false);
+    assert_eq!(
+        metric(&server, "charon_tls_certificate_expiry_seconds"),
+        Some(until as f64)
+    );
+    let (code, ready) = server.http_get("/readyz").unwrap();
+    assert_eq!(code, 200, "{ready}");
+    assert!(
+        ready.contains("tls: the certificate CN=charon soon") && ready.contains("expires at"),
+        "{ready}"
+    );
+    // A certificate far from its end is not named.
+    let calm = serve_tls(&pki, &[], false);
+    let (_, ready) = calm.http_get("/readyz").unwrap();
+    assert!(!ready.contains("expires"), "{ready}");
+    assert!(
+        metric(&calm, "charon_tls_certificate_expiry_seconds") > Some((now + 300 * 86400) as f64)
+    );
 }

@@ -15,9 +15,10 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::backoff::next_sleep;
+use crate::error::ErrorKind;
 use crate::grant::{RateGrant, Source};
 use crate::hold::Hold;
 use crate::multi::MultiCall;
@@ -34,7 +35,7 @@ pub struct Client {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    grpc: LimiterClient<Transport>,
+    pub(crate) grpc: LimiterClient<Transport>,
     /// `charon.v1.Capacity` on the same connection (leases).
     pub(crate) capacity: v1::capacity_client::CapacityClient<Transport>,
     pub(crate) options: ClientOptions,
@@ -51,6 +52,21 @@ pub(crate) struct Inner {
     in_flight: Semaphore,
     kill_switch: AtomicBool,
     counters: Counters,
+    /// Degraded grants are logged, at most one line per
+    /// [`DEGRADED_LOG_EVERY`].
+    degraded_log: Mutex<DegradedLog>,
+}
+
+/// The least time between two log lines about degraded grants: a server
+/// that is down must not flood the application's log with one line per
+/// request, nor go unnoticed.
+const DEGRADED_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// When degraded grants were last logged, and how many since.
+#[derive(Debug, Default)]
+struct DegradedLog {
+    last: Option<Instant>,
+    unlogged: u64,
 }
 
 /// What the last attempt to open a session came to.
@@ -99,7 +115,7 @@ pub struct Stats {
 
 fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
     if copies == 0 || min_copies == 0 || min_copies > copies {
-        return Err(Error::Client(format!(
+        return Err(Error::invalid(format!(
             "need 1 <= min_copies <= copies (got copies {copies}, min_copies {min_copies})"
         )));
     }
@@ -129,8 +145,9 @@ impl Bearer {
         token
             .map(|t| {
                 MetadataValue::try_from(format!("Bearer {}", t.0)).map_err(|_| {
-                    Error::Client(
-                        "the token must be printable ASCII without line breaks".to_owned(),
+                    Error::new(
+                        ErrorKind::Settings,
+                        "the token must be printable ASCII without line breaks",
                     )
                 })
             })
@@ -180,6 +197,7 @@ impl Client {
                 in_flight,
                 kill_switch: AtomicBool::new(false),
                 counters: Counters::default(),
+                degraded_log: Mutex::default(),
             }),
         })
     }
@@ -341,7 +359,7 @@ impl Client {
         let session = self.session(deadline).await?;
         let reply = session.call(op, deadline).await?;
         if let Reply::Error(e) = &reply {
-            return Err(from_reply_error(e));
+            return Err(from_reply_error(e, self.address()));
         }
         Ok((reply, session.generation))
     }
@@ -354,11 +372,32 @@ impl Client {
         let timeout = self.inner.options.request_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let _place = self.place(deadline).await?;
-        tokio::time::timeout_at(deadline, call)
-            .await
-            .map_err(|_| Error::Server(format!("no answer within {timeout:?}")))?
-            .map(tonic::Response::into_inner)
-            .map_err(|s| Error::from_status(&s))
+        let address = self.address();
+        match tokio::time::timeout_at(deadline, call).await {
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no answer from {address} within {timeout:?}"),
+            )),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(self.classify(&status, deadline).await),
+        }
+    }
+
+    /// The server's address, as given (`ClientOptions::endpoint`).
+    pub(crate) fn address(&self) -> &str {
+        &self.inner.options.endpoint
+    }
+
+    /// A failed call's status in the error model; a connection that ended
+    /// without a word is looked at once more (`diagnose`), before
+    /// `deadline`, so that a certificate or protocol mistake is never taken
+    /// for a server that is down.
+    pub(crate) async fn classify(
+        &self,
+        status: &tonic::Status,
+        deadline: tokio::time::Instant,
+    ) -> Error {
+        classify(&self.inner.options, status, deadline).await
     }
 
     /// Waits, until `deadline`, for one of the
@@ -368,12 +407,17 @@ impl Client {
         let permit = tokio::time::timeout_at(deadline, self.inner.in_flight.acquire())
             .await
             .map_err(|_| {
-                Error::Server(format!(
-                    "no place in flight within {:?} ({} operations already wait for the server)",
-                    self.inner.options.request_timeout, self.inner.options.max_in_flight
-                ))
+                Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "no place in flight within {:?} ({} operations already wait for {})",
+                        self.inner.options.request_timeout,
+                        self.inner.options.max_in_flight,
+                        self.address()
+                    ),
+                )
             })?
-            .map_err(|_| Error::Server("the client is shutting down".to_owned()))?;
+            .map_err(|_| Error::new(ErrorKind::Unavailable, "the client is shutting down"))?;
         let c = &self.inner.counters;
         let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         c.peak_in_flight.fetch_max(now, Ordering::Relaxed);
@@ -402,7 +446,12 @@ impl Client {
         let seen = self.inner.open_attempts.load(Ordering::SeqCst);
         let mut opening = tokio::time::timeout_at(deadline, self.inner.opening.lock())
             .await
-            .map_err(|_| Error::Server("no session opened in time".to_owned()))?;
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Timeout,
+                    format!("no session opened with {} in time", self.address()),
+                )
+            })?;
         if let Some(s) = self.live_session() {
             return Ok(s);
         }
@@ -414,13 +463,7 @@ impl Client {
         }
         self.inner.open_attempts.fetch_add(1, Ordering::SeqCst);
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let opened = SessionConn::open(
-            self.inner.grpc.clone(),
-            generation,
-            deadline,
-            self.inner.options.max_in_flight,
-        )
-        .await;
+        let opened = SessionConn::open(self, generation, deadline).await;
         match opened {
             Ok(session) => {
                 let session = Arc::new(session);
@@ -460,18 +503,41 @@ impl Client {
         f(&self.inner.counters).fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Degraded mode: a server error becomes a local grant if allowed.
+    /// Degraded mode: a server error becomes a local grant if allowed,
+    /// counted and logged (at most one line per [`DEGRADED_LOG_EVERY`]); a
+    /// client error never does.
     fn degrade(&self, e: Error) -> Result<(), Error> {
         if e.is_server() {
             self.count(|c| &c.server_errors);
         }
-        if self.inner.options.fail_open && e.is_server() {
-            self.count(|c| &c.degraded);
-            debug!(error = %e, "degraded grant");
-            Ok(())
-        } else {
-            Err(e)
+        if !(self.inner.options.fail_open && e.is_server()) {
+            return Err(e);
         }
+        self.count(|c| &c.degraded);
+        let unlogged = {
+            let mut log = self
+                .inner
+                .degraded_log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if log.last.is_some_and(|t| t.elapsed() < DEGRADED_LOG_EVERY) {
+                log.unlogged += 1;
+                None
+            } else {
+                log.last = Some(Instant::now());
+                Some(std::mem::take(&mut log.unlogged))
+            }
+        };
+        if let Some(unlogged) = unlogged {
+            warn!(
+                error = %e,
+                unlogged,
+                "degraded grant: the server could not answer, min_copies granted locally \
+                 ({unlogged} more degraded grants since the last line; at most one line every {}s)",
+                DEGRADED_LOG_EVERY.as_secs()
+            );
+        }
+        Ok(())
     }
 
     /// Runs `attempt` until it is granted, or the kill switch turns a
@@ -520,11 +586,37 @@ impl Client {
     }
 }
 
-pub(crate) fn from_reply_error(e: &v1::Error) -> Error {
-    if e.class == v1::error::Class::Client as i32 {
-        Error::Client(e.message.clone())
-    } else {
-        Error::Server(e.message.clone())
+/// An operation's `Error` reply on the session stream, from the server at
+/// `address`: its code (the one a unary call would get) picks the kind; a
+/// server that predates the code gives only the class.
+pub(crate) fn from_reply_error(e: &v1::Error, address: &str) -> Error {
+    let client = e.class == v1::error::Class::Client as i32;
+    let code = tonic::Code::from_i32(e.code);
+    let code = match code {
+        tonic::Code::Ok if client => tonic::Code::InvalidArgument,
+        tonic::Code::Ok => tonic::Code::Unavailable,
+        code => code,
+    };
+    let class = if client { "client" } else { "server" };
+    let status = charon_proto::codec::with_class(tonic::Status::new(code, &e.message), class);
+    crate::classify::from_status(&status, address)
+}
+
+/// A failed call's status in the error model, for a client with
+/// `options`: see [`Client::classify`].
+pub(crate) async fn classify(
+    options: &ClientOptions,
+    status: &tonic::Status,
+    deadline: tokio::time::Instant,
+) -> Error {
+    let address = options.endpoint.as_str();
+    let error = crate::classify::from_status(status, address);
+    if !crate::classify::is_ambiguous(status, address) {
+        return error;
+    }
+    match crate::diagnose::diagnose(address, options.tls.as_ref(), deadline).await {
+        Some(cause) => cause.with_code(status.code()).at(address),
+        None => error,
     }
 }
 
@@ -541,7 +633,7 @@ impl Drop for Place<'_> {
 }
 
 fn unexpected(reply: &Reply) -> Error {
-    Error::Server(format!("unexpected reply {reply:?}"))
+    Error::new(ErrorKind::Internal, format!("unexpected reply {reply:?}"))
 }
 
 /// What one attempt came to.

@@ -10,7 +10,7 @@ use charon_proto::v1::session_request::Op;
 use tracing::debug;
 
 use crate::grant::Source;
-use crate::{Client, Error};
+use crate::{Client, Error, ErrorKind};
 
 /// Copies of a resource held by this client, or the rejection of a
 /// reserve (then [`Hold::is_granted`] is false and it holds nothing).
@@ -156,7 +156,7 @@ impl Hold {
     /// Gives back `n` of the copies still held.
     pub async fn release(&mut self, n: u64) -> Result<(), Error> {
         if n > self.held {
-            return Err(Error::Client(format!(
+            return Err(Error::invalid(format!(
                 "cannot release {n} copies; this hold has {}",
                 self.held
             )));
@@ -190,15 +190,15 @@ impl Hold {
     /// Copies granted in degraded mode cannot be transferred.
     pub async fn transfer(&mut self, n: u64, ttl: Duration) -> Result<String, Error> {
         if n > self.held || n == 0 {
-            return Err(Error::Client(format!(
+            return Err(Error::invalid(format!(
                 "cannot transfer {n} copies; this hold has {}",
                 self.held
             )));
         }
         if !self.on_live_session() {
-            return Err(Error::Server(
-                "these copies are not held on a live session (degraded, or the session ended)"
-                    .to_owned(),
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "these copies are not held on a live session (degraded, or the session ended)",
             ));
         }
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
@@ -214,7 +214,10 @@ impl Hold {
                 self.held -= n;
                 Ok(t.transfer_id)
             }
-            (other, _) => Err(Error::Server(format!("unexpected reply {other:?}"))),
+            (other, _) => Err(Error::new(
+                ErrorKind::Internal,
+                format!("unexpected reply {other:?}"),
+            )),
         }
     }
 }

@@ -26,7 +26,7 @@ use charon_proto::v1;
 use charon_proto::v1::capacity_client::CapacityClient;
 use tokio::sync::Notify;
 
-use crate::{Client, Error};
+use crate::{Client, Error, ErrorKind};
 
 /// What a client does once its lease has expired and no server answers
 /// (SPEC §12).
@@ -134,6 +134,8 @@ struct State {
 struct Shared {
     resource: String,
     options: LeaseOptions,
+    /// The client's options: the server's address and TLS, for errors.
+    client: crate::ClientOptions,
     state: Mutex<State>,
     /// Woken when the capacity may have changed.
     changed: Notify,
@@ -202,7 +204,7 @@ impl Client {
         options: LeaseOptions,
     ) -> Result<Lease, Error> {
         if !options.wants.is_finite() || options.wants < 0.0 {
-            return Err(Error::Client(format!(
+            return Err(Error::invalid(format!(
                 "wants must be a finite number at least 0, not {}",
                 options.wants
             )));
@@ -220,6 +222,7 @@ impl Client {
                 last_error: None,
             }),
             options,
+            client: self.inner.options.clone(),
             changed: Notify::new(),
             demand: AtomicU64::new(0),
             released: std::sync::atomic::AtomicBool::new(false),
@@ -227,7 +230,9 @@ impl Client {
         let grpc = self.inner.capacity.clone();
         let timeout = self.inner.options.request_timeout;
         let wants = shared.options.wants;
-        if let Err(e @ Error::Client(_)) = refresh(&shared, &grpc, timeout, wants).await {
+        if let Err(e) = refresh(&shared, &grpc, timeout, wants).await
+            && e.is_client()
+        {
             return Err(e);
         }
         let refresher = tokio::spawn(refresh_loop(shared.clone(), grpc.clone(), timeout));
@@ -263,15 +268,20 @@ async fn refresh(
         }],
     };
     let mut grpc = grpc.clone();
-    let result = match tokio::time::timeout(timeout, grpc.get_capacity(req)).await {
-        Ok(Ok(reply)) => reply
-            .into_inner()
-            .leases
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Server("a reply without a lease".into())),
-        Ok(Err(status)) => Err(Error::from_status(&status)),
-        Err(_) => Err(Error::Server(format!("no answer within {timeout:?}"))),
+    let address = shared.client.endpoint.as_str();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let result = match tokio::time::timeout_at(deadline, grpc.get_capacity(req)).await {
+        Ok(Ok(reply)) => reply.into_inner().leases.into_iter().next().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("{address} sent a reply without a lease"),
+            )
+        }),
+        Ok(Err(status)) => Err(crate::client::classify(&shared.client, &status, deadline).await),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("no answer from {address} within {timeout:?}"),
+        )),
     };
     let mut s = shared.lock();
     s.wants = wants;
@@ -414,10 +424,17 @@ impl Lease {
             resources: vec![self.shared.resource.clone()],
         };
         let mut grpc = self.grpc.clone();
-        match tokio::time::timeout(self.timeout, grpc.release_capacity(req)).await {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let address = self.shared.client.endpoint.as_str();
+        match tokio::time::timeout_at(deadline, grpc.release_capacity(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner().released.first().copied().unwrap_or(false)),
-            Ok(Err(status)) => Err(Error::from_status(&status)),
-            Err(_) => Err(Error::Server("no answer to the release".into())),
+            Ok(Err(status)) => {
+                Err(crate::client::classify(&self.shared.client, &status, deadline).await)
+            }
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no answer from {address} to the release"),
+            )),
         }
     }
 }

@@ -178,7 +178,9 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 mod backoff;
+mod classify;
 mod client;
+mod diagnose;
 mod error;
 mod grant;
 mod hold;
@@ -191,7 +193,7 @@ pub use backoff::{jitter, next_sleep};
 /// The wire types, for replies' full context.
 pub use charon_proto::v1 as proto;
 pub use client::{Bearer, Client, RateCall, ReserveCall, Stats};
-pub use error::Error;
+pub use error::{Class, Error, ErrorKind, code_name};
 pub use grant::{RateGrant, Source};
 pub use hold::Hold;
 pub use lease::{Lease, LeaseMode, LeaseOptions, LeaseSource, LeaseStatus};

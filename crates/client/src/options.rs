@@ -86,8 +86,9 @@ pub struct ClientTls {
     pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
     /// The name the server's certificate must carry, when it is not the
     /// endpoint's host (a server reached through an IP address or a
-    /// tunnel).
-    pub domain: Option<String>,
+    /// tunnel): the Python client's `server_name=`, the CLI's
+    /// `--server-name`.
+    pub server_name: Option<String>,
 }
 
 // By hand: no key material in logs.
@@ -96,7 +97,7 @@ impl std::fmt::Debug for ClientTls {
         f.debug_struct("ClientTls")
             .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
             .field("identity_pem", &self.identity_pem.is_some())
-            .field("domain", &self.domain)
+            .field("server_name", &self.server_name)
             .finish()
     }
 }
@@ -126,7 +127,7 @@ impl ClientTls {
         Ok(Self {
             ca_pem: ca.map(read).transpose()?,
             identity_pem,
-            domain: None,
+            server_name: None,
         })
     }
 
@@ -141,8 +142,8 @@ impl ClientTls {
         if let Some((cert, key)) = &self.identity_pem {
             config = config.identity(Identity::from_pem(cert, key));
         }
-        if let Some(domain) = &self.domain {
-            config = config.domain_name(domain.clone());
+        if let Some(name) = &self.server_name {
+            config = config.domain_name(name.clone());
         }
         config
     }
@@ -156,7 +157,7 @@ pub fn endpoint(
     tls: Option<&ClientTls>,
 ) -> Result<tonic::transport::Endpoint, crate::Error> {
     let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
-        .map_err(|e| crate::Error::Client(format!("bad endpoint {url:?}: {e}")))?;
+        .map_err(|e| settings(format!("the endpoint {url:?} is not a URL: {e}")))?;
     let tls = match tls {
         Some(t) => Some(t.to_tonic()),
         None if url.starts_with("https://") => Some(ClientTls::default().to_tonic()),
@@ -165,9 +166,13 @@ pub fn endpoint(
     match tls {
         Some(t) => endpoint
             .tls_config(t)
-            .map_err(|e| crate::Error::Client(format!("TLS settings for {url:?}: {e}"))),
+            .map_err(|e| settings(format!("TLS settings for {url:?} cannot be used: {e}"))),
         None => Ok(endpoint),
     }
+}
+
+fn settings(message: String) -> crate::Error {
+    crate::Error::new(crate::ErrorKind::Settings, message)
 }
 
 impl ClientOptions {

@@ -13,19 +13,18 @@
 //! order, as two unary calls would be.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::client::Transport;
 use charon_proto::v1;
-use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::Error;
+use crate::error::ErrorKind;
+use crate::{Client, Error};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, Error>>>>>;
 
@@ -43,30 +42,41 @@ pub(crate) struct SessionConn {
     tx: mpsc::Sender<v1::SessionRequest>,
     pending: Pending,
     next_id: AtomicU64,
-    closed: Arc<AtomicBool>,
+    /// Why the stream ended, once it has: what a call made after that
+    /// gets (the server's refusal of the session, say), rather than a
+    /// bare "closed".
+    ended: watch::Receiver<Option<Error>>,
     /// Which session this is, so holds of an earlier one know it is gone.
     pub generation: u64,
+    /// The server's address, for the errors.
+    address: Arc<str>,
 }
 
 impl SessionConn {
-    /// Opens a stream and starts reading its replies. `max_in_flight` is
-    /// the client's bound on operations waiting for an answer: the outgoing
-    /// queue is sized so that sending never waits behind it.
-    pub async fn open(
-        mut grpc: LimiterClient<Transport>,
-        generation: u64,
-        deadline: Instant,
-        max_in_flight: usize,
-    ) -> Result<Self, Error> {
+    /// Opens a stream of `client` and starts reading its replies. The
+    /// outgoing queue is sized by the client's bound on operations waiting
+    /// for an answer, so that sending never waits behind it.
+    pub async fn open(client: &Client, generation: u64, deadline: Instant) -> Result<Self, Error> {
+        let max_in_flight = client.inner.options.max_in_flight;
+        let address: Arc<str> = Arc::from(client.address());
+        let mut grpc = client.inner.grpc.clone();
         let (tx, rx) = mpsc::channel(max_in_flight.max(1) + DETACHED_ROOM);
-        let response = tokio::time::timeout_at(deadline, grpc.session(ReceiverStream::new(rx)))
-            .await
-            .map_err(|_| Error::Server("no session opened in time".to_owned()))?
-            .map_err(|s| Error::from_status(&s))?;
+        let response =
+            match tokio::time::timeout_at(deadline, grpc.session(ReceiverStream::new(rx))).await {
+                Err(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("no session opened with {address} in time"),
+                    ));
+                }
+                Ok(Err(status)) => return Err(client.classify(&status, deadline).await),
+                Ok(Ok(response)) => response,
+            };
         let mut inbound = response.into_inner();
         let pending: Pending = Arc::default();
-        let closed = Arc::new(AtomicBool::new(false));
-        let (reader_pending, reader_closed) = (pending.clone(), closed.clone());
+        let (reader_ended, ended) = watch::channel(None);
+        let reader_pending = pending.clone();
+        let reader_address = address.clone();
         tokio::spawn(async move {
             let failure = loop {
                 match inbound.message().await {
@@ -79,13 +89,18 @@ impl SessionConn {
                             let _ = waiter.send(Ok(result));
                         }
                     }
-                    Ok(None) => break Error::Server("the server ended the session".to_owned()),
-                    Err(status) => break ended(&status),
+                    Ok(None) => {
+                        break Error::new(
+                            ErrorKind::Unavailable,
+                            format!("{reader_address} ended the session"),
+                        );
+                    }
+                    Err(status) => break session_ended(&status, &reader_address),
                 }
             };
             // Closed before the waiters are taken: a call that registers
             // itself afterwards sees it and does not wait in vain.
-            reader_closed.store(true, Ordering::SeqCst);
+            reader_ended.send_replace(Some(failure.clone()));
             let waiters = std::mem::take(
                 &mut *reader_pending
                     .lock()
@@ -99,14 +114,15 @@ impl SessionConn {
             tx,
             pending,
             next_id: AtomicU64::new(1),
-            closed,
+            ended,
             generation,
+            address,
         })
     }
 
     /// Whether the stream has ended (its holds are gone on the server).
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst) || self.tx.is_closed()
+        self.ended.borrow().is_some() || self.tx.is_closed()
     }
 
     /// Queues an operation whose reply nobody waits for (the release of a
@@ -138,9 +154,14 @@ impl SessionConn {
     /// which degraded mode may turn into a local grant, exactly as for a
     /// unary call whose connection broke.
     pub async fn call(&self, op: Op, deadline: Instant) -> Result<Reply, Error> {
-        let closed = || Error::Server("the session is closed".to_owned());
+        let late = || {
+            Error::new(
+                ErrorKind::Timeout,
+                format!("no answer from {} in time", self.address),
+            )
+        };
         if self.is_closed() {
-            return Err(closed());
+            return Err(self.why_closed(deadline).await);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -156,9 +177,9 @@ impl SessionConn {
         };
         // The reader may have ended the stream (and answered its waiters)
         // between the check above and the insert.
-        if self.closed.load(Ordering::SeqCst) {
+        if self.ended.borrow().is_some() {
             forget();
-            return Err(closed());
+            return Err(self.why_closed(deadline).await);
         }
         // The client's bound on operations in flight keeps this queue from
         // filling (see `open`), so this waits only if detached releases
@@ -172,21 +193,41 @@ impl SessionConn {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
                 forget();
-                return Err(closed());
+                return Err(self.why_closed(deadline).await);
             }
             Err(_) => {
                 forget();
-                return Err(Error::Server("no answer in time".to_owned()));
+                return Err(late());
             }
         }
         match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(closed()),
+            Ok(Err(_)) => Err(self.why_closed(deadline).await),
             Err(_) => {
                 forget();
-                Err(Error::Server("no answer in time".to_owned()))
+                Err(late())
             }
         }
+    }
+}
+
+impl SessionConn {
+    /// Why the stream ended, as its reader found out (waiting for it until
+    /// `deadline`: the sending side may see the stream closed a moment
+    /// before the reader reads the status that closed it).
+    async fn why_closed(&self, deadline: Instant) -> Error {
+        let mut ended = self.ended.clone();
+        match tokio::time::timeout_at(deadline, ended.wait_for(Option::is_some)).await {
+            Ok(Ok(why)) => why.clone().unwrap_or_else(|| self.closed()),
+            _ => self.closed(),
+        }
+    }
+
+    fn closed(&self) -> Error {
+        Error::new(
+            ErrorKind::Unavailable,
+            format!("the session with {} is closed", self.address),
+        )
     }
 }
 
@@ -195,17 +236,24 @@ impl SessionConn {
 /// refused a message of this client (one it could not decode, or over its
 /// size limit): a client error, which degraded mode must not turn into a
 /// local grant. Anything else (the connection broke) is a server error.
-fn ended(status: &tonic::Status) -> Error {
+fn session_ended(status: &tonic::Status, address: &str) -> Error {
     let client = status
         .metadata()
         .get(charon_proto::codec::CLASS_KEY)
         .is_some_and(|v| v.as_bytes() == b"client");
+    let e = crate::classify::from_status(status, address);
     if client {
-        Error::Client(format!(
-            "the server ended the session: {}",
-            status.message()
-        ))
+        let message = format!("{address} ended the session: {}", e.message());
+        Error::new(e.kind(), message).answered(status.code(), address)
+    } else if e.is_client() {
+        // Not a Charon server at all (an HTTP port answering 404).
+        e
     } else {
-        Error::Server(format!("the session broke: {status}"))
+        Error::new(
+            e.kind(),
+            format!("the session with {address} broke: {}", e.message()),
+        )
+        .with_code(status.code())
+        .at(address)
     }
 }

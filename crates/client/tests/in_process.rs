@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, Source};
+use charon_client::{Client, ClientOptions, Source};
 use charon_testkit::InProcessServer;
 
 const LIMITS: &str = r#"
@@ -131,7 +131,7 @@ async fn holds_reserve_release_transfer_seize_and_drop() {
     assert_eq!((hold.resource(), hold.domain()), ("vm", "d"));
     hold.release(1).await.expect("release");
     assert_eq!(hold.copies(), 2);
-    assert!(matches!(hold.release(5).await, Err(Error::Client(_))));
+    assert!(matches!(hold.release(5).await, Err(ref e) if e.is_client()));
     let id = hold
         .transfer(1, Duration::from_secs(30))
         .await
@@ -139,7 +139,10 @@ async fn holds_reserve_release_transfer_seize_and_drop() {
     assert_eq!(hold.copies(), 1);
     let seized = b.seize(&id).await.expect("seize");
     assert_eq!((seized.copies(), seized.domain()), (1, "d"));
-    assert!(matches!(b.seize(&id).await, Err(Error::Client(_))), "once");
+    assert!(
+        matches!(b.seize(&id).await, Err(ref e) if e.is_client()),
+        "once"
+    );
     // 1 (hold) + 1 (seized) held: 2 more fit.
     let more = a.reserve("vm", "d").copies(4).send().await.expect("hold");
     assert_eq!(more.copies(), 2);
@@ -198,7 +201,7 @@ async fn client_errors_are_errors_even_when_failing_open() {
             .await
             .map(|_| ()),
     ] {
-        assert!(matches!(e, Err(Error::Client(_))), "{e:?}");
+        assert!(matches!(e, Err(ref e) if e.is_client()), "{e:?}");
     }
     assert_eq!(c.stats().degraded_grants, 0);
     server.stop().await;
@@ -359,7 +362,7 @@ async fn dry_run_charge_refund_and_the_reply_context() {
     // No refunds on a queue, a queue's delay.
     assert!(matches!(
         c.refund("exports", "d", 1).await,
-        Err(Error::Client(_))
+        Err(ref e) if e.is_client()
     ));
     assert_eq!(
         c.request("exports", "d")
@@ -372,4 +375,54 @@ async fn dry_run_charge_refund_and_the_reply_context() {
     let second = c.request("exports", "d").send().await.expect("answer");
     assert!(second.delay() > Duration::from_secs(3500), "{second:?}");
     server.stop().await;
+}
+
+/// A sink for log lines, shared with the subscriber that writes them.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lines").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Degraded grants are counted, each of them, and logged at warning
+/// level, at most one line every 10 s: a server that is down is never
+/// silent, and never floods the application's log. The line names the
+/// address and the cause.
+#[tokio::test(flavor = "current_thread")]
+async fn degraded_grants_are_logged_at_most_once_in_ten_seconds() {
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let nowhere = format!("http://127.0.0.1:{}", charon_testkit::free_port());
+    let client = Client::connect(ClientOptions::new(&nowhere)).expect("client");
+    for _ in 0..5 {
+        let g = client.request("api", "d").send().await.expect("degraded");
+        assert_eq!(g.source, Source::Degraded);
+    }
+    assert_eq!(client.stats().degraded_grants, 5);
+    let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("UTF-8");
+    let logged: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("degraded grant"))
+        .collect();
+    assert_eq!(logged.len(), 1, "{text}");
+    assert!(
+        logged[0].contains("WARN")
+            && logged[0].contains(&nowhere)
+            && logged[0].contains("connection refused"),
+        "{text}"
+    );
 }

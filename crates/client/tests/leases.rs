@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use charon_client::{Client, ClientOptions, Error, LeaseMode, LeaseOptions, LeaseSource};
+use charon_client::{Client, ClientOptions, LeaseMode, LeaseOptions, LeaseSource};
 use charon_testkit::InProcessServer;
 
 const CONFIG: &str = r#"
@@ -59,7 +59,7 @@ async fn a_lease_on_the_wrong_resource_is_a_client_error() {
             .lease(resource, LeaseOptions::new("a", wants))
             .await
             .expect_err(resource);
-        assert!(matches!(e, Error::Client(_)), "{resource}: {e:?}");
+        assert!(e.is_client(), "{resource}: {e:?}");
     }
 }
 

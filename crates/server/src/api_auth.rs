@@ -337,6 +337,7 @@ pub fn denied_error(message: String) -> v1::Error {
     v1::Error {
         class: v1::error::Class::Client as i32,
         message,
+        code: tonic::Code::PermissionDenied as i32,
     }
 }
 

@@ -191,6 +191,12 @@ async fn ready(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
             "\ntls: the files were refused ({problem}); the previous certificate is served"
         ));
     }
+    // A certificate in its last day still serves (taking the server out of
+    // rotation would not help: the fleet's certificates expire together),
+    // but the check that polls this names it.
+    if let Some(warning) = state.options.tls.as_ref().and_then(|t| t.expiry_warning()) {
+        about.push_str(&format!("\ntls: {warning}"));
+    }
     let unavailable = |why: String| (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n{about}\n"));
     if state.shutdown.is_triggered() {
         return unavailable("shutting down".to_owned());

@@ -333,6 +333,13 @@ pub const METRICS: &[Described] = &[
         "1 while the TLS files on disk were refused and the previous certificate is still served.",
     ),
     m(
+        "charon_tls_certificate_expiry_seconds",
+        Kind::Gauge,
+        "",
+        Some(Unit::Seconds),
+        "When the TLS certificate in force expires (the earliest notAfter of its chain), in Unix seconds.",
+    ),
+    m(
         "charon_tls_handshake_failures_total",
         Kind::Counter,
         "listener",
@@ -715,6 +722,12 @@ pub fn tls_reload(applied: bool) {
 /// still served).
 pub fn tls_reload_failing(failing: bool) {
     gauge!("charon_tls_reload_failing").set(if failing { 1.0 } else { 0.0 });
+}
+
+/// When the certificate chain in force expires (Unix seconds): an alert
+/// can fire weeks before it does.
+pub fn tls_certificate_expiry(not_after: i64) {
+    gauge!("charon_tls_certificate_expiry_seconds").set(not_after as f64);
 }
 
 /// A TLS handshake on `listener` (`gRPC`, `HTTP`) failed or timed out.

@@ -13,6 +13,11 @@
 //!   (`charon_tls_reloads_total{result="refused"}`, gauge
 //!   `charon_tls_reload_failing`) and shown by `/readyz`. The same bytes
 //!   are not tried again until they change or SIGHUP asks.
+//! - A certificate chain that has expired or is not valid yet is refused
+//!   the same way, at start and on reload ([`validity`]): served, it would
+//!   make every client that verifies it fail its handshake. The chain in
+//!   force's expiry is exported (`charon_tls_certificate_expiry_seconds`,
+//!   Unix seconds) and `/readyz` names it in its last day.
 //! - Each accepted connection's handshake runs in its own task, bounded by
 //!   [`HANDSHAKE_TIMEOUT`]: a client that stalls it holds up nobody else,
 //!   and a failed handshake only ends that connection.
@@ -47,6 +52,10 @@ use tracing::{debug, error, info, warn};
 use crate::Shutdown;
 use crate::file_reload::FileWatch;
 use crate::metrics;
+
+pub mod validity;
+
+use validity::Validity;
 
 /// The longest a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,6 +114,8 @@ struct Loaded {
     http: Arc<ServerConfig>,
     /// The certificate and key served, for the loopback client.
     own: Arc<CertifiedKey>,
+    /// When the chain may be used.
+    validity: Validity,
     contents: Contents,
 }
 
@@ -123,7 +134,8 @@ impl ServerTls {
     pub fn load(settings: TlsSettings) -> Result<Arc<Self>, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let contents = Contents::read(&settings)?;
-        let loaded = build(&settings, &provider, contents)?;
+        let loaded = build(&settings, &provider, contents, validity::now())?;
+        metrics::tls_certificate_expiry(loaded.validity.not_after);
         Ok(Arc::new(Self {
             settings,
             provider,
@@ -136,6 +148,16 @@ impl ServerTls {
     /// certificate is still served because of it.
     pub fn problem(&self) -> Option<String> {
         self.problem.lock().ok().and_then(|p| p.clone())
+    }
+
+    /// What `/readyz` says of the certificate in force in its last day
+    /// (or once expired), if it is.
+    pub fn expiry_warning(&self) -> Option<String> {
+        validity::warning(
+            &self.current.load().validity,
+            validity::now(),
+            &self.settings.cert.display().to_string(),
+        )
     }
 
     /// Whether a client certificate is required.
@@ -155,8 +177,9 @@ impl ServerTls {
             self.clear_problem();
             return;
         }
-        match build(&self.settings, &self.provider, contents) {
+        match build(&self.settings, &self.provider, contents, validity::now()) {
             Ok(loaded) => {
+                metrics::tls_certificate_expiry(loaded.validity.not_after);
                 self.current.store(Arc::new(loaded));
                 self.clear_problem();
                 metrics::tls_reload(true);
@@ -233,11 +256,13 @@ impl ServerTls {
     }
 }
 
-/// Builds the server configurations of one set of files.
+/// Builds the server configurations of one set of files, refusing a
+/// chain that is not valid at `now` (Unix seconds).
 fn build(
     settings: &TlsSettings,
     provider: &Arc<CryptoProvider>,
     contents: Contents,
+    now: i64,
 ) -> Result<Loaded, String> {
     let cert_file = settings.cert.display();
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&contents.cert)
@@ -246,6 +271,8 @@ fn build(
     if chain.is_empty() {
         return Err(format!("{cert_file}: no certificate in it"));
     }
+    let validity = validity::of_chain(&chain, &cert_file.to_string())?;
+    validity::check(&validity, now, &cert_file.to_string())?;
     let key = PrivateKeyDer::from_pem_slice(&contents.key)
         .map_err(|e| format!("{}: no usable PEM private key: {e}", settings.key.display()))?;
     let own = CertifiedKey::from_der(chain, key, provider).map_err(|e| {
@@ -301,6 +328,7 @@ fn build(
         grpc: config(&[b"h2"])?,
         http: config(&[b"h2", b"http/1.1"])?,
         own,
+        validity,
         contents,
     })
 }

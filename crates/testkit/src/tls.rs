@@ -84,12 +84,59 @@ impl TestPki {
         cn: &str,
         usage: ExtendedKeyUsagePurpose,
     ) -> (String, String) {
+        self.leaf_valid(names, cn, usage, None)
+    }
+
+    /// A leaf certificate and its key; valid from `from` until `until`
+    /// (Unix seconds) when given, else for rcgen's default period.
+    fn leaf_valid(
+        &self,
+        names: Vec<String>,
+        cn: &str,
+        usage: ExtendedKeyUsagePurpose,
+        valid: Option<(i64, i64)>,
+    ) -> (String, String) {
         let key = KeyPair::generate().expect("leaf key");
         let mut params = CertificateParams::new(names).expect("leaf params");
         params.distinguished_name.push(DnType::CommonName, cn);
         params.extended_key_usages = vec![usage];
+        if let Some((from, until)) = valid {
+            let at = |t| time::OffsetDateTime::from_unix_timestamp(t).expect("a valid time");
+            params.not_before = at(from);
+            params.not_after = at(until);
+        }
         let cert = params.signed_by(&key, &self.issuer).expect("sign a leaf");
         (cert.pem(), key.serialize_pem())
+    }
+
+    /// Another server certificate of this CA for `127.0.0.1` and
+    /// `localhost`, valid from `from` until `until` (Unix seconds: one
+    /// that has expired, is not valid yet, or expires in a minute), as
+    /// `NAME.pem` and `NAME.key`; returns their paths.
+    pub fn issue_server_valid(
+        &self,
+        name: &str,
+        cn: &str,
+        from: i64,
+        until: i64,
+    ) -> (PathBuf, PathBuf) {
+        let (cert, key) = self.leaf_valid(
+            vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
+            cn,
+            ExtendedKeyUsagePurpose::ServerAuth,
+            Some((from, until)),
+        );
+        self.write(&format!("{name}.pem"), &cert);
+        self.write(&format!("{name}.key"), &key);
+        (
+            self.dir.path().join(format!("{name}.pem")),
+            self.dir.path().join(format!("{name}.key")),
+        )
+    }
+
+    /// Unix seconds now (for [`TestPki::issue_server_valid`]).
+    pub fn now() -> i64 {
+        i64::try_from(UnixTime::now().as_secs()).expect("a time after 1970")
     }
 
     /// Another server certificate of this CA for `127.0.0.1` and
@@ -215,6 +262,44 @@ impl TestPki {
             .expect("client certificate and key");
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(config)
+    }
+
+    /// `charon serve` (the binary `bin`) with the limits `config` over TLS
+    /// with `cert` and `key` (copied into its directory as `tls.pem` and
+    /// `tls.key`, where a reload test replaces them) and the flags
+    /// `extra`, ready once `/readyz` answers over HTTPS with this CA (and
+    /// this CA's client certificate with `client_cert`: a server that
+    /// requires one).
+    pub fn serve(
+        &self,
+        bin: &Path,
+        config: &str,
+        (cert, key): (&Path, &Path),
+        extra: &[&str],
+        client_cert: bool,
+    ) -> crate::CharonProcess {
+        let mut args = vec![
+            "--config",
+            "{dir}/limits.yaml",
+            "--tls-cert",
+            "{dir}/tls.pem",
+            "--tls-key",
+            "{dir}/tls.key",
+        ];
+        args.extend_from_slice(extra);
+        // The files must be there before the process starts (it reads
+        // them at start), in its directory (`{dir}`).
+        crate::CharonProcess::start_probed_with(
+            bin,
+            &args,
+            "/readyz",
+            self.probe(client_cert),
+            |dir: &Path| {
+                std::fs::write(dir.join("limits.yaml"), config).expect("limits");
+                std::fs::copy(cert, dir.join("tls.pem")).expect("certificate");
+                std::fs::copy(key, dir.join("tls.key")).expect("key");
+            },
+        )
     }
 
     /// How a [`crate::CharonProcess`] under TLS is probed: HTTPS with

@@ -16,16 +16,21 @@ The paper's reference client (§3.2, §3.3, §4.3) for today's Python, sync
         lease.acquire()  # at the leased rate, one unit at a time
 
 A rejection is a result (``success`` is False), never an exception; the
-two exception classes are ``ClientError`` (the request is wrong) and
-``ServerError`` (the server failed and degraded mode could not help).
+two exception classes are ``ClientError`` (the request or the client's
+settings are wrong: never degraded) and ``ServerError`` (the server failed
+and degraded mode could not help), each with a ``kind`` (``KINDS``), the
+gRPC ``code`` and the ``address``. A secured server takes
+``Client(target, token=..., ca=..., cert=..., key=..., server_name=...)``.
 """
 
+from ._version import __version__
 from .client import Client, Hold, MultiGrant
-from .errors import CharonError, ClientError, ServerError
+from .errors import KINDS, CharonError, ClientError, ServerError
 from .lease import Lease
 from .results import LeaseSource, LeaseStatus, RateGrant, Source, Stats
 
 __all__ = [
+    "KINDS",
     "CharonError",
     "Client",
     "ClientError",
@@ -38,4 +43,5 @@ __all__ = [
     "ServerError",
     "Source",
     "Stats",
+    "__version__",
 ]

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, AsyncIterator, Optional
 
 import grpc
 
-from ._common import from_rpc_error, release_of_late_grant
+from ._classify import from_rpc_error
+from ._common import release_of_late_grant
 from ._pb import limiter_pb2 as pb
+from ._transport import Transport
 from .errors import CharonError, ServerError
 
 if TYPE_CHECKING:
@@ -27,8 +29,12 @@ _MAX_ABANDONED = 4096
 
 
 class AioSession:
-    def __init__(self, stub: LimiterAsyncStub, generation: int) -> None:
+    def __init__(self, stub: LimiterAsyncStub, generation: int, transport: Transport) -> None:
         self.generation = generation
+        self._transport = transport
+        # Why the stream ended, once it has: what a call made after that
+        # raises (the server's refusal of the session, say).
+        self._error: Optional[CharonError] = None
         self._queue: asyncio.Queue[Optional[pb.SessionRequest]] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[pb.SessionReply]] = {}
         # Operations whose caller gave up waiting: a late grant is released.
@@ -36,7 +42,7 @@ class AioSession:
         self._closed = False
         self._ids = itertools.count(1)
         self._loop = asyncio.get_running_loop()
-        self._call = stub.Session(self._requests())
+        self._call = stub.Session(self._requests(), metadata=transport.metadata())
         self._reader = self._loop.create_task(self._read())
 
     @property
@@ -51,7 +57,9 @@ class AioSession:
             yield item
 
     async def _read(self) -> None:
-        error: CharonError = ServerError("the session ended")
+        error: CharonError = ServerError(
+            f"{self._transport.address} ended the session", address=self._transport.address
+        )
         try:
             async for reply in self._call:
                 future = self._pending.pop(reply.id, None)
@@ -63,11 +71,11 @@ class AioSession:
         except grpc.RpcError as e:
             # Of class client only when the server refused a message of
             # this client (never to be turned into a degraded grant).
-            error = from_rpc_error(e)
+            error = from_rpc_error(e, self._transport)
         except asyncio.CancelledError:
             error = ServerError("the client was closed")
         except Exception as e:  # noqa: BLE001 - any failure ends the session, never silently
-            error = ServerError(f"the session ended: {e!r}")
+            error = ServerError(f"the session ended: {e!r}", address=self._transport.address)
         log.debug("session %d ended: %s", self.generation, error)
         self._fail_all(error)
 
@@ -88,6 +96,8 @@ class AioSession:
         self._queue.put_nowait(pb.SessionRequest(id=next(self._ids), release=release))
 
     def _fail_all(self, error: CharonError) -> None:
+        if self._error is None:
+            self._error = error
         self._closed = True
         pending = list(self._pending.values())
         self._pending.clear()
@@ -100,7 +110,7 @@ class AioSession:
     async def call(self, request: pb.SessionRequest, timeout: float) -> pb.SessionReply:
         """Sends ``request`` (its id is set here) and waits for its reply."""
         if self._closed:
-            raise ServerError("the session ended")
+            raise self.error
         request.id = next(self._ids)
         future: asyncio.Future[pb.SessionReply] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
@@ -110,7 +120,18 @@ class AioSession:
         except asyncio.TimeoutError:
             if self._pending.pop(request.id, None) is not None:
                 self._abandon(request)
-            raise ServerError(f"no answer within {timeout} s") from None
+            raise ServerError(
+                f"no answer from {self._transport.address} within {timeout} s",
+                kind="timeout",
+                address=self._transport.address,
+            ) from None
+
+    @property
+    def error(self) -> CharonError:
+        """Why the session ended (a generic server error while it has not)."""
+        return self._error or ServerError(
+            f"the session with {self._transport.address} ended", address=self._transport.address
+        )
 
     def send_detached(self, release: pb.ReleaseRequest) -> None:
         """Queues a release without waiting for its reply, from any thread

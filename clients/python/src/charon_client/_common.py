@@ -1,17 +1,22 @@
-"""What the sync and asyncio clients share: argument checks, the wire
-messages, reply unpacking and the counters."""
+"""What the sync and asyncio clients share: their options, argument
+checks, the wire messages, reply unpacking, the counters and the log of
+degraded grants."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple, TypeVar, Union
 
-import grpc
-
+from ._classify import from_reply_error
 from ._pb import limiter_pb2 as pb
-from .errors import CharonError, ClientError, ServerError, from_reply_error, from_status
+from ._transport import Pem, Transport, transport_of
+from .errors import CharonError, ClientError, ServerError
 from .results import Stats
+
+log = logging.getLogger("charon_client")
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class Options:
     """How a client talks to Charon and behaves when it cannot (see the
     ``Client`` constructors for each field's meaning)."""
 
-    target: str
+    transport: Transport
     backoff_base: float = 1.0
     request_timeout: float = 1.0
     fail_open: bool = True
@@ -27,16 +32,101 @@ class Options:
     keepalive: float = 20.0
     rate_transport: str = "session"
 
-    def channel_options(self) -> list[tuple[str, int]]:
+    @property
+    def target(self) -> str:
+        """The server's ``host:port``."""
+        return self.transport.target
+
+    def channel_options(self) -> list[Tuple[str, Union[str, int]]]:
         """HTTP/2 keep-alive, so that a server that stops answering is
-        noticed (and its session dropped) within about ``keepalive``."""
+        noticed (and its session dropped) within about ``keepalive``; the
+        server name TLS expects, if set."""
         half_ms = max(int(self.keepalive * 500), 1000)
         return [
             ("grpc.keepalive_time_ms", half_ms),
             ("grpc.keepalive_timeout_ms", half_ms),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
+            *self.transport.channel_options(),
         ]
+
+
+def options(
+    target: str,
+    *,
+    backoff_base: float,
+    request_timeout: float,
+    fail_open: bool,
+    max_in_flight: int,
+    keepalive: float,
+    rate_transport: str,
+    token: Optional[str],
+    ca: Optional[Pem],
+    cert: Optional[Pem],
+    key: Optional[Pem],
+    server_name: Optional[str],
+) -> Options:
+    """The options of a client (sync or asyncio), checked: a mistake in
+    them is a ``ClientError`` of kind ``settings`` here, before anything is
+    sent."""
+    return Options(
+        transport_of(target, token, ca, cert, key, server_name),
+        backoff_base,
+        request_timeout,
+        fail_open,
+        max(max_in_flight, 1),
+        keepalive,
+        check_transport(rate_transport),
+    )
+
+
+_Channel = TypeVar("_Channel")
+
+
+def open_channel(
+    options: Options,
+    insecure: Callable[..., _Channel],
+    secure: Callable[..., _Channel],
+) -> _Channel:
+    """The client's channel: ``insecure`` or, under TLS, ``secure`` (the
+    ``grpc`` or the ``grpc.aio`` functions), with the keep-alive and server
+    name options."""
+    transport = options.transport
+    credentials = transport.credentials()
+    if credentials is None:
+        return insecure(transport.target, options=options.channel_options())
+    return secure(transport.target, credentials, options=options.channel_options())
+
+
+# The least time between two log lines about degraded grants: a server that
+# is down must not flood the application's log with a line per request,
+# nor go unnoticed.
+DEGRADED_LOG_EVERY = 10.0
+
+
+class DegradedLog:
+    """Logs degraded grants at WARNING, at most one line every
+    ``DEGRADED_LOG_EVERY`` seconds, saying how many went unlogged since."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: Optional[float] = None
+        self._unlogged = 0
+
+    def note(self, error: CharonError) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._last is not None and now - self._last < DEGRADED_LOG_EVERY:
+                self._unlogged += 1
+                return
+            self._last, unlogged, self._unlogged = now, self._unlogged, 0
+        log.warning(
+            "degraded grant: the server could not answer, min_copies granted locally: %s "
+            "(%d more degraded grants since the last line; at most one line every %g s)",
+            error,
+            unlogged,
+            DEGRADED_LOG_EVERY,
+        )
 
 
 def check_transport(rate_transport: str) -> str:
@@ -98,32 +188,20 @@ def charge_request(resource: str, domain: str, copies: int) -> pb.ChargeRequest:
     return pb.ChargeRequest(resource=resource, domain=domain, copies=copies)
 
 
-def expect(reply: pb.SessionReply, field: str) -> object:
+def expect(reply: pb.SessionReply, field: str, transport: Transport) -> object:
     """The result of ``reply`` if it is ``field``; its error as an
     exception; anything else is a server error (a confused server)."""
     which = reply.WhichOneof("result")
     if which == "error":
-        raise from_reply_error(reply.error)
+        raise from_reply_error(reply.error, transport)
     if which != field:
-        raise ServerError(f"unexpected reply {which!r} to a {field!r} operation")
+        raise ServerError(
+            f"unexpected reply {which!r} to a {field!r} operation",
+            kind="internal",
+            address=transport.address,
+        )
     result: object = getattr(reply, field)
     return result
-
-
-def from_rpc_error(e: grpc.RpcError) -> CharonError:
-    """A failed call or a broken stream as one of the two classes."""
-    code: Optional[grpc.StatusCode] = None
-    details: Optional[str] = None
-    klass: Optional[str] = None
-    trailers: object = ()
-    if isinstance(e, grpc.aio.AioRpcError):
-        code, details, trailers = e.code(), e.details(), e.trailing_metadata()
-    elif isinstance(e, grpc.Call):
-        code, details, trailers = e.code(), e.details(), e.trailing_metadata()
-    for key, value in trailers or ():  # type: ignore[attr-defined]
-        if key == "charon-error-class":
-            klass = value if isinstance(value, str) else bytes(value).decode()
-    return from_status(code, details or str(e), klass)
 
 
 class Counters:

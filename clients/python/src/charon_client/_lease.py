@@ -27,6 +27,7 @@ import unicodedata
 from typing import Literal, Optional, Tuple
 
 from ._pb import capacity_pb2 as cpb
+from ._transport import Transport
 from .errors import CharonError, ClientError, ServerError
 from .results import LeaseSource, LeaseStatus
 
@@ -85,7 +86,7 @@ def check_args(
 
 def first_lease(reply: cpb.GetCapacityReply) -> cpb.Lease:
     if not reply.leases:
-        raise ServerError("a GetCapacity reply without a lease")
+        raise ServerError("a GetCapacity reply without a lease", kind="internal")
     return reply.leases[0]
 
 
@@ -100,9 +101,17 @@ class LeaseCore:
     have changed (a refresh answered or failed, the lease released)."""
 
     def __init__(
-        self, resource: str, client_id: str, wants: float, mode: str, adaptive: bool
+        self,
+        resource: str,
+        client_id: str,
+        wants: float,
+        mode: str,
+        adaptive: bool,
+        transport: Transport,
     ) -> None:
         self.resource = resource
+        self.transport = transport
+        """The client's server, token and TLS: for the calls and their errors."""
         self.client_id = client_id
         self.wants = wants
         self.mode = mode

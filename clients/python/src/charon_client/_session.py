@@ -18,9 +18,11 @@ from typing import Iterator, Optional
 
 import grpc
 
-from ._common import from_rpc_error, release_of_late_grant
+from ._classify import from_rpc_error
+from ._common import release_of_late_grant
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
+from ._transport import Transport
 from .errors import CharonError, ServerError
 
 log = logging.getLogger("charon_client")
@@ -33,8 +35,12 @@ _Future = concurrent.futures.Future
 
 
 class Session:
-    def __init__(self, stub: pb_grpc.LimiterStub, generation: int) -> None:
+    def __init__(self, stub: pb_grpc.LimiterStub, generation: int, transport: Transport) -> None:
         self.generation = generation
+        self._transport = transport
+        # Why the stream ended, once it has: what a call made after that
+        # raises (the server's refusal of the session, say).
+        self._error: Optional[CharonError] = None
         self._queue: queue.SimpleQueue[Optional[pb.SessionRequest]] = queue.SimpleQueue()
         self._pending: dict[int, _Future[pb.SessionReply]] = {}
         # Operations whose caller gave up waiting: a late grant is released.
@@ -44,7 +50,7 @@ class Session:
         # next() on a count is atomic: ids are taken without the lock (see
         # send_detached).
         self._ids = itertools.count(1)
-        self._call = stub.Session(self._requests())
+        self._call = stub.Session(self._requests(), metadata=transport.metadata())
         self._reader = threading.Thread(
             target=self._read, name=f"charon-session-{generation}", daemon=True
         )
@@ -62,7 +68,9 @@ class Session:
             yield item
 
     def _read(self) -> None:
-        error: CharonError = ServerError("the session ended")
+        error: CharonError = ServerError(
+            f"{self._transport.address} ended the session", address=self._transport.address
+        )
         try:
             for reply in self._call:
                 with self._lock:
@@ -75,9 +83,9 @@ class Session:
         except grpc.RpcError as e:
             # Of class client only when the server refused a message of
             # this client (never to be turned into a degraded grant).
-            error = from_rpc_error(e)
+            error = from_rpc_error(e, self._transport)
         except Exception as e:  # noqa: BLE001 - any failure ends the session, never silently
-            error = ServerError(f"the session ended: {e!r}")
+            error = ServerError(f"the session ended: {e!r}", address=self._transport.address)
         log.debug("session %d ended: %s", self.generation, error)
         self._fail_all(error)
 
@@ -102,6 +110,8 @@ class Session:
 
     def _fail_all(self, error: CharonError) -> None:
         with self._lock:
+            if self._error is None:
+                self._error = error
             self._closed = True
             pending = list(self._pending.values())
             self._pending.clear()
@@ -116,7 +126,7 @@ class Session:
         future: _Future[pb.SessionReply] = _Future()
         with self._lock:
             if self._closed:
-                raise ServerError("the session ended")
+                raise self.error
             request.id = next(self._ids)
             self._pending[request.id] = future
             self._queue.put(request)
@@ -126,7 +136,18 @@ class Session:
             with self._lock:
                 if self._pending.pop(request.id, None) is not None:
                     self._abandon(request)
-            raise ServerError(f"no answer within {timeout} s") from None
+            raise ServerError(
+                f"no answer from {self._transport.address} within {timeout} s",
+                kind="timeout",
+                address=self._transport.address,
+            ) from None
+
+    @property
+    def error(self) -> CharonError:
+        """Why the session ended (a generic server error while it has not)."""
+        return self._error or ServerError(
+            f"the session with {self._transport.address} ended", address=self._transport.address
+        )
 
     def send_detached(self, release: pb.ReleaseRequest) -> None:
         """Queues a release without waiting for its reply and without taking
@@ -137,5 +158,5 @@ class Session:
 
     def close(self) -> None:
         """Ends the stream; the server releases every hold made on it."""
-        self._fail_all(ServerError("the client was closed"))
+        self._fail_all(ServerError("the client was closed", kind="unavailable"))
         self._call.cancel()

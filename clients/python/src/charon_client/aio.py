@@ -27,11 +27,13 @@ import grpc
 from . import _common as c
 from ._aio_session import AioSession
 from ._backoff import next_sleep
+from ._classify import diagnosed, from_rpc_error, is_ambiguous
 from ._lease import LeaseCore, LeaseMode, check_args, first_lease, released_of
 from ._pb import capacity_pb2 as cpb
 from ._pb import capacity_pb2_grpc as cpb_grpc
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
+from ._transport import Pem
 from .client import _charge_op, _rate_grant, _retry_after
 from .errors import CharonError, ClientError, ServerError
 from .results import LeaseStatus, RateGrant, Source, Stats
@@ -48,7 +50,8 @@ _T = TypeVar("_T")
 
 class Client:
     """A connection to Charon for asyncio, shared by any number of tasks;
-    see ``charon_client.Client`` for the options and the semantics."""
+    see ``charon_client.Client`` for the options (token and TLS included),
+    the errors and the semantics."""
 
     def __init__(
         self,
@@ -60,19 +63,31 @@ class Client:
         max_in_flight: int = 256,
         keepalive: float = 20.0,
         rate_transport: str = "session",
+        token: Optional[str] = None,
+        ca: Optional[Pem] = None,
+        cert: Optional[Pem] = None,
+        key: Optional[Pem] = None,
+        server_name: Optional[str] = None,
     ) -> None:
-        if not target or "://" in target:
-            raise ClientError(f"target must be host:port (got {target!r})")
-        self.options = c.Options(
+        self.options = c.options(
             target,
-            backoff_base,
-            request_timeout,
-            fail_open,
-            max(max_in_flight, 1),
-            keepalive,
-            c.check_transport(rate_transport),
+            backoff_base=backoff_base,
+            request_timeout=request_timeout,
+            fail_open=fail_open,
+            max_in_flight=max_in_flight,
+            keepalive=keepalive,
+            rate_transport=rate_transport,
+            token=token,
+            ca=ca,
+            cert=cert,
+            key=key,
+            server_name=server_name,
         )
-        self._channel = grpc.aio.insecure_channel(target, options=self.options.channel_options())
+        self._channel = c.open_channel(
+            self.options, grpc.aio.insecure_channel, grpc.aio.secure_channel
+        )
+        self._metadata = self.options.transport.metadata()
+        self._degraded_log = c.DegradedLog()
         self._stub = pb_grpc.LimiterStub(self._channel)
         self._capacity = cpb_grpc.CapacityStub(self._channel)
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
@@ -284,9 +299,11 @@ class Client:
         if self._closed:
             raise ClientError("the client is closed")
         timeout = self.options.request_timeout
-        core = LeaseCore(resource, cid, value, mode, bool(adaptive))
+        core = LeaseCore(resource, cid, value, mode, bool(adaptive), self.options.transport)
         signal = _Signal()
         error = await _refresh(core, self._capacity, timeout, value, signal)
+        if error is not None:
+            error = await self._diagnosed(error)
         if isinstance(error, ClientError):
             raise error
         lease = Lease(core, self._capacity, timeout, signal)
@@ -307,7 +324,7 @@ class Client:
             raise ClientError("the client is closed")
         if self._session is None or self._session.closed:
             self._generation += 1
-            self._session = AioSession(self._stub, self._generation)
+            self._session = AioSession(self._stub, self._generation, self.options.transport)
         return self._session
 
     async def _call(self, request: pb.SessionRequest, field: str) -> Tuple[object, int]:
@@ -315,16 +332,32 @@ class Client:
         try:
             await asyncio.wait_for(self._places.acquire(), timeout)
         except asyncio.TimeoutError:
-            raise ServerError(
-                f"no place in flight within {timeout} s "
-                f"({self.options.max_in_flight} operations already wait for the server)"
-            ) from None
+            raise self._no_place(timeout) from None
         try:
             session = self._live_session()
             reply = await session.call(request, timeout)
-            return c.expect(reply, field), session.generation
+            return c.expect(reply, field, self.options.transport), session.generation
+        except CharonError as e:
+            raise await self._diagnosed(e) from None
         finally:
             self._places.release()
+
+    def _no_place(self, timeout: float) -> ServerError:
+        return ServerError(
+            f"no place in flight within {timeout} s ({self.options.max_in_flight} operations "
+            f"already wait for {self.options.transport.address})",
+            kind="timeout",
+            address=self.options.transport.address,
+        )
+
+    async def _diagnosed(self, error: CharonError) -> CharonError:
+        """As the sync client's, with the look at the server in a thread."""
+        if not is_ambiguous(error):
+            return error
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, diagnosed, error, self.options.transport, self.options.request_timeout
+        )
 
     async def _rate_call(self, request: pb.SessionRequest, field: str) -> pb.RateReply:
         """As the sync client's: on the session, or a unary call."""
@@ -336,15 +369,16 @@ class Client:
         try:
             await asyncio.wait_for(self._places.acquire(), timeout)
         except asyncio.TimeoutError:
-            raise ServerError(f"no place in flight within {timeout} s") from None
+            raise self._no_place(timeout) from None
+        md = self._metadata
         try:
             if field == "request":
-                return await self._stub.Request(request.request, timeout=timeout)
+                return await self._stub.Request(request.request, timeout=timeout, metadata=md)
             if field == "charge":
-                return await self._stub.Charge(request.charge, timeout=timeout)
-            return await self._stub.Refund(request.refund, timeout=timeout)
+                return await self._stub.Charge(request.charge, timeout=timeout, metadata=md)
+            return await self._stub.Refund(request.refund, timeout=timeout, metadata=md)
         except grpc.RpcError as e:
-            raise c.from_rpc_error(e) from None
+            raise await self._diagnosed(from_rpc_error(e, self.options.transport)) from None
         finally:
             self._places.release()
 
@@ -366,7 +400,7 @@ class Client:
                 if not self.options.fail_open:
                     raise
                 self._counters.add("degraded_grants")
-                log.debug("degraded grant: %s", e)
+                self._degraded_log.note(e)
                 return "degraded", None
             if granted:
                 return "granted", answer
@@ -554,9 +588,13 @@ async def _refresh(
     """As ``charon_client.lease.refresh``, awaited."""
     outcome: cpb.Lease | CharonError
     try:
-        outcome = first_lease(await stub.GetCapacity(core.request(wants), timeout=timeout))
+        outcome = first_lease(
+            await stub.GetCapacity(
+                core.request(wants), timeout=timeout, metadata=core.transport.metadata()
+            )
+        )
     except grpc.RpcError as e:
-        outcome = c.from_rpc_error(e)
+        outcome = from_rpc_error(e, core.transport)
     except CharonError as e:
         outcome = e
     except Exception as e:  # noqa: BLE001 - a closed channel, anything: a failed refresh
@@ -571,9 +609,13 @@ async def _refresh(
 
 async def _give_back(core: LeaseCore, stub: CapacityAsyncStub, timeout: float) -> bool:
     try:
-        return released_of(await stub.ReleaseCapacity(core.release_request(), timeout=timeout))
+        return released_of(
+            await stub.ReleaseCapacity(
+                core.release_request(), timeout=timeout, metadata=core.transport.metadata()
+            )
+        )
     except grpc.RpcError as e:
-        raise c.from_rpc_error(e) from None
+        raise from_rpc_error(e, core.transport) from None
     except ValueError as e:  # the channel was closed
         raise ServerError(f"the release failed: {e}") from None
 

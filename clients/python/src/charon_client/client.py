@@ -16,12 +16,14 @@ import grpc
 
 from . import _common as c
 from ._backoff import next_sleep
+from ._classify import diagnosed, from_rpc_error
 from ._lease import LeaseCore, LeaseMode, check_args
 from ._pb import capacity_pb2_grpc as cpb_grpc
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
 from ._session import Session
-from .errors import ClientError, ServerError
+from ._transport import Pem
+from .errors import CharonError, ClientError, ServerError
 from .lease import Lease, refresh
 from .results import RateGrant, Source, Stats
 
@@ -40,7 +42,8 @@ class Client:
     Connects lazily: a client made while the server is down works
     (degraded) and recovers by itself.
 
-    ``target`` is ``host:port``. ``backoff_base`` is the back-off's base in
+    ``target`` is ``host:port`` (or ``http://host:port``, ``https://host:port``).
+    ``backoff_base`` is the back-off's base in
     seconds (paper §3.2: about ``base * 2**i`` after the i-th rejection).
     ``request_timeout`` bounds each answer (then the server counts as
     unreachable). ``fail_open`` turns degraded mode on (paper §4.3).
@@ -48,6 +51,24 @@ class Client:
     ``rate_transport="unary"`` sends rate requests, charges and refunds as
     unary calls (for proxies that carry long-lived streams badly; copy
     operations always use the session, whose holds they are).
+
+    Security, with the Rust client's names: ``token`` is the limiting API's
+    bearer token (a server started with ``--api-tokens``), sent as
+    ``authorization: Bearer TOKEN`` on every call. TLS is on with an
+    ``https://`` target or any of ``ca`` (the PEM CA certificates to trust
+    instead of gRPC's roots), ``cert`` and ``key`` (a PEM client certificate
+    and its key, for a server started with ``--tls-client-ca``) and
+    ``server_name`` (the name the server's certificate must carry, when it
+    is not the target's host). ``ca``, ``cert`` and ``key`` are paths, or
+    the PEM contents as bytes.
+
+    Errors: a mistake in these options raises ``ClientError`` (kind
+    ``settings``) here. A refused token, a certificate mistake or the wrong
+    port raise ``ClientError`` at the first operation, whatever
+    ``fail_open`` says: only server errors (``ServerError``: unreachable,
+    timed out, unavailable) are ever turned into degraded grants, each
+    counted in ``stats().degraded_grants`` and logged (at most one line
+    every 10 s).
     """
 
     def __init__(
@@ -60,19 +81,29 @@ class Client:
         max_in_flight: int = 256,
         keepalive: float = 20.0,
         rate_transport: str = "session",
+        token: Optional[str] = None,
+        ca: Optional[Pem] = None,
+        cert: Optional[Pem] = None,
+        key: Optional[Pem] = None,
+        server_name: Optional[str] = None,
     ) -> None:
-        if not target or "://" in target:
-            raise ClientError(f"target must be host:port (got {target!r})")
-        self.options = c.Options(
+        self.options = c.options(
             target,
-            backoff_base,
-            request_timeout,
-            fail_open,
-            max(max_in_flight, 1),
-            keepalive,
-            c.check_transport(rate_transport),
+            backoff_base=backoff_base,
+            request_timeout=request_timeout,
+            fail_open=fail_open,
+            max_in_flight=max_in_flight,
+            keepalive=keepalive,
+            rate_transport=rate_transport,
+            token=token,
+            ca=ca,
+            cert=cert,
+            key=key,
+            server_name=server_name,
         )
-        self._channel = grpc.insecure_channel(target, options=self.options.channel_options())
+        self._channel = c.open_channel(self.options, grpc.insecure_channel, grpc.secure_channel)
+        self._metadata = self.options.transport.metadata()
+        self._degraded_log = c.DegradedLog()
         self._stub = pb_grpc.LimiterStub(self._channel)
         self._capacity = cpb_grpc.CapacityStub(self._channel)
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
@@ -322,8 +353,10 @@ class Client:
             if self._closed:
                 raise ClientError("the client is closed")
         timeout = self.options.request_timeout
-        core = LeaseCore(resource, cid, value, mode, bool(adaptive))
+        core = LeaseCore(resource, cid, value, mode, bool(adaptive), self.options.transport)
         error = refresh(core, self._capacity, timeout, value)
+        if error is not None:
+            error = self._diagnosed(error)
         if isinstance(error, ClientError):
             raise error
         lease = Lease(core, self._capacity, timeout)
@@ -344,7 +377,7 @@ class Client:
                 raise ClientError("the client is closed")
             if self._session is None or self._session.closed:
                 self._generation += 1
-                self._session = Session(self._stub, self._generation)
+                self._session = Session(self._stub, self._generation, self.options.transport)
             return self._session
 
     def live_generation(self) -> Optional[int]:
@@ -358,16 +391,28 @@ class Client:
     def _call_gen(self, request: pb.SessionRequest, field: str) -> Tuple[object, int]:
         timeout = self.options.request_timeout
         if not self._places.acquire(timeout=timeout):
-            raise ServerError(
-                f"no place in flight within {timeout} s "
-                f"({self.options.max_in_flight} operations already wait for the server)"
-            )
+            raise self._no_place(timeout)
         try:
             session = self._live_session()
             reply = session.call(request, timeout)
-            return c.expect(reply, field), session.generation
+            return c.expect(reply, field, self.options.transport), session.generation
+        except CharonError as e:
+            raise self._diagnosed(e) from None
         finally:
             self._places.release()
+
+    def _no_place(self, timeout: float) -> ServerError:
+        return ServerError(
+            f"no place in flight within {timeout} s ({self.options.max_in_flight} operations "
+            f"already wait for {self.options.transport.address})",
+            kind="timeout",
+            address=self.options.transport.address,
+        )
+
+    def _diagnosed(self, error: CharonError) -> CharonError:
+        """``error``, or its client-class cause if it is a connection that
+        ended without a word (see ``_classify``)."""
+        return diagnosed(error, self.options.transport, self.options.request_timeout)
 
     def _call(self, request: pb.SessionRequest, field: str) -> object:
         return self._call_gen(request, field)[0]
@@ -381,15 +426,16 @@ class Client:
             return reply
         timeout = self.options.request_timeout
         if not self._places.acquire(timeout=timeout):
-            raise ServerError(f"no place in flight within {timeout} s")
+            raise self._no_place(timeout)
+        md = self._metadata
         try:
             if field == "request":
-                return self._stub.Request(request.request, timeout=timeout)
+                return self._stub.Request(request.request, timeout=timeout, metadata=md)
             if field == "charge":
-                return self._stub.Charge(request.charge, timeout=timeout)
-            return self._stub.Refund(request.refund, timeout=timeout)
+                return self._stub.Charge(request.charge, timeout=timeout, metadata=md)
+            return self._stub.Refund(request.refund, timeout=timeout, metadata=md)
         except grpc.RpcError as e:
-            raise c.from_rpc_error(e) from None
+            raise self._diagnosed(from_rpc_error(e, self.options.transport)) from None
         finally:
             self._places.release()
 
@@ -414,7 +460,7 @@ class Client:
                 if not self.options.fail_open:
                     raise
                 self._counters.add("degraded_grants")
-                log.debug("degraded grant: %s", e)
+                self._degraded_log.note(e)
                 return "degraded", None
             if granted:
                 return "granted", answer

@@ -32,7 +32,7 @@ from typing import Optional
 
 import grpc
 
-from . import _common as c
+from ._classify import from_rpc_error
 from ._lease import LeaseCore, first_lease, released_of
 from ._pb import capacity_pb2 as cpb
 from ._pb import capacity_pb2_grpc as cpb_grpc
@@ -51,9 +51,13 @@ def refresh(
     the failure, if any, returned (never raised)."""
     outcome: cpb.Lease | CharonError
     try:
-        outcome = first_lease(stub.GetCapacity(core.request(wants), timeout=timeout))
+        outcome = first_lease(
+            stub.GetCapacity(
+                core.request(wants), timeout=timeout, metadata=core.transport.metadata()
+            )
+        )
     except grpc.RpcError as e:
-        outcome = c.from_rpc_error(e)
+        outcome = from_rpc_error(e, core.transport)
     except CharonError as e:
         outcome = e
     except Exception as e:  # noqa: BLE001 - a closed channel, anything: a failed refresh
@@ -68,9 +72,13 @@ def refresh(
 def give_back(core: LeaseCore, stub: cpb_grpc.CapacityStub, timeout: float) -> bool:
     """``ReleaseCapacity``: whether a lease (not lapsed) was held."""
     try:
-        return released_of(stub.ReleaseCapacity(core.release_request(), timeout=timeout))
+        return released_of(
+            stub.ReleaseCapacity(
+                core.release_request(), timeout=timeout, metadata=core.transport.metadata()
+            )
+        )
     except grpc.RpcError as e:
-        raise c.from_rpc_error(e) from None
+        raise from_rpc_error(e, core.transport) from None
     except ValueError as e:  # the channel was closed
         raise ServerError(f"the release failed: {e}") from None
 

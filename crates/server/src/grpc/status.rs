@@ -60,6 +60,7 @@ pub fn to_error(e: &LimitError) -> v1::Error {
     v1::Error {
         class: class as i32,
         message: e.to_string(),
+        code: code(e) as i32,
     }
 }
 

@@ -398,19 +398,26 @@ impl From<anyhow::Error> for Error {
 }
 
 /// Resolves on SIGTERM or SIGINT, saying which: the shutdown future of
-/// `charon serve`. Never resolves if signals cannot be listened for.
-pub async fn terminated() {
+/// `charon serve`. The handlers are installed by this call, not when the
+/// future is first polled (call it inside the runtime, before anything
+/// starts): a signal that arrives while the server starts is kept, and
+/// [`run`] stops cleanly at once (exit 0) instead of the process dying of
+/// it half-started. Never resolves if signals cannot be listened for.
+pub fn terminated() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        error!("cannot listen for signals");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = int.recv() => info!("SIGINT: shutting down"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = signals else {
+            error!("cannot listen for signals");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = int.recv() => info!("SIGINT: shutting down"),
+        }
     }
 }
 
@@ -469,6 +476,9 @@ async fn serve(
     // Before the store opens: what it counts from the start (at zero)
     // must reach the recorder that /metrics renders.
     crate::metrics::install();
+    // Watched from the start: a stop asked while the configuration or the
+    // store opens (Redis may take --store-connect-timeout) ends the start.
+    let mut shutdown = Box::pin(shutdown);
     let mut options = settings.server_options();
     let tls = open_tls(settings.tls.clone())?;
     options.tls.clone_from(&tls);
@@ -500,11 +510,17 @@ async fn serve(
             None,
             FileServerSettings::default(),
         ),
-        ConfigSource::Embedded(service) => (
-            Source::Embedded(embedded::open(&service).await?, service),
-            None,
-            FileServerSettings::default(),
-        ),
+        ConfigSource::Embedded(service) => {
+            let app = tokio::select! {
+                app = embedded::open(&service) => app?,
+                () = &mut shutdown => return Ok(stopped_while_starting()),
+            };
+            (
+                Source::Embedded(app, service),
+                None,
+                FileServerSettings::default(),
+            )
+        }
         ConfigSource::ApiOnly(_) => unreachable!("run serves ApiOnly apart"),
     };
     let store_url = settings
@@ -513,7 +529,10 @@ async fn serve(
         .clone()
         .or(file_settings.store)
         .unwrap_or_else(|| "memory".to_owned());
-    let store = store::open(&store_url, &settings.store).await?;
+    let store = tokio::select! {
+        store = store::open(&store_url, &settings.store) => store?,
+        () = &mut shutdown => return Ok(stopped_while_starting()),
+    };
     let limiter = Limiter::new(initial.unwrap_or_default(), store.clone());
     let state = ServerState::new(limiter, options);
     if let Some(tls) = &tls {
@@ -710,6 +729,12 @@ async fn serve(
     served?;
     info!("stopped");
     Ok(Exit::Stopped)
+}
+
+/// A stop asked before the server opened its store: nothing to drain.
+fn stopped_while_starting() -> Exit {
+    info!("stopped before it started serving");
+    Exit::Stopped
 }
 
 /// Reads and checks the TLS files, if any: a problem is an error at start.

@@ -586,15 +586,23 @@ class Error(_message.Message):
 
     CLASS_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
     message: _builtins.str
+    code: _builtins.int
+    """The gRPC status code the same failure gets on a unary call
+    (NOT_FOUND = 5, PERMISSION_DENIED = 7, UNAVAILABLE = 14…), so that a
+    client tells an unknown resource from a refused token on the session
+    as it does on a unary call. 0 from servers that predate it.
+    """
     def __init__(
         self,
         *,
         message: _builtins.str = ...,
+        code: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["class", b"class", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["class", b"class", "code", b"code", "message", b"message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

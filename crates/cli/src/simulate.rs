@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use charon_simulate::redis::{RedisOptions, RedisSimulation, redacted};
+use charon_simulate::redis::{RedisOptions, RedisSimulation, StoreError, redacted};
 use charon_simulate::{Reply, Simulation};
 
 use crate::config_cmd;
@@ -50,6 +50,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let (mut sim, redis) = if args.store == "memory" || args.store == "memory://" {
         (Simulation::new(config), None)
     } else {
+        charon_server::check_redis_url(&args.store)?;
         let options = RedisOptions {
             tls: charon_server::redis_tls(
                 args.redis_ca.as_deref(),
@@ -61,7 +62,15 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         let shown = redacted(&args.store);
         let (redis, sim) = runtime
             .block_on(RedisSimulation::start(&args.store, config, options))
-            .map_err(|e| anyhow::anyhow!("cannot use the store {shown}: {e}"))?;
+            .map_err(|e| {
+                let message = format!("cannot use the store {shown}: {e}");
+                // A Redis that cannot be reached now: exit status 3.
+                if matches!(e, StoreError::Unavailable(_)) {
+                    anyhow::Error::new(crate::exit::Unavailable(message))
+                } else {
+                    anyhow::anyhow!(message)
+                }
+            })?;
         (sim, Some(redis))
     };
     let replayed = replay(&runtime, &mut sim);

@@ -23,17 +23,7 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
         return Ok(Arc::new(MemoryStore::new(Arc::new(SystemClock::new()))));
     }
     let shown = redacted(url);
-    if !(url.starts_with("redis://")
-        || url.starts_with("rediss://")
-        || url.starts_with("redis+unix://")
-        || url.starts_with("redis+cluster://")
-        || url.starts_with("rediss+cluster://"))
-    {
-        bail!(
-            "unsupported store {shown:?} (expected memory, redis://host:port or \
-             redis+cluster://host:port,host:port)"
-        );
-    }
+    check_redis_url(url)?;
     let options = RedisOptions {
         server_id: server_id(),
         liveness_ttl: settings.liveness_ttl,
@@ -54,6 +44,26 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
             Err(e) => bail!("cannot use Redis at {shown}: {e}"),
         }
     }
+}
+
+/// Refuses a store URL that is not a Redis one (`redis://`, `rediss://`,
+/// `redis+unix://`, `redis+cluster://`, `rediss+cluster://`).
+pub fn check_redis_url(url: &str) -> anyhow::Result<()> {
+    const SCHEMES: &[&str] = &[
+        "redis://",
+        "rediss://",
+        "redis+unix://",
+        "redis+cluster://",
+        "rediss+cluster://",
+    ];
+    if !SCHEMES.iter().any(|s| url.starts_with(s)) {
+        bail!(
+            "unsupported store {:?} (expected memory, redis://host:port or \
+             redis+cluster://host:port,host:port)",
+            redacted(url)
+        );
+    }
+    Ok(())
 }
 
 /// The certificates the settings name, read now so that a missing file is

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use charon_core::config::Config;
 
-use crate::import::{self, Format, Source};
+use crate::import::{self, Format, PeerSettings, Source};
 
 /// Loads a configuration file, printing every problem to stderr. `None`
 /// when the file is invalid (the problems have been printed).
@@ -50,11 +50,18 @@ pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `charon config import --from FORMAT FILE…`: the converted configuration
-/// on stdout, what was not carried over on stderr. Fails, printing nothing
-/// on stdout, when a file cannot be converted or when the result does not
-/// pass the checks of `charon config check` (a name too long for Charon,
-/// say): a partial configuration would limit less than the operator thinks.
-pub fn import(format: Format, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+/// on stdout; what was not carried over, and notes, on stderr. Fails,
+/// printing nothing on stdout, when a file cannot be converted (the peer
+/// would refuse it), when something cannot be carried over and `lossy` is
+/// not set, or when the result does not pass the checks of `charon config
+/// check` (a name too long for Charon, say): a partial configuration would
+/// limit less than the operator thinks.
+pub fn import(
+    format: Format,
+    files: &[PathBuf],
+    peer: &PeerSettings,
+    lossy: bool,
+) -> anyhow::Result<ExitCode> {
     let mut texts = Vec::with_capacity(files.len());
     for f in files {
         let text =
@@ -65,12 +72,14 @@ pub fn import(format: Format, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|(name, text)| Source { name, text })
         .collect();
-    let converted = import::convert(format, &sources);
+    let converted = import::convert(format, &sources, peer);
     for f in &converted.errors {
         eprintln!("{f}");
     }
     let Some(value) = converted.config else {
-        eprintln!("charon: nothing was converted");
+        eprintln!(
+            "charon: the files cannot be converted (their own project refuses them); nothing was printed"
+        );
         return Ok(ExitCode::FAILURE);
     };
     let config = match Config::from_value(&value) {
@@ -86,8 +95,16 @@ pub fn import(format: Format, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    for f in &converted.dropped {
+    for f in converted.losses.iter().chain(&converted.notes) {
         eprintln!("{f}");
+    }
+    if !converted.losses.is_empty() && !lossy {
+        eprintln!(
+            "charon: {} thing(s) cannot be carried over (listed above); nothing was printed. \
+             Rerun with --lossy to print the configuration without them",
+            converted.losses.len()
+        );
+        return Ok(ExitCode::FAILURE);
     }
     print!("{}", config.to_yaml());
     Ok(ExitCode::SUCCESS)

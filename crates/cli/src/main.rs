@@ -55,11 +55,7 @@ enum Command {
     ///
     /// Reads one event per line on stdin and writes one JSON reply per event
     /// on stdout. See the README for the event format.
-    Simulate {
-        /// The limits (SPEC §6 YAML).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-    },
+    Simulate(simulate::SimulateArgs),
     /// Run the server throttler in front of a service, as a reverse proxy
     /// (HTTP/1.1, HTTP/2, WebSocket), set up by the `throttle:` section of
     /// the configuration file.
@@ -115,10 +111,34 @@ enum ConfigCommand {
         /// The project the files come from.
         #[arg(long, value_enum, value_name = "FORMAT")]
         from: import::Format,
-        /// The files: envoyproxy/ratelimit's one file per domain, or
-        /// Limitador's limits files.
+        /// The files: envoyproxy/ratelimit's one file per domain,
+        /// Limitador's limits files, or Boulder's defaults file and then,
+        /// optionally, its overrides file.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Print the configuration even when something cannot be carried
+        /// over (each loss is listed on stderr); without it, the import
+        /// fails then.
+        #[arg(long)]
+        lossy: bool,
+        /// The response headers the peer added: `ratelimit`
+        /// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED) or
+        /// `x-ratelimit` (Limitador's --rate-limit-headers DRAFT_VERSION_03).
+        #[arg(long, value_enum, value_name = "STYLE")]
+        headers: Option<import::HeaderStyle>,
+        /// Another name for a header, FIELD=NAME with FIELD limit,
+        /// remaining or reset (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER,
+        /// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); with --headers.
+        #[arg(long, value_name = "FIELD=NAME", value_parser = import::header_name, requires = "headers")]
+        header_name: Vec<(String, String)>,
+        /// The peer ran in global shadow mode (envoyproxy/ratelimit's
+        /// SHADOW_MODE=true).
+        #[arg(long)]
+        shadow_mode: bool,
+        /// Merge files that name the same domain (envoyproxy/ratelimit's
+        /// MERGE_DOMAIN_CONFIG=true); without it they are refused, as there.
+        #[arg(long)]
+        merge_domains: bool,
     },
     /// Print a configuration service's configuration as SPEC §6 YAML.
     Export {
@@ -176,7 +196,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Top(args) => top::run(args),
         Command::Client { command } => client_cmd::run(command),
-        Command::Simulate { config } => simulate::run(&config),
+        Command::Simulate(args) => simulate::run(&args),
         Command::Completions(args) => extras::completions(&args, Cli::command()),
         Command::Man(args) => extras::man(&args, Cli::command()),
         Command::Config {
@@ -194,8 +214,27 @@ fn main() -> ExitCode {
             command: ConfigCommand::Export { remote },
         } => config_remote::export(&remote),
         Command::Config {
-            command: ConfigCommand::Import { from, files },
-        } => config_cmd::import(from, &files),
+            command:
+                ConfigCommand::Import {
+                    from,
+                    files,
+                    lossy,
+                    headers,
+                    header_name,
+                    shadow_mode,
+                    merge_domains,
+                },
+        } => config_cmd::import(
+            from,
+            &files,
+            &import::PeerSettings {
+                headers,
+                header_names: header_name,
+                shadow_mode,
+                merge_domains,
+            },
+            lossy,
+        ),
         Command::Config {
             command: ConfigCommand::Log { remote, limit },
         } => config_remote::log(&remote, limit),

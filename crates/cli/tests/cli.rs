@@ -5,7 +5,7 @@ mod support;
 
 use std::io::Write;
 
-use support::{charon, simulate_raw};
+use support::{charon, simulate_in, simulate_raw};
 
 #[test]
 fn config_check_prints_the_normalized_configuration() {
@@ -187,12 +187,12 @@ envoy:
     assert!(ok);
     assert_eq!(again, stdout);
     let (ok, stdout, stderr) = config_check(
-        "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: week, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: { ipv4: 24 }, resource: nowhere }\n",
+        "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: fortnight, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: { ipv4: 24 }, resource: nowhere }\n",
     );
     assert!(!ok);
     assert!(stdout.is_empty());
     for want in [
-        "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour or day, found the string \"week\"",
+        "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour, day, week, month or year, found the string \"fortnight\"",
         "envoy.domains[0].descriptors[1].mask: only a node without a value can have a mask",
     ] {
         assert!(stderr.contains(want), "{want} in:\n{stderr}");
@@ -218,6 +218,20 @@ fn simulate_refuses_an_invalid_configuration() {
         stderr.contains("resources[0].kind: is required"),
         "{stderr}"
     );
+}
+
+#[test]
+fn simulate_on_a_redis_out_of_reach_exits_3_and_a_bad_url_1() {
+    let config = "resources: [ { name: api, kind: rate, tiers: [ { limit: 1, window: 1s } ] } ]";
+    let (lines, status, stderr) = simulate_in(config, b"", "redis://127.0.0.1:1");
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(lines.is_empty());
+    assert!(
+        stderr.contains("cannot use the store redis://127.0.0.1:1"),
+        "{stderr}"
+    );
+    let (_, status, stderr) = simulate_in(config, b"", "mysql://x");
+    assert_eq!(status.code(), Some(1), "{stderr}");
 }
 
 #[test]

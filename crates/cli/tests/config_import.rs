@@ -1,20 +1,20 @@
-//! `charon config import --from envoy-ratelimit|limitador` through the
-//! binary on realistic files (`tests/data/`): the output passes `charon
-//! config check` unchanged, what cannot be carried over is listed by path,
-//! and the imported configuration decides as the source format documents
-//! (the paper's §5.2 messaging example, decided with
-//! `charon_core::envoy::Envoy::match_descriptor` and the meters, all or
-//! nothing across a call's descriptors as SPEC §11 says).
+//! `charon config import --from envoy-ratelimit|limitador|boulder` through
+//! the binary on realistic files (`tests/data/`): the output passes
+//! `charon config check` unchanged and carries the peer's settings, what
+//! cannot be carried over fails the import unless `--lossy` (which lists
+//! each loss by path), and a file the peer refuses is an error by path,
+//! exit 1, nothing on stdout. How an imported configuration decides is
+//! tested through Envoy's stubs against real servers (the Python suite's
+//! conformance cases) and through `charon simulate` for Boulder's
+//! buckets (`conformance_boulder` below).
 
 mod support;
 
-use std::collections::HashMap;
+#[path = "config_import/boulder.rs"]
+mod conformance_boulder;
+
 use std::path::PathBuf;
 
-use charon_core::config::{Config, RateLike};
-use charon_core::envoy::Matched;
-use charon_core::meter::{MeterState, Op};
-use charon_core::request::Amount;
 use support::charon;
 
 fn data(rel: &str) -> PathBuf {
@@ -23,11 +23,12 @@ fn data(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// Runs `charon config import --from FORMAT FILES…`: (success, stdout,
-/// stderr).
-fn import(format: &str, files: &[&str]) -> (bool, String, String) {
+/// Runs `charon config import --from FORMAT [ARGS] FILES…`: (success,
+/// stdout, stderr).
+fn import_with(format: &str, args: &[&str], files: &[&str]) -> (bool, String, String) {
     let out = charon()
         .args(["config", "import", "--from", format])
+        .args(args)
         .args(files.iter().map(|f| data(f)))
         .output()
         .expect("charon runs");
@@ -36,6 +37,10 @@ fn import(format: &str, files: &[&str]) -> (bool, String, String) {
         String::from_utf8(out.stdout).expect("UTF-8"),
         String::from_utf8(out.stderr).expect("UTF-8"),
     )
+}
+
+fn import(format: &str, files: &[&str]) -> (bool, String, String) {
+    import_with(format, &[], files)
 }
 
 /// `charon config check` of `yaml` succeeds and prints it unchanged.
@@ -56,265 +61,217 @@ fn check_is_stable(yaml: &str) {
     assert_eq!(String::from_utf8_lossy(&out.stdout), yaml);
 }
 
-/// Decides Envoy calls against a configuration with the core's pure
-/// functions: every descriptor of a call is decided as a dry run first,
-/// and recorded only if all are within their limits (SPEC §11).
-struct Decider {
-    config: Config,
-    states: HashMap<(String, String), MeterState>,
-}
-
-impl Decider {
-    fn new(yaml: &str) -> Self {
-        let (config, _) = Config::from_yaml(yaml).expect("valid");
-        Self {
-            config,
-            states: HashMap::new(),
-        }
-    }
-
-    /// `true` when the call is OK (every limited descriptor granted).
-    fn call(&mut self, now: u64, domain: &str, descriptors: &[&[(&str, &str)]]) -> bool {
-        let envoy = self.config.envoy().expect("an envoy: section");
-        let mut limited = Vec::new();
-        for d in descriptors {
-            match envoy
-                .match_descriptor(domain, d)
-                .expect("a valid descriptor")
-            {
-                Matched::Limited(l) => {
-                    let meter = match l.rate_limit {
-                        Some(r) => r.meter(),
-                        None => match self
-                            .config
-                            .rate_like(l.resource, &l.domain, "request")
-                            .expect("a rate-like resource")
-                            .0
-                        {
-                            RateLike::Meter(m) => m,
-                            RateLike::Tiers(_) => panic!("tiers are not decided here"),
-                        },
-                    };
-                    limited.push((meter, (l.resource.to_owned(), l.domain.clone())));
-                }
-                Matched::Unlimited { .. } | Matched::NotLimited => {}
-            }
-        }
-        let one = Amount::new(1, 1).expect("amount");
-        let all = limited.iter().all(|(meter, key)| {
-            let mut state = self
-                .states
-                .get(key)
-                .copied()
-                .unwrap_or_else(|| meter.empty());
-            meter
-                .decide(&mut state, now, Op::dry_run(one))
-                .expect("decides")
-                .granted
-                == 1
-        });
-        if all {
-            for (meter, key) in limited {
-                let state = self.states.entry(key).or_insert_with(|| meter.empty());
-                let reply = meter.decide(state, now, Op::request(one)).expect("decides");
-                assert_eq!(reply.granted, 1);
-            }
-        }
-        all
-    }
-}
-
-const DAY: u64 = 86_400_000;
-const MARKETING: &[(&str, &str)] = &[("message_type", "marketing"), ("to_number", "2061111111")];
-const TO_NUMBER: &[(&str, &str)] = &[("to_number", "2061111111")];
-
 #[test]
-fn the_papers_messaging_example_imported_decides_as_envoy_ratelimit_documents() {
-    let (ok, yaml, stderr) = import("envoy-ratelimit", &["envoy-ratelimit/messaging.yaml"]);
-    assert!(ok, "{stderr}");
-    assert_eq!(stderr, "", "nothing is lost from this file");
-    check_is_stable(&yaml);
-    let mut d = Decider::new(&yaml);
-    let t = 1_000;
-    // A marketing message sends both descriptors (its type and number, and
-    // the number alone): 5 a day.
-    for i in 0..5 {
-        assert!(
-            d.call(t + i, "messaging", &[MARKETING, TO_NUMBER]),
-            "marketing {i}"
-        );
-    }
-    assert!(
-        !d.call(t + 5, "messaging", &[MARKETING, TO_NUMBER]),
-        "the 6th marketing message"
-    );
-    // The refused call recorded nothing: 95 more messages of other types
-    // reach the 100 a day to that number.
-    for i in 0..95 {
-        assert!(d.call(t + 10 + i, "messaging", &[TO_NUMBER]), "message {i}");
-    }
-    assert!(
-        !d.call(t + 200, "messaging", &[TO_NUMBER]),
-        "the 101st message"
-    );
-    // Another number has its own limits; the next UTC day starts afresh.
-    assert!(d.call(t + 201, "messaging", &[&[("to_number", "2062222222")]]));
-    assert!(d.call(DAY, "messaging", &[MARKETING, TO_NUMBER]));
-    assert!(d.call(DAY + 1, "messaging", &[TO_NUMBER]));
-}
-
-#[test]
-fn a_realistic_envoy_ratelimit_setup_imports_with_what_is_lost_listed_by_path() {
+fn envoy_ratelimit_files_import_with_every_field_and_the_peers_settings() {
     let (ok, yaml, stderr) = import(
         "envoy-ratelimit",
         &["envoy-ratelimit/edge.yaml", "envoy-ratelimit/internal.yaml"],
     );
     assert!(ok, "{stderr}");
+    assert_eq!(stderr, "", "nothing lost, nothing to note");
     check_is_stable(&yaml);
-    let lost: Vec<&str> = stderr
-        .lines()
-        .map(|l| l.split(": not carried over").next().unwrap_or(l))
-        .collect();
-    let file = data("envoy-ratelimit/edge.yaml").display().to_string();
-    assert_eq!(
-        lost,
-        [
-            format!("{file}: descriptors[2].descriptors[0].rate_limit.name"),
-            format!("{file}: descriptors[2].descriptors[1].detailed_metric"),
-            format!("{file}: descriptors[2].descriptors[1].rate_limit.replaces"),
-            format!("{file}: descriptors[6].rate_limit.unit"),
+    for want in [
+        "  headers: false\n  unknown_domain: ok\n  match: whole\n  record: every_hit\n  windows: fixed\n",
+        "name: per_key_path",
+        "replaces:\n        - per_key_path",
+        "detailed_metric: true",
+        "unit: week",
+        "unit: month",
+        "requests_per_unit: 0",
+        "unlimited: true",
+    ] {
+        assert!(yaml.contains(want), "{want:?} in:\n{yaml}");
+    }
+    // The peer's flags and environment, given on the command line.
+    let (ok, yaml, _) = import_with(
+        "envoy-ratelimit",
+        &[
+            "--headers",
+            "ratelimit",
+            "--shadow-mode",
+            "--header-name",
+            "reset=A-Ratelimit-Reset",
         ],
-        "{stderr}"
+        &["envoy-ratelimit/messaging.yaml"],
     );
-    let mut d = Decider::new(&yaml);
-    // 10 a second per address; the blocked one never passes; health is
-    // never limited; the weekly export is a window resource.
-    for i in 0..10 {
-        assert!(d.call(i, "edge_proxy", &[&[("remote_address", "203.0.113.7")]]));
-    }
-    assert!(!d.call(10, "edge_proxy", &[&[("remote_address", "203.0.113.7")]]));
-    assert!(d.call(1_000, "edge_proxy", &[&[("remote_address", "203.0.113.7")]]));
-    for i in 0..50 {
-        assert!(d.call(i, "edge_proxy", &[&[("generic_key", "health")]]));
-    }
-    for i in 0..20 {
-        assert!(d.call(i, "edge_proxy", &[&[("export", "acme")]]));
-    }
-    assert!(!d.call(21, "edge_proxy", &[&[("export", "acme")]]));
+    assert!(ok);
     assert!(
-        yaml.contains("name: imported/edge_proxy/export\n  kind: window"),
+        yaml.contains(
+            "  shadow_mode: true\n  headers: ratelimit\n  header_names:\n    reset: A-Ratelimit-Reset\n"
+        ),
         "{yaml}"
     );
-    // The shadowed tenant quota keeps its shadow; the enterprise plan below
-    // it is enforced, as the rule of its own was.
-    let envoy = d.config.envoy().expect("envoy");
-    let Ok(Matched::Limited(t)) = envoy.match_descriptor("edge_proxy", &[("tenant", "acme")])
-    else {
-        panic!("tenant is limited")
-    };
-    assert!(t.shadow);
-    let Ok(Matched::Limited(p)) =
-        envoy.match_descriptor("edge_proxy", &[("tenant", "acme"), ("plan", "enterprise")])
-    else {
-        panic!("plan is limited")
-    };
-    assert!(!p.shadow);
-    assert!(matches!(
-        envoy.match_descriptor("internal", &[("ldap", "x")]),
-        Ok(Matched::Unlimited { .. })
-    ));
 }
 
 #[test]
-fn a_limitador_limits_file_imports_and_decides() {
+fn limitador_files_import_and_losses_need_lossy() {
     let (ok, yaml, stderr) = import("limitador", &["limitador/limits.yaml"]);
     assert!(ok, "{stderr}");
     check_is_stable(&yaml);
-    let file = data("limitador/limits.yaml").display().to_string();
-    let lost: Vec<&str> = stderr
-        .lines()
-        .map(|l| l.split(": not carried over").next().unwrap_or(l))
-        .collect();
-    assert_eq!(lost.len(), 3, "{stderr}");
-    assert_eq!(lost[0], format!("{file}: [0].name"));
-    assert_eq!(lost[1], format!("{file}: [4].conditions[0]"));
-    assert!(lost[2].starts_with(&format!("{file}: note: Limitador finds")));
-    let mut d = Decider::new(&yaml);
-    let post: &[(&str, &str)] = &[("req.method", "POST"), ("user_id", "alice")];
-    // 5 POSTs per user per 10 s (a fixed window resource of 10 s).
-    for i in 0..5 {
-        assert!(d.call(i, "toystore-app", &[post]));
-    }
-    assert!(!d.call(5, "toystore-app", &[post]));
-    assert!(d.call(
-        5,
-        "toystore-app",
-        &[&[("req.method", "POST"), ("user_id", "bob")]]
-    ));
-    assert!(d.call(10_000, "toystore-app", &[post]));
-    // Trial users: 2 a day.
-    let trial: &[(&str, &str)] = &[("plan", "trial"), ("user_id", "carol")];
-    assert!(d.call(0, "toystore-app", &[trial]));
-    assert!(d.call(1, "toystore-app", &[trial]));
-    assert!(!d.call(2, "toystore-app", &[trial]));
-    // The messaging namespace has its 100 a day per number.
-    for i in 0..100 {
-        assert!(d.call(i, "messaging", &[TO_NUMBER]));
-    }
-    assert!(!d.call(100, "messaging", &[TO_NUMBER]));
+    assert!(yaml.contains("  windows: first_hit\n"), "{yaml}");
+    assert!(yaml.contains("not_equals: OPTIONS"), "{yaml}");
+    // The older syntax is read as descriptors[0], with a note.
+    assert!(
+        stderr.contains("note: \"req.method\" is read as descriptors[0]"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not carried over"), "{stderr}");
+
+    // A condition Charon cannot express: the import fails, printing
+    // nothing, and says what and how to go on.
+    let (ok, yaml, stderr) = import("limitador", &["limitador/lossy.yaml"]);
+    assert!(!ok);
+    assert_eq!(yaml, "");
+    let file = data("limitador/lossy.yaml").display().to_string();
+    assert!(
+        stderr.contains(&format!("{file}: [0].conditions[0]: not carried over: ")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Rerun with --lossy"), "{stderr}");
+    let (ok, yaml, stderr) = import_with("limitador", &["--lossy"], &["limitador/lossy.yaml"]);
+    assert!(ok, "{stderr}");
+    check_is_stable(&yaml);
+    assert!(stderr.contains("not carried over"));
+    assert_eq!(yaml.matches("rate_limit:").count(), 1, "{yaml}");
 }
 
 #[test]
-fn bad_files_are_refused_by_path_and_print_no_configuration() {
-    let (ok, yaml, stderr) = import("envoy-ratelimit", &["envoy-ratelimit/bad.yaml"]);
-    assert!(!ok);
-    assert_eq!(yaml, "");
-    let file = data("envoy-ratelimit/bad.yaml").display().to_string();
-    for expected in [
-        format!(
-            "{file}: descriptors[0].rate_limit.unit: expected second, minute, hour, day, week, month or year, found \"fortnight\""
-        ),
-        format!("{file}: descriptors[1].colour: unknown field \"colour\""),
-        format!("{file}: descriptors[2].key: is required"),
-    ] {
+fn boulder_files_import_as_buckets_with_normalized_override_domains() {
+    for overrides in ["boulder/overrides.yaml", "boulder/overrides-list.yaml"] {
+        let (ok, yaml, stderr) = import("boulder", &["boulder/defaults.yaml", overrides]);
+        assert!(ok, "{overrides}: {stderr}");
+        check_is_stable(&yaml);
         assert!(
-            stderr.contains(&expected),
-            "missing {expected:?} in:\n{stderr}"
+            yaml.contains("name: boulder/NewOrdersPerAccount\n  kind: bucket"),
+            "{yaml}"
         );
     }
-    assert!(!stderr.contains("panicked"), "{stderr}");
-
-    let (ok, yaml, stderr) = import("limitador", &["limitador/bad.yaml"]);
-    assert!(!ok);
-    assert_eq!(yaml, "");
-    let file = data("limitador/bad.yaml").display().to_string();
-    for expected in [
-        format!("{file}: [0].max_value: expected a whole number from 0 to"),
-        format!("{file}: [1].colour: unknown field \"colour\""),
-        format!("{file}: [2]: expected a limit (a mapping), found the string \"not a limit\""),
-    ] {
-        assert!(
-            stderr.contains(&expected),
-            "missing {expected:?} in:\n{stderr}"
-        );
-    }
-    // The wrong format is an error too, not a panic or an empty success.
-    let (ok, _, stderr) = import("limitador", &["envoy-ratelimit/messaging.yaml"]);
-    assert!(!ok);
-    assert!(
-        stderr.contains("expected Limitador's limits file (a list of limits), found a mapping")
+    let (_, yaml, stderr) = import(
+        "boulder",
+        &["boulder/defaults.yaml", "boulder/overrides.yaml"],
     );
+    for want in [
+        "\"10.0.0.2\":",
+        "\"2001:db8::/48\":",
+        "\"12345678:example.com,example.org\":",
+        "\"12345678\":",
+    ] {
+        assert!(yaml.contains(want), "{want:?} in:\n{yaml}");
+    }
+    assert!(
+        stderr.contains("is the domain \"2001:db8::/48\""),
+        "{stderr}"
+    );
+    // Defaults alone.
+    let (ok, yaml, _) = import("boulder", &["boulder/defaults.yaml"]);
+    assert!(ok && !yaml.contains("domains:"));
+}
+
+#[test]
+fn malformed_files_are_refused_by_path_with_nothing_written() {
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        (
+            "envoy-ratelimit",
+            &["envoy-ratelimit/bad.yaml"],
+            // (envoyproxy/ratelimit checks every key before anything else)
+            &["descriptors[1].colour: config error, unknown key 'colour'"],
+        ),
+        (
+            "limitador",
+            &["limitador/bad.yaml"],
+            &[
+                "[0].max_value: invalid type: expected a whole number from 0 to 2^64-1, found the number -5",
+                "[1].seconds: missing field `seconds`",
+                "[1].conditions: missing field `conditions`",
+                "[2]: Couldn't parse: expected a limit (a mapping), found the string \"not a limit\"",
+            ],
+        ),
+        (
+            "boulder",
+            &["boulder/defaults.yaml", "boulder/bad-overrides.yaml"],
+            &[
+                "[\"NewRegistrationsPerIPAddress:lol\"]: validating name NewRegistrationsPerIPAddress and id \"lol\" for override limit: invalid IP address",
+                "[\"CertificatesPerDomain:example.com\"]: an override of CertificatesPerDomain, which the defaults file does not limit",
+                "[\"NewOrdersPerAccount:12345678\"].burst: invalid burst '0', must be > 0",
+            ],
+        ),
+        // The wrong format.
+        (
+            "limitador",
+            &["envoy-ratelimit/messaging.yaml"],
+            &["Couldn't parse: expected a list of limits, found a mapping"],
+        ),
+        (
+            "envoy-ratelimit",
+            &["limitador/limits.yaml"],
+            &["config error, unknown key 'namespace'"],
+        ),
+    ];
+    for (format, files, expected) in cases {
+        let out = charon()
+            .args(["config", "import", "--from", format])
+            .args(files.iter().map(|f| data(f)))
+            .output()
+            .expect("charon runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{format} {files:?}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{format} {files:?}: nothing is written"
+        );
+        for e in *expected {
+            assert!(stderr.contains(e), "missing {e:?} in:\n{stderr}");
+        }
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
     // A missing file.
     let out = charon()
         .args([
             "config",
             "import",
             "--from",
-            "limitador",
-            "/nonexistent/limits.yaml",
+            "boulder",
+            "/nonexistent/defaults.yaml",
         ])
         .output()
         .expect("charon runs");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/limits.yaml"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/defaults.yaml")
+    );
+}
+
+/// The README's migration section shows each import of `examples/peers/`
+/// with its output: that output is what the binary prints.
+#[test]
+fn the_readme_shows_each_import_with_its_real_output() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let mut shown = 0;
+    for block in readme.split("```console\n").skip(1) {
+        let block = block.split("```").next().unwrap_or_default();
+        for transcript in block.split("\n\n") {
+            let Some((command, output)) = transcript.split_once('\n') else {
+                continue;
+            };
+            let Some(args) = command.strip_prefix("$ charon config import ") else {
+                continue;
+            };
+            let out = charon()
+                .current_dir(&root)
+                .args(["config", "import"])
+                .args(args.split_whitespace())
+                .output()
+                .expect("run charon");
+            assert!(out.status.success(), "{command}");
+            let printed = String::from_utf8(out.stdout).expect("utf-8");
+            assert_eq!(
+                printed.trim_end(),
+                output.trim_end(),
+                "{command}: the README shows another output"
+            );
+            shown += 1;
+        }
+    }
+    assert_eq!(shown, 3, "one import of each peer in the README");
 }

@@ -136,6 +136,7 @@ envoy:
         - key: user
           resource: api/login
         - key: plan
+          name: envoy/edge/plan
           rate_limit: { unit: day, requests_per_unit: 1 }
 ";
 

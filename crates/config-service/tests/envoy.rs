@@ -20,6 +20,11 @@ const ENVOY_EXPORTED: &str = "\
 envoy:
   shadow_mode: false
   headers: false
+  unknown_domain: ok
+  match: deepest
+  record: all_or_nothing
+  windows: fixed
+  descriptor_limits: ignore
   domains:
   - domain: edge
     descriptors:
@@ -138,7 +143,7 @@ async fn envoy_section_is_validated_by_path_on_import_and_edit(db: TestDb) {
         .put("/v1/config")
         .body(
             "application/yaml",
-            "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: week, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: {} }\n",
+            "resources: []\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - { key: a, rate_limit: { unit: fortnight, requests_per_unit: 1 } }\n        - { key: b, value: x, mask: {} }\n",
         )
         .expect(400)
         .await;
@@ -243,6 +248,23 @@ fn the_openapi_document_describes_the_envoy_section() {
     );
     assert_eq!(
         schemas["EnvoyUnit"]["enum"],
-        json!(["second", "minute", "hour", "day"])
+        json!(["second", "minute", "hour", "day", "week", "month", "year"])
     );
+    let limit = &schemas["EnvoyLimit"];
+    assert_eq!(limit["additionalProperties"], false, "{limit}");
+    assert!(limit["properties"].get("conditions").is_some(), "{limit}");
+    assert_eq!(
+        domain["properties"]["limits"]["items"]["$ref"], "#/components/schemas/EnvoyLimit",
+        "{domain}"
+    );
+    let names = &schemas["EnvoySection"]["properties"]["header_names"];
+    assert!(
+        names
+            .to_string()
+            .contains("#/components/schemas/EnvoyHeaderNames"),
+        "{names}"
+    );
+    for field in ["name", "replaces", "share_threshold", "detailed_metric"] {
+        assert!(node["properties"].get(field).is_some(), "{field}: {node}");
+    }
 }

@@ -4,6 +4,11 @@
 //! weighted by how much of it the sliding window still covers, rounded
 //! down). The state is the window index and one or two counts.
 //!
+//! A third algorithm, `first_hit`, is Limitador's counter: a window of W
+//! that starts at the first hit counted after the previous one ended
+//! (`[s, s + W)`), instead of at a multiple of W. Its state is the same
+//! triple with the window's start in place of the index.
+//!
 //! Exactness: the estimate `curr + floor(prev × (W − e) / W)` multiplies a
 //! count by a span, so a sliding counter needs `limit × window ≤ 2^53 − 1`
 //! and keeps counts (charges included) at most `floor((2^53 − 1) / W)`. A
@@ -20,14 +25,42 @@ pub enum Algorithm {
     /// `sliding_counter`: the current window's hits plus the previous
     /// window's, weighted.
     SlidingCounter,
+    /// `first_hit`: hits in the window that started with the first hit
+    /// after the previous window ended (Limitador's counters).
+    FirstHit,
+}
+
+impl Algorithm {
+    /// Every algorithm as the configuration writes it.
+    pub const NAMES: &'static [&'static str] = &["fixed", "sliding_counter", "first_hit"];
+
+    /// The algorithm named `name` (one of [`Algorithm::NAMES`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "fixed" => Some(Algorithm::Fixed),
+            "sliding_counter" => Some(Algorithm::SlidingCounter),
+            "first_hit" => Some(Algorithm::FirstHit),
+            _ => None,
+        }
+    }
+
+    /// The name as the configuration writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Fixed => "fixed",
+            Algorithm::SlidingCounter => "sliding_counter",
+            Algorithm::FirstHit => "first_hit",
+        }
+    }
 }
 
 /// The counts of one window pair: the aligned window `index` (`now / W`
 /// when written), its hits, and the previous window's hits (always 0 for
-/// `fixed`). No state is an empty window.
+/// `fixed` and `first_hit`). No state is an empty window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Counts {
-    /// k of the window `[k·W, (k+1)·W)` the counts were written in.
+    /// k of the window `[k·W, (k+1)·W)` the counts were written in; for
+    /// `first_hit`, the time the window started (its first hit).
     pub index: u64,
     /// Hits in window k.
     pub curr: u64,
@@ -64,7 +97,8 @@ pub struct Seen {
 struct View {
     curr: u64,
     prev: u64,
-    /// `now − k·W`.
+    /// `now − k·W` (for `first_hit`, `now` less the window's start; 0 when
+    /// no window is open).
     e: Millis,
 }
 
@@ -99,7 +133,7 @@ impl Params {
         Ok(params)
     }
 
-    /// `fixed` or `sliding_counter`.
+    /// `fixed`, `sliding_counter` or `first_hit`.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
@@ -112,7 +146,7 @@ impl Params {
     /// The most hits one window keeps (a charge beyond is refused).
     pub fn max_count(&self) -> u64 {
         match self.algorithm {
-            Algorithm::Fixed => MAX_COUNT,
+            Algorithm::Fixed | Algorithm::FirstHit => MAX_COUNT,
             Algorithm::SlidingCounter => MAX_COUNT / self.window,
         }
     }
@@ -132,6 +166,22 @@ impl Params {
     }
 
     fn view(&self, s: Option<&Counts>, now: Millis) -> View {
+        if self.algorithm == Algorithm::FirstHit {
+            // Open while `now < start + W` (a start after `now`, from a
+            // clock that stepped back, still counts).
+            return match s.filter(|s| now < s.index.saturating_add(self.window)) {
+                Some(s) => View {
+                    curr: s.curr,
+                    prev: 0,
+                    e: now.saturating_sub(s.index),
+                },
+                None => View {
+                    curr: 0,
+                    prev: 0,
+                    e: 0,
+                },
+            };
+        }
         let (k, e) = (now / self.window, now % self.window);
         let (curr, prev) = match s {
             // A state from a later window (the clock stepped back) still
@@ -141,7 +191,7 @@ impl Params {
             _ => (0, 0),
         };
         let prev = match self.algorithm {
-            Algorithm::Fixed => 0,
+            Algorithm::Fixed | Algorithm::FirstHit => 0,
             Algorithm::SlidingCounter => prev,
         };
         View { curr, prev, e }
@@ -159,6 +209,17 @@ impl Params {
     /// The state to write at `now`, in the window the counts were read
     /// from (a later one than `now`'s if the clock stepped back).
     fn counts(&self, s: Option<&Counts>, now: Millis, curr: u64, prev: u64) -> Counts {
+        if self.algorithm == Algorithm::FirstHit {
+            // The open window's start, or a window starting now.
+            let start = s
+                .filter(|s| now < s.index.saturating_add(self.window))
+                .map_or(now, |s| s.index);
+            return Counts {
+                index: start,
+                curr,
+                prev: 0,
+            };
+        }
         let k = now / self.window;
         Counts {
             index: s.map_or(k, |s| s.index.max(k)),
@@ -204,9 +265,29 @@ impl Level for Params {
         self.room(s, now)
     }
 
-    /// Until the end of the current window.
-    fn reset_after(&self, _s: Option<&Counts>, now: Millis) -> Millis {
-        self.window - now % self.window
+    /// Until the window counts nothing again if no other hit arrives: 0
+    /// when it counts nothing; the end of the current window for `fixed`
+    /// and `first_hit`; for `sliding_counter`, the first instant from which
+    /// the weighted estimate stays 0 (the current window's hits weigh on
+    /// the next window until `prev × (W − e) < W`).
+    fn reset_after(&self, s: Option<&Counts>, now: Millis) -> Millis {
+        let Some(s) = s else { return 0 };
+        if self.algorithm != Algorithm::SlidingCounter {
+            return self.forget_at(s).saturating_sub(now);
+        }
+        let w = self.window;
+        let v = self.view(Some(s), now);
+        let start = now - v.e;
+        // The count that weighs on an estimate last, and the window it
+        // weighs on: the current one's hits weigh on the next window.
+        let (weighing, from) = match (v.curr, v.prev) {
+            (0, 0) => return 0,
+            (0, prev) => (prev, start),
+            (curr, _) => (curr, start.saturating_add(w)),
+        };
+        // floor(weighing × (W − e) / W) = 0 iff e ≥ W − floor((W − 1) / weighing).
+        from.saturating_add(w - (w - 1) / weighing)
+            .saturating_sub(now)
     }
 
     fn retry_after(&self, s: Option<&Counts>, now: Millis, min: u64) -> Option<Millis> {
@@ -215,6 +296,14 @@ impl Level for Params {
         }
         let w = self.window;
         let v = self.view(s, now);
+        if self.algorithm == Algorithm::FirstHit {
+            // Room now, else when the open window ends.
+            return Some(if v.curr + min <= self.limit {
+                0
+            } else {
+                s.map_or(0, |s| s.index.saturating_add(w).saturating_sub(now))
+            });
+        }
         let to_next = w - v.e;
         if self.algorithm == Algorithm::Fixed {
             return Some(if v.curr + min <= self.limit {
@@ -250,8 +339,15 @@ impl Level for Params {
     }
 
     fn forget_at(&self, s: &Counts) -> Millis {
+        if self.algorithm == Algorithm::FirstHit {
+            return if s.curr == 0 {
+                0
+            } else {
+                s.index.saturating_add(self.window)
+            };
+        }
         let windows = match self.algorithm {
-            Algorithm::Fixed => 1,
+            Algorithm::Fixed | Algorithm::FirstHit => 1,
             Algorithm::SlidingCounter if s.curr == 0 => 1,
             Algorithm::SlidingCounter => 2,
         };

@@ -46,8 +46,8 @@ pub use grpc::envoy::EnvoyService;
 use charon_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 pub use root::{
     ClientTlsFiles, ConfigSource, DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, EmbeddedService, Error,
-    Exit, GrpcIncoming, Listeners, Settings, StoreSettings, run, run_observed, server_id,
-    terminated, token_file,
+    Exit, GrpcIncoming, Listeners, Settings, StoreSettings, check_redis_url, redis_tls, run,
+    run_observed, server_id, terminated, token_file,
 };
 pub use shutdown::Shutdown;
 pub use tls::TlsSettings;

@@ -34,7 +34,8 @@
 //!   `charon_envoy_shadow_total{domain, node}` (over, but shadowed: OK),
 //!   `charon_envoy_invalid_addresses_total{domain, node}` (a masked value
 //!   that was not an IP address), `charon_envoy_calls_total{domain, code}`
-//!   (`ok`, `over_limit`), `charon_envoy_errors_total{class}` and
+//!   (`ok`, `over_limit`), `charon_envoy_unknown_domain_total{answer}`
+//!   (`ok`, `error`), `charon_envoy_errors_total{class}` and
 //!   `charon_envoy_call_duration_seconds` (a histogram);
 //! - the store: `charon_store_up` (1 when it answered a ping at the last
 //!   scrape), `charon_store_errors_total{kind}` (server errors of the
@@ -295,6 +296,13 @@ pub const METRICS: &[Described] = &[
         "domain, code",
         Some(Unit::Count),
         "Envoy ShouldRateLimit calls answered, by domain and overall code (ok, over_limit).",
+    ),
+    m(
+        "charon_envoy_unknown_domain_total",
+        Kind::Counter,
+        "answer",
+        Some(Unit::Count),
+        "Envoy calls to a domain the envoy: section does not name, by the answer given (ok, error).",
     ),
     m(
         "charon_envoy_errors_total",
@@ -753,6 +761,20 @@ pub fn envoy_descriptor(domain: &str, node: &str, over: bool, near: bool, shadow
 pub fn envoy_invalid_addresses(domain: &str, node: &str, n: usize) {
     counter!("charon_envoy_invalid_addresses_total", "domain" => domain.to_owned(), "node" => node.to_owned())
         .increment(u64::try_from(n).unwrap_or(u64::MAX));
+}
+
+/// The `domain` label of calls to a domain the `envoy:` section does not
+/// name: one label for them all, since their names come from requests.
+pub const UNKNOWN_DOMAIN: &str = "(unknown)";
+
+/// A call to a domain the `envoy:` section does not name, by the answer
+/// the section's `unknown_domain:` gave it (`ok` or `error`).
+pub fn envoy_unknown_domain(answer: charon_core::envoy::UnknownDomain) {
+    let answer = match answer {
+        charon_core::envoy::UnknownDomain::Ok => "ok",
+        charon_core::envoy::UnknownDomain::Error => "error",
+    };
+    counter!("charon_envoy_unknown_domain_total", "answer" => answer).increment(1);
 }
 
 /// One answered Envoy call and its overall code.

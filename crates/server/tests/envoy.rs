@@ -18,6 +18,9 @@ use charon_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRes
 use charon_testkit::{InProcessServer, RedisServer};
 use tonic::transport::Channel;
 
+#[path = "envoy/peers.rs"]
+mod peers;
+
 const CONFIG: &str = r#"
 resources:
   - { name: api/search, kind: bucket, burst: 3, count: 3, period: 1h }
@@ -192,7 +195,9 @@ async fn value_less_keys_mask_ipv6_to_48_and_statuses_carry_the_limit() {
         let st = one(&mut c, &[("plan", "gold")], None).await;
         let limit = st.current_limit.expect("a limit");
         assert_eq!((limit.requests_per_unit, limit.unit), (1, Unit::Day as i32));
-        assert_eq!(limit.name, "envoy/edge/plan");
+        // (an inline limit without a `name` has none, as in
+        // envoyproxy/ratelimit; a configured resource is named by it)
+        assert_eq!(limit.name, "");
         // The window of a day reports its unit too.
         let st = one(&mut c, &[("user", "zed")], None).await;
         let limit = st.current_limit.expect("a limit");
@@ -482,7 +487,6 @@ async fn bad_input_is_invalid_argument_and_records_nothing() {
             ),
             ("no entries", request(vec![user(), descriptor(&[], None)])),
             ("10,000 descriptors", request(many)),
-            ("an unknown domain", unknown),
             ("an empty domain", empty_domain),
             (
                 "hits_addend 2^64 - 1",
@@ -497,6 +501,12 @@ async fn bad_input_is_invalid_argument_and_records_nothing() {
                 "{store}: {what}: {e:?}"
             );
         }
+        // An unknown domain is OK by default (`unknown_domain: ok`), as in
+        // envoyproxy/ratelimit and Limitador: nothing applies to it.
+        let r = call(&mut c, unknown.clone()).await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "{store}: {r:?}");
+        assert_eq!(r.statuses.len(), 1);
+        assert!(r.statuses[0].current_limit.is_none());
         // Nothing was recorded for hal, and the server still serves.
         let st = one(&mut c, &[("user", "hal")], Some(2)).await;
         assert!(ok(&st), "{store}: {st:?}");

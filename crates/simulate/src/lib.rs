@@ -29,6 +29,8 @@
 
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod redis;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -42,7 +44,7 @@ use charon_core::request::Amount;
 use charon_core::throttle::ThrottleConfig;
 use charon_core::{ClientError, ManualClock};
 use charon_limiter::{CapacityAsk, Decision, LimitError, Limiter, RequestOptions, Session};
-use charon_store::MemoryStore;
+use charon_store::{MemoryStore, Store};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -58,19 +60,30 @@ pub struct Simulation {
     sessions: HashMap<String, Session>,
     last_t: Option<u64>,
     throttler: Option<throttle::Throttler>,
+    /// Transfer ids as shown (`t1`, `t2`, …) to the store's own, so that
+    /// every store prints the same lines.
+    transfer_ids: HashMap<String, String>,
 }
 
 impl Simulation {
-    /// A simulation of `config`, starting with empty state at time 0.
+    /// A simulation of `config` in the in-memory store, starting with
+    /// empty state at time 0.
     pub fn new(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new(0));
         let store = Arc::new(MemoryStore::with_sequential_ids(clock.clone()));
+        Self::with_store(config, clock, store)
+    }
+
+    /// A simulation of `config` in `store`, which decides on `clock` (the
+    /// Redis store of [`redis::RedisSimulation`], say).
+    pub fn with_store(config: Config, clock: Arc<ManualClock>, store: Arc<dyn Store>) -> Self {
         Self {
             clock,
             limiter: Limiter::new(config, store),
             sessions: HashMap::new(),
             last_t: None,
             throttler: None,
+            transfer_ids: HashMap::new(),
         }
     }
 
@@ -314,16 +327,34 @@ impl Simulation {
                 session,
                 released: copies,
             },
-            Op::Transfer(hold, copies, ttl) => Outcome::Transfer {
-                transfer_id: s.transfer(&hold, copies, ttl).await?,
-                session,
-                copies,
-            },
-            Op::Seize(transfer_id) => Outcome::Seize {
-                staged: s.seize(&transfer_id).await?,
-                session,
-                transfer_id,
-            },
+            Op::Transfer(hold, copies, ttl) => {
+                let stored = s.transfer(&hold, copies, ttl).await?;
+                let shown = format!("t{}", self.transfer_ids.len() + 1);
+                self.transfer_ids.insert(shown.clone(), stored);
+                Outcome::Transfer {
+                    transfer_id: shown,
+                    session,
+                    copies,
+                }
+            }
+            Op::Seize(transfer_id) => {
+                let stored = self
+                    .transfer_ids
+                    .get(&transfer_id)
+                    .map_or(transfer_id.as_str(), String::as_str);
+                // A refusal names the id as the event wrote it.
+                let staged = s.seize(stored).await.map_err(|e| match e {
+                    LimitError::Client(ClientError::UnknownTransfer(_)) => {
+                        LimitError::Client(ClientError::UnknownTransfer(transfer_id.clone()))
+                    }
+                    other => other,
+                })?;
+                Outcome::Seize {
+                    staged,
+                    session,
+                    transfer_id,
+                }
+            }
             Op::Request(..)
             | Op::Charge(..)
             | Op::Refund(..)

@@ -1,8 +1,8 @@
 //! Every rate-like kind through the simulation (SPEC §10): the reply
 //! context, dry runs, charges and refunds, and the event checks.
 
-use charon_core::config::Config;
-use charon_simulate::Simulation;
+mod both;
+
 use serde_json::{Value, json};
 
 const CONFIG: &str = r#"
@@ -14,14 +14,7 @@ resources:
 "#;
 
 fn run(events: &[Value]) -> Vec<Value> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
-    let mut sim = Simulation::new(Config::from_yaml(CONFIG).expect("valid").0);
-    events
-        .iter()
-        .map(|e| runtime.block_on(sim.event(e)))
-        .collect()
+    both::run(CONFIG, events)
 }
 
 #[test]
@@ -43,7 +36,7 @@ fn a_rate_reply_has_its_own_fields_then_the_reply_context() {
     ]);
     assert_eq!(
         serde_json::to_string(&out[0]).expect("encode"),
-        r#"{"t":0,"op":"request","granted":1,"hard_limit":null,"global_limit":null,"tier_limit":2,"domain_hits_last_second":1,"global_hits_last_second":1,"tier_hits":1,"tier":1,"burst":true,"hard_limited":false,"global_limited":false,"limit":2,"remaining":1,"reset_after_ms":3601001,"retry_after_ms":0,"warning":false,"banned":false}"#
+        r#"{"t":0,"op":"request","granted":1,"hard_limit":null,"global_limit":null,"tier_limit":2,"domain_hits_last_second":1,"global_hits_last_second":1,"tier_hits":1,"tier":1,"burst":true,"hard_limited":false,"global_limited":false,"limit":2,"remaining":1,"reset_after_ms":1000,"retry_after_ms":0,"warning":false,"banned":false}"#
     );
     // A dry run for exactly 2 when 1 fits: rejected, and both fit once the
     // hit at 0 leaves the window at 1001.
@@ -145,4 +138,29 @@ fn bad_events_are_client_errors_naming_the_field() {
     assert!(message(4).starts_with("copies: "), "{}", message(4));
     // Nothing changed: the bucket is still full.
     assert_eq!(after[0]["granted"], 10);
+}
+
+/// The same replay through a Redis Cluster (`redis+cluster://`): every
+/// kind, a dry run, a charge and a refund, as in memory; the replay's keys
+/// are deleted on every master.
+#[test]
+fn a_replay_on_a_redis_cluster_is_the_replay_in_memory() {
+    let cluster = charon_testkit::RedisCluster::start();
+    let events: Vec<Value> = ["api", "tokens", "win", "q"]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let t = i as u64 * 10;
+            [
+                json!({"t": t, "op": "request", "resource": r, "domain": "d", "copies": 2}),
+                json!({"t": t + 1, "op": "request", "resource": r, "domain": "d", "dry_run": true}),
+                json!({"t": t + 2, "op": "charge", "resource": r, "domain": "e", "copies": 3}),
+            ]
+        })
+        .chain([
+            json!({"t": 100, "op": "refund", "resource": "tokens", "domain": "e", "copies": 1}),
+        ])
+        .collect();
+    let out = both::run_at(CONFIG, &events, &cluster.url());
+    assert_eq!(out.len(), events.len());
 }

@@ -2,8 +2,8 @@
 //! replies of the spec, the paper's proportional-share table, expiry at
 //! its exact millisecond, learning mode, and bad input.
 
-use charon_core::config::Config;
-use charon_simulate::Simulation;
+mod both;
+
 use serde_json::{Value, json};
 
 const CONFIG: &str = r#"
@@ -16,14 +16,7 @@ resources:
 "#;
 
 fn run(events: &[Value]) -> Vec<Value> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
-    let mut sim = Simulation::new(Config::from_yaml(CONFIG).expect("valid").0);
-    events
-        .iter()
-        .map(|e| runtime.block_on(sim.event(e)))
-        .collect()
+    both::run(CONFIG, events)
 }
 
 fn get(t: u64, client: &str, wants: f64) -> Value {

@@ -820,9 +820,11 @@ async fn meters_cookbook(f: &Fixture) {
     meter_at(f, m0 + 1_000, "s", &w, req(5)).await;
     // 3 + floor(5 × 50/60) = 7 at 10 s in, then 3 + floor(5 × 0.7) = 6.
     meter_at(f, m0 + 70_000, "s", &w, req(3)).await;
+    // Whole again once the minute's 4 hits no longer weigh on the next
+    // one: floor(4 × (60000 − e) / 60000) = 0 from e = 45001 on.
     assert_eq!(
         meter_at(f, m0 + 60_000 + 18_000, "s", &w, req(1)).await,
-        "granted 1 remaining 0 retry Some(6001) reset 42000 delay None"
+        "granted 1 remaining 0 retry Some(6001) reset 87001 delay None"
     );
 
     // A queue, 10 per second, 5 places: delays 0..400 ms, then rejected.
@@ -866,8 +868,8 @@ async fn meters_cookbook(f: &Fixture) {
     );
     assert_eq!(
         meter_at(f, w0 + 3_600_000, "bot", &throttle, req(1)).await,
-        "granted 0 remaining 2000 retry Some(1) reset 1200000 delay None banned",
-        "the ban's last millisecond, three windows on"
+        "granted 0 remaining 2000 retry Some(1) reset 0 delay None banned",
+        "the ban's last millisecond, three windows on: the window counts nothing"
     );
     assert_eq!(
         meter_at(f, w0 + 3_600_001, "bot", &throttle, req(1)).await,

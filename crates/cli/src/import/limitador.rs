@@ -1,269 +1,326 @@
-//! Limitador's limits file: a YAML list of limits, each
-//! `{namespace, max_value, seconds, conditions, variables, name}`.
+//! Limitador's limits files: a YAML list of limits, each `{namespace,
+//! max_value, seconds, conditions, variables, name}`, read as Limitador
+//! reads them (`namespace`, `seconds`, `conditions` and `variables` are
+//! required, `max_value` defaults to 0, other fields are ignored).
 //!
-//! A limit becomes one path of the `envoy:` tree of the domain named like
-//! its namespace (Limitador's namespace is the Envoy domain): one node with
-//! a value per condition `KEY == 'VALUE'`, then one value-less node per
-//! variable (each distinct value its own counter), and the limit on the
-//! last node: an inline `rate_limit` when `seconds` is 1, 60, 3600 or
-//! 86400, else a fixed `kind: window` resource of `seconds`. Conditions
-//! Charon cannot match (`!=`, CEL expressions) leave the whole limit out:
-//! without them it would limit more requests than Limitador does.
+//! A limit becomes one limit of the `limits:` list of the Envoy domain
+//! named like its namespace, with the same conditions (on any descriptor,
+//! `==` or `!=`) and variables, and an inline limit of `max_value` per
+//! `seconds`. The section's settings make Charon decide as Limitador does:
+//! `record: all_or_nothing` (a call over on one limit counts nothing) and
+//! `windows: first_hit` (a counter's window starts at its first hit).
 
 use charon_core::MAX_COUNT;
-use serde_json::Value;
+use charon_core::fields::{Path, describe};
+use charon_core::meter::MAX_SPAN;
+use serde_json::{Map, Value, json};
 
-use super::tree::{Entry, NAMESPACE, Node, Output, name_part};
-use super::{Report, count_field, describe, index, join, list_field, object, text_field};
+use super::cel::{self, Entry};
+use super::yaml;
+use super::{PeerSettings, Report, envoy_settings, with_envoy};
 
-const LIMIT_FIELDS: &[&str] = &[
-    "namespace",
-    "max_value",
-    "seconds",
-    "conditions",
-    "variables",
-    "name",
-];
+/// The limits converted so far, by namespace, with what identifies each
+/// in Limitador (its conditions, variables and window) and where it came
+/// from.
+#[derive(Debug, Default)]
+pub(super) struct Output {
+    namespaces: Vec<(String, Vec<Value>)>,
+    seen: Vec<(String, String, String)>,
+}
 
-/// The longest window accepted, in seconds (SPEC §10's longest span, 2^50
-/// ms).
-const MAX_SECONDS: u64 = (1 << 50) / 1000;
+impl Output {
+    /// The configuration: the limits, and the settings that decide as
+    /// Limitador.
+    pub(super) fn into_value(self, peer: &PeerSettings) -> Value {
+        let domains: Vec<Value> = self
+            .namespaces
+            .into_iter()
+            .map(|(domain, limits)| json!({ "domain": domain, "limits": limits }))
+            .collect();
+        let envoy = envoy_settings(
+            peer,
+            json!({
+                "match": "deepest",
+                "record": "all_or_nothing",
+                "windows": "first_hit",
+                "domains": domains,
+            }),
+        );
+        with_envoy(Vec::new(), envoy)
+    }
+}
 
-/// Converts one limits file (a parsed YAML value) into `out`.
-pub(super) fn convert(v: &Value, out: &mut Output, report: &mut Report) {
-    let Value::Array(items) = v else {
+/// The fields of a limit as Limitador's reader sees them.
+const REQUIRED: &[&str] = &["namespace", "seconds", "conditions", "variables"];
+
+/// Converts one limits file into `out`.
+pub(super) fn convert(text: &str, out: &mut Output, report: &mut Report) {
+    let root = Path::root();
+    let doc = match yaml::parse(text) {
+        Ok(d) => d.to_json(),
+        Err(e) => {
+            report.error(&root, format!("Couldn't parse: {e}"));
+            return;
+        }
+    };
+    // The text of every string field as written (`namespace: 0123`).
+    let texts: Vec<Texts> = yaml::typed(text).unwrap_or_default();
+    let items = match &doc {
+        Value::Array(items) => items.as_slice(),
+        Value::Null => &[],
+        other => {
+            report.error(
+                &root,
+                format!(
+                    "Couldn't parse: expected a list of limits, found {}",
+                    describe(other)
+                ),
+            );
+            return;
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let p = root.index(i);
+        let t = texts.get(i).cloned().unwrap_or_default();
+        if let Some((namespace, limit, identity)) = limit(item, &t, &p, report) {
+            let key = (namespace.clone(), identity.0, identity.1);
+            if out.seen.contains(&key) {
+                report.note(
+                    &p,
+                    "an earlier limit has the same namespace, seconds, conditions and variables: \
+                     Limitador keeps only the first, and so does this import",
+                );
+                continue;
+            }
+            out.seen.push(key);
+            match out.namespaces.iter_mut().find(|(n, _)| *n == namespace) {
+                Some((_, limits)) => limits.push(limit),
+                None => out.namespaces.push((namespace, vec![limit])),
+            }
+        }
+    }
+}
+
+/// The string fields of one limit, their text as written.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct Texts {
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+fn whole(m: &Map<String, Value>, field: &str, p: &Path, report: &mut Report) -> Option<u64> {
+    match m.get(field) {
+        None | Some(Value::Null) if field == "max_value" => Some(0),
+        None | Some(Value::Null) => {
+            report.error(&p.key(field), format!("missing field `{field}`"));
+            None
+        }
+        Some(v) => v.as_u64().or_else(|| {
+            report.error(
+                &p.key(field),
+                format!(
+                    "invalid type: expected a whole number from 0 to 2^64-1, found {}",
+                    describe(v)
+                ),
+            );
+            None
+        }),
+    }
+}
+
+/// One limit: its namespace, its Charon limit, and what identifies it in
+/// Limitador (conditions and variables, as sorted text, and window).
+fn limit(
+    item: &Value,
+    t: &Texts,
+    p: &Path,
+    report: &mut Report,
+) -> Option<(String, Value, (String, String))> {
+    let Value::Object(m) = item else {
         report.error(
-            "",
+            p,
             format!(
-                "expected Limitador's limits file (a list of limits), found {}",
-                describe(v)
+                "Couldn't parse: expected a limit (a mapping), found {}",
+                describe(item)
             ),
         );
-        return;
+        return None;
     };
-    let mut ordered = false;
-    for (i, item) in items.iter().enumerate() {
-        let p = index("", i);
-        let Some(map) = object(item, &p, "a limit", LIMIT_FIELDS, report) else {
-            continue;
-        };
-        let namespace = text_field(map, "namespace", &p, report);
-        let max_value = count_field(map, "max_value", &p, (0, MAX_COUNT), report);
-        let seconds = count_field(map, "seconds", &p, (1, MAX_SECONDS), report);
-        if map.get("name").is_some_and(|n| !n.is_null()) {
-            report.drop(
-                &join(&p, "name"),
-                "Charon's limits are named by their node's path (envoy/DOMAIN/KEY=VALUE/…)",
-            );
-        }
-        let Some(entries) = entries(map, &p, report) else {
-            continue;
-        };
-        let (Some(namespace), Some(max_value), Some(seconds)) = (namespace, max_value, seconds)
-        else {
-            continue;
-        };
-        if entries.is_empty() {
-            report.drop(
-                &p,
-                "a limit with neither conditions nor variables counts every request of the \
-                 namespace, and a Charon descriptor node needs a key: have Envoy send a \
-                 descriptor such as (generic_key, all) and limit that node",
-            );
-            continue;
-        }
-        if let Some(k) = repeated_key(&entries) {
-            report.drop(
-                &p,
-                format!(
-                    "the key {k:?} is used twice; a Charon path matches each entry of a \
-                     descriptor once"
-                ),
-            );
-            continue;
-        }
-        ordered |= entries.len() > 1;
-        let at = (namespace.clone(), entries.clone());
-        if let Some(first) = out.placed.get(&at) {
-            report.drop(
-                &p,
-                format!(
-                    "{first} already limits the same conditions and variables, and a Charon \
-                     node has one limit (Limitador applies both): keep the stricter one, or have \
-                     Envoy send a second descriptor with an extra generic_key entry for this one"
-                ),
-            );
-            continue;
-        }
-        out.placed.insert(at, format!("{}: {p}", report.file));
-        let mut name = format!("{NAMESPACE}/");
-        name_part(&mut name, &namespace);
-        for (k, v) in &entries {
-            name.push('/');
-            name_part(&mut name, k);
-            if let Some(v) = v {
-                name.push('=');
-                name_part(&mut name, v);
-            }
-        }
-        let action = out.limit(max_value, seconds, &name);
-        let mut level = out.domain_mut(&namespace);
-        let last = entries.len() - 1;
-        for (depth, (k, v)) in entries.into_iter().enumerate() {
-            let at = match level.iter().position(|n| n.key == k && n.value == v) {
-                Some(at) => at,
-                None => {
-                    level.push(Node::new(k, v));
-                    level.len() - 1
-                }
-            };
-            if depth == last {
-                level[at].action = Some(action.clone());
-            }
-            level = &mut level[at].children;
+    let before = report.issues.len();
+    for field in REQUIRED {
+        if !m.contains_key(*field) {
+            report.error(&p.key(field), format!("missing field `{field}`"));
         }
     }
-    if ordered {
-        report.note(
-            "",
-            "Limitador finds a limit's keys in any order, in any descriptor of the call; \
-             Charon matches the entries of one descriptor in order, one tree level each: have \
-             Envoy send each limit's entries in one descriptor, its conditions first, then its \
-             variables, in the order of this file",
+    for k in m.keys() {
+        if ![
+            "namespace",
+            "max_value",
+            "seconds",
+            "conditions",
+            "variables",
+            "name",
+            "id",
+        ]
+        .contains(&k.as_str())
+        {
+            report.note(
+                &p.key(k),
+                "Limitador ignores this field, and so does this import",
+            );
+        }
+    }
+    let namespace = t.namespace.clone().filter(|s| !s.is_empty());
+    if m.contains_key("namespace") && namespace.is_none() {
+        report.error(
+            &p.key("namespace"),
+            "expected a namespace (a non-empty string)",
         );
     }
-}
-
-/// The path of one limit: its conditions (with values), then its variables.
-/// `None` when a condition or a variable cannot be expressed (reported).
-fn entries(
-    map: &serde_json::Map<String, Value>,
-    p: &str,
-    report: &mut Report,
-) -> Option<Vec<Entry>> {
-    let mut entries = Vec::new();
-    let mut ok = true;
-    for (field, with_value) in [("conditions", true), ("variables", false)] {
-        let at = join(p, field);
-        for (j, c) in list_field(map, field, p, report).iter().enumerate() {
-            let cp = index(&at, j);
-            let Some(text) = c.as_str() else {
-                report.error(&cp, format!("expected a string, found {}", describe(c)));
-                ok = false;
-                continue;
-            };
-            let parsed = if with_value {
-                condition(text).map(|(k, v)| (k, Some(v)))
-            } else {
-                key_expr(text.trim()).map(|k| (k, None))
-            };
-            match parsed {
-                Ok(e) => entries.push(e),
-                Err(why) => {
-                    report.drop(
-                        &cp,
+    let max_value = whole(m, "max_value", p, report);
+    let seconds = whole(m, "seconds", p, report);
+    let conditions = strings(m, "conditions", p, report);
+    let variables = strings(m, "variables", p, report);
+    if report.issues.len() > before {
+        return None;
+    }
+    let (namespace, max_value, seconds) = (namespace?, max_value?, seconds?);
+    let mut lost = false;
+    let mut conds = Vec::new();
+    for (j, text) in conditions.iter().enumerate() {
+        let at = p.key("conditions").index(j);
+        match cel::parse_condition(text) {
+            Ok(c) => {
+                if c.entry.bare {
+                    bare_note(report, &at, &c.entry);
+                }
+                if c.bare_value {
+                    report.note(
+                        &at,
                         format!(
-                            "{why}; the whole limit is left out, since without it the limit \
-                             would count more requests than Limitador does"
+                            "the unquoted {:?} is read as text, as Limitador read it before its \
+                             CEL conditions",
+                            c.value
                         ),
                     );
-                    ok = false;
                 }
+                let op = if c.equals { "equals" } else { "not_equals" };
+                conds.push(json!({
+                    "descriptor": c.entry.descriptor, "key": c.entry.key, op: c.value
+                }));
+            }
+            Err(why) => {
+                report.loss(
+                    &at,
+                    format!("{why}; the whole limit is left out, since without it it would count more requests than Limitador does"),
+                );
+                lost = true;
             }
         }
     }
-    ok.then_some(entries)
-}
-
-fn repeated_key(entries: &[Entry]) -> Option<&str> {
-    entries.iter().enumerate().find_map(|(i, (k, _))| {
-        entries[..i]
-            .iter()
-            .any(|(other, _)| other == k)
-            .then_some(k.as_str())
-    })
-}
-
-/// `KEY == 'VALUE'` (or `"VALUE"`, or Limitador's older unquoted `VALUE`),
-/// where KEY is a name or `descriptors[0]['name']`.
-pub(super) fn condition(text: &str) -> Result<(String, String), String> {
-    let t = text.trim();
-    if t.contains("!=") {
-        return Err(format!(
-            "the condition {t:?} cannot be expressed: a Charon node matches one value or any \
-             value, never all values but one"
-        ));
+    let mut vars = Vec::new();
+    for (j, text) in variables.iter().enumerate() {
+        let at = p.key("variables").index(j);
+        match cel::parse_variable(text) {
+            Ok(e) => {
+                if e.bare {
+                    bare_note(report, &at, &e);
+                }
+                vars.push(json!({ "descriptor": e.descriptor, "key": e.key }));
+            }
+            Err(why) => {
+                report.loss(&at, format!("{why}; the whole limit is left out"));
+                lost = true;
+            }
+        }
     }
-    let cannot = || {
+    if seconds == 0 || seconds > MAX_SPAN / 1000 {
+        report.loss(
+            &p.key("seconds"),
+            format!(
+                "{seconds} seconds: Charon's windows last from 1 ms to 2^50 ms; the whole limit \
+                 is left out"
+            ),
+        );
+        lost = true;
+    }
+    if max_value > MAX_COUNT {
+        report.loss(
+            &p.key("max_value"),
+            format!("{max_value} is above 2^53-1, the largest count Charon keeps exactly"),
+        );
+        lost = true;
+    }
+    if lost {
+        return None;
+    }
+    let mut limit = Map::new();
+    if let Some(name) = t.name.clone().filter(|s| !s.is_empty()) {
+        limit.insert("name".into(), name.into());
+    }
+    let mut identity = (conditions.clone(), variables.clone());
+    identity.0.sort();
+    identity.0.dedup();
+    identity.1.sort();
+    identity.1.dedup();
+    if !conds.is_empty() {
+        limit.insert("conditions".into(), conds.into());
+    }
+    if !vars.is_empty() {
+        limit.insert("variables".into(), vars.into());
+    }
+    limit.insert(
+        "rate_limit".into(),
+        json!({ "window": format!("{seconds}s"), "requests_per_unit": max_value }),
+    );
+    Some((
+        namespace,
+        Value::Object(limit),
+        (
+            format!("{:?}", identity.0),
+            format!("{:?} {seconds}", identity.1),
+        ),
+    ))
+}
+
+fn bare_note(report: &mut Report, at: &Path, e: &Entry) {
+    report.note(
+        at,
         format!(
-            "the condition {t:?} cannot be expressed: Charon matches a key equal to one value \
-             (KEY == 'VALUE')"
-        )
-    };
-    let (lhs, rhs) = t.split_once("==").ok_or_else(cannot)?;
-    let key = key_expr(lhs.trim()).map_err(|_| cannot())?;
-    let value = literal(rhs.trim()).ok_or_else(cannot)?;
-    Ok((key, value))
+            "{:?} is read as descriptors[0].{} (Limitador's conditions and variables name \
+             descriptors[N] since they are CEL)",
+            e.key, e.key
+        ),
+    );
 }
 
-/// A descriptor key: a plain name (`user_id`, `req.method`), or CEL's
-/// `descriptors[0]['name']` / `descriptors[0].name`.
-fn key_expr(s: &str) -> Result<String, String> {
-    if let Some(rest) = s.strip_prefix("descriptors[") {
-        let (idx, tail) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("{s:?} is not a key Charon can match"))?;
-        if idx.trim() != "0" {
-            return Err(format!(
-                "{s:?} refers to descriptors[{idx}]; Charon matches the entries of one \
-                 descriptor at a time"
-            ));
-        }
-        let key = tail
-            .strip_prefix('.')
-            .filter(|k| plain(k))
-            .map(str::to_owned)
-            .or_else(|| {
-                tail.strip_prefix('[')
-                    .and_then(|t| t.strip_suffix(']'))
-                    .and_then(|q| literal_quoted(q.trim()))
-            });
-        return key.ok_or_else(|| format!("{s:?} is not a key Charon can match"));
-    }
-    if plain(s) {
-        Ok(s.to_owned())
-    } else {
-        Err(format!(
-            "{s:?} is not a key Charon can match (a descriptor key, or descriptors[0]['key'])"
-        ))
-    }
-}
-
-/// A name of letters, digits, `_`, `.`, `-` and `:`.
-fn plain(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | ':'))
-}
-
-fn literal_quoted(s: &str) -> Option<String> {
-    for q in ['\'', '"'] {
-        if let Some(inner) = s.strip_prefix(q).and_then(|r| r.strip_suffix(q))
-            && !inner.contains(q)
-            && !inner.is_empty()
-        {
-            return Some(inner.to_owned());
+/// A list of expressions (null is none).
+fn strings(m: &Map<String, Value>, field: &str, p: &Path, report: &mut Report) -> Vec<String> {
+    match m.get(field) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .filter_map(|(j, v)| match v {
+                Value::String(s) => Some(s.clone()),
+                other => {
+                    report.error(
+                        &p.key(field).index(j),
+                        format!(
+                            "invalid type: expected a CEL expression (a string), found {}",
+                            describe(other)
+                        ),
+                    );
+                    None
+                }
+            })
+            .collect(),
+        Some(other) => {
+            report.error(
+                &p.key(field),
+                format!("invalid type: expected a list, found {}", describe(other)),
+            );
+            Vec::new()
         }
     }
-    None
-}
-
-fn literal(s: &str) -> Option<String> {
-    literal_quoted(s).or_else(|| {
-        (plain(s)
-            || s.chars()
-                .all(|c| c.is_alphanumeric() || "_.-:/@".contains(c))
-                && !s.is_empty())
-        .then(|| s.to_owned())
-    })
 }

@@ -1,23 +1,34 @@
-//! `charon config import --from envoy-ratelimit|limitador FILE…`: the
-//! configuration files of envoyproxy/ratelimit and of Limitador turned into
-//! a Charon configuration with an `envoy:` section (SPEC §11).
+//! `charon config import --from envoy-ratelimit|limitador|boulder FILE…`:
+//! another project's configuration files turned into a Charon
+//! configuration that decides and answers as that project did.
 //!
 //! Everything here is a pure function of the files' text, so every rule of
 //! the conversion is a unit test; the command only reads the files, checks
 //! the result with the same parser as `charon config check` and prints.
+//! Each source file is checked the way its own project checks it, through
+//! `charon_core::fields` (one message and one path syntax for every
+//! problem), and what it says becomes settings and fields of Charon's
+//! `envoy:` section (or `kind: bucket` resources for Boulder) that keep
+//! the peer's behaviour.
 //!
-//! What a source file says that Charon cannot express is never dropped
-//! silently: each is a [`Finding`] naming the file and the path in it, and
-//! the command prints them on stderr. A file that its own project would
-//! refuse (not YAML, a missing `domain`, an unknown field, a duplicate
-//! descriptor) is an error: nothing is printed on stdout for it, because a
-//! half-converted configuration would limit less than the operator thinks.
+//! Three kinds of findings, by file and path:
+//! - an **error**: the peer itself would refuse the file (with the peer's
+//!   reason); nothing is printed on stdout, exit 1;
+//! - a **loss**: something the file says that Charon cannot carry over;
+//!   the import fails too unless `--lossy`, which prints the configuration
+//!   without it and lists each loss;
+//! - a **note**: something that changes nothing the peer decided (a field
+//!   the peer ignores too, a value normalized).
 
+mod boulder;
+mod boulder_ids;
+mod cel;
 mod envoy_ratelimit;
 mod limitador;
-mod tree;
+mod yaml;
 
-use serde_json::{Map, Value};
+use charon_core::fields::{Issues, Path};
+use serde_json::{Value, json};
 
 /// The project whose configuration files are converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -28,7 +39,54 @@ pub enum Format {
     /// Limitador: a YAML list of limits (`namespace`, `max_value`,
     /// `seconds`, `conditions`, `variables`).
     Limitador,
+    /// Boulder's key-value limits: a defaults file (`Name: {burst, count,
+    /// period}`) and, optionally, an overrides file.
+    Boulder,
 }
+
+/// How the peer ran, where its files do not say it (an environment
+/// variable or a flag there).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerSettings {
+    /// Response headers: `ratelimit` (envoyproxy/ratelimit's
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED=true`) or `x_ratelimit` (Limitador's
+    /// `--rate-limit-headers DRAFT_VERSION_03`); `None`: none, both peers'
+    /// default.
+    pub headers: Option<HeaderStyle>,
+    /// Other header names, (`limit`, `remaining` or `reset`, the name):
+    /// envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`, … The configuration
+    /// check refuses a bad one by path.
+    pub header_names: Vec<(String, String)>,
+    /// envoyproxy/ratelimit's `SHADOW_MODE=true`.
+    pub shadow_mode: bool,
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG=true`: files naming the
+    /// same domain are merged.
+    pub merge_domains: bool,
+}
+
+/// `--headers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeaderStyle {
+    /// `RateLimit-Limit`, `-Remaining`, `-Reset` (envoyproxy/ratelimit).
+    Ratelimit,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (Limitador).
+    XRatelimit,
+}
+
+/// `--header-name FIELD=NAME`.
+pub fn header_name(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((field, name)) if HEADER_FIELDS.contains(&field) => {
+            Ok((field.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!(
+            "expected FIELD=NAME with FIELD one of {}",
+            HEADER_FIELDS.join(", ")
+        )),
+    }
+}
+
+const HEADER_FIELDS: &[&str] = charon_core::envoy::HeaderNames::FIELDS;
 
 /// One source file: its name (for messages) and its text.
 #[derive(Debug, Clone, Copy)]
@@ -64,260 +122,144 @@ impl std::fmt::Display for Finding {
 /// The result of a conversion.
 #[derive(Debug, Clone, Default)]
 pub struct Converted {
-    /// The Charon configuration (SPEC §6 layout with an `envoy:` section),
-    /// when there were no errors. It still has to pass Charon's own
-    /// checks (bounds on names, sizes), which the command runs.
+    /// The Charon configuration (SPEC §6 layout), when no file had an
+    /// error. It still has to pass Charon's own checks (bounds on names,
+    /// sizes), which the command runs.
     pub config: Option<Value>,
-    /// What could not be carried over, and why.
-    pub dropped: Vec<Finding>,
-    /// Why a file cannot be converted at all.
+    /// What could not be carried over, and why (`not carried over: …`).
+    pub losses: Vec<Finding>,
+    /// What changes nothing the peer decided (`note: …`).
+    pub notes: Vec<Finding>,
+    /// Why a file cannot be converted at all (the peer's reason).
     pub errors: Vec<Finding>,
 }
 
-/// Converts `sources`, all of one `format`, into one Charon configuration.
-pub fn convert(format: Format, sources: &[Source<'_>]) -> Converted {
-    let mut out = tree::Output::default();
-    let mut report = Report::default();
-    for source in sources {
-        report.file = source.name.to_owned();
-        let value: Value = match serde_saphyr::from_str(source.text) {
-            Ok(v) => v,
-            Err(e) => {
-                report.error("", format!("not valid YAML: {e}"));
-                continue;
-            }
-        };
-        match format {
-            Format::EnvoyRatelimit => envoy_ratelimit::convert(&value, &mut out, &mut report),
-            Format::Limitador => limitador::convert(&value, &mut out, &mut report),
-        }
-    }
-    let config = report.errors.is_empty().then(|| out.into_value());
-    Converted {
-        config,
-        dropped: report.dropped,
-        errors: report.errors,
-    }
-}
-
-/// Collects findings for the file being converted.
+/// Collects what the converters find in the file being converted.
 #[derive(Debug, Default)]
-struct Report {
+pub(super) struct Report {
     file: String,
-    dropped: Vec<Finding>,
+    /// Errors, through `charon_core::fields` (paths in its syntax).
+    pub issues: Issues,
+    losses: Vec<Finding>,
+    notes: Vec<Finding>,
     errors: Vec<Finding>,
 }
 
 impl Report {
-    fn finding(&self, path: &str, message: String) -> Finding {
+    fn finding(&self, path: &Path, message: String) -> Finding {
         Finding {
             file: self.file.clone(),
-            path: path.to_owned(),
+            path: path.as_str().to_owned(),
             message,
         }
     }
 
-    fn error(&mut self, path: &str, message: impl Into<String>) {
-        let f = self.finding(path, message.into());
-        self.errors.push(f);
+    /// The peer refuses the file.
+    pub(super) fn error(&mut self, path: &Path, message: impl Into<String>) {
+        self.issues.push(path, message);
     }
 
-    fn drop(&mut self, path: &str, message: impl Into<String>) {
+    /// Something that cannot be carried over.
+    pub(super) fn loss(&mut self, path: &Path, message: impl Into<String>) {
         let f = self.finding(path, format!("not carried over: {}", message.into()));
-        self.dropped.push(f);
+        self.losses.push(f);
     }
 
-    /// A difference in how the converted configuration will behave.
-    fn note(&mut self, path: &str, message: impl Into<String>) {
+    /// Something that changes nothing the peer decided.
+    pub(super) fn note(&mut self, path: &Path, message: impl Into<String>) {
         let f = self.finding(path, format!("note: {}", message.into()));
-        self.dropped.push(f);
+        self.notes.push(f);
+    }
+
+    /// Moves the errors found so far into findings of this file.
+    fn close_file(&mut self) {
+        for issue in std::mem::take(&mut self.issues).into_vec() {
+            self.errors.push(Finding {
+                file: self.file.clone(),
+                path: issue.path,
+                message: issue.message,
+            });
+        }
     }
 }
 
-/// `path.field`, or `field` at the root.
-fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{path}.{field}")
-    }
-}
-
-/// `path[i]`.
-fn index(path: &str, i: usize) -> String {
-    format!("{path}[{i}]")
-}
-
-/// A short description of a YAML value, for messages.
-fn describe(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "a list".into(),
-        Value::Object(_) => "a mapping".into(),
-    }
-}
-
-/// A mapping whose fields are all in `known` (both projects refuse unknown
-/// fields); `None` (with the error reported) otherwise.
-fn object<'v>(
-    v: &'v Value,
-    path: &str,
-    what: &str,
-    known: &[&str],
-    report: &mut Report,
-) -> Option<&'v Map<String, Value>> {
-    let Value::Object(map) = v else {
-        report.error(
-            path,
-            format!("expected {what} (a mapping), found {}", describe(v)),
-        );
-        return None;
+/// The `envoy:` section's settings for a peer's behaviour.
+pub(super) fn envoy_settings(peer: &PeerSettings, base: Value) -> Value {
+    let mut s = base;
+    s["shadow_mode"] = peer.shadow_mode.into();
+    s["headers"] = match peer.headers {
+        None => false.into(),
+        Some(HeaderStyle::Ratelimit) => "ratelimit".into(),
+        Some(HeaderStyle::XRatelimit) => "x_ratelimit".into(),
     };
-    let mut ok = true;
-    for k in map.keys() {
-        if !known.contains(&k.as_str()) {
-            report.error(
-                &join(path, k),
-                format!("unknown field {k:?} (known: {})", known.join(", ")),
-            );
-            ok = false;
-        }
+    if !peer.header_names.is_empty() {
+        let names: serde_json::Map<String, Value> = peer
+            .header_names
+            .iter()
+            .map(|(field, name)| (field.clone(), name.as_str().into()))
+            .collect();
+        s["header_names"] = names.into();
     }
-    ok.then_some(map)
+    s["unknown_domain"] = "ok".into();
+    s
 }
 
-/// A key, value or name read as text. Both projects read these as
-/// strings, keeping the text as written; here the YAML is read into typed
-/// values first, so a bare `yes`, `n`, `1.50` or `0x10` has lost its text
-/// (it became `true`, `false`, `1.5`, `16`): those are errors asking to
-/// quote them. A whole number is taken as its decimal text, with a note,
-/// since `0123` would have become `123`.
-fn text_of(v: &Value, path: &str, report: &mut Report) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) if n.is_u64() || n.is_i64() => {
-            report.note(
-                path,
-                format!(
-                    "the number {n} is used as the text \"{n}\"; if the file wrote it otherwise \
-                     (leading zeros, 0x…), quote it there"
-                ),
-            );
-            Some(n.to_string())
-        }
-        Value::Number(_) | Value::Bool(_) => {
-            report.error(
-                path,
-                format!(
-                    "{} is not text, and YAML does not keep how it was written (yes, on, n, \
-                     1.50, …): quote it",
-                    describe(v)
-                ),
-            );
-            None
-        }
-        _ => {
-            report.error(path, format!("expected a string, found {}", describe(v)));
-            None
-        }
-    }
-}
-
-/// A required text field.
-fn text_field(
-    map: &Map<String, Value>,
-    field: &str,
-    path: &str,
-    report: &mut Report,
-) -> Option<String> {
-    let at = join(path, field);
-    match map.get(field) {
-        None | Some(Value::Null) => {
-            report.error(&at, "is required");
-            None
-        }
-        Some(v) => {
-            let s = text_of(v, &at, report)?;
-            if s.is_empty() {
-                report.error(&at, "must not be empty");
-                return None;
+/// Converts `sources`, all of one `format`, into one Charon configuration.
+pub fn convert(format: Format, sources: &[Source<'_>], peer: &PeerSettings) -> Converted {
+    let mut report = Report::default();
+    let config = match format {
+        Format::EnvoyRatelimit => {
+            let mut out = envoy_ratelimit::Output::default();
+            out.merge_domains = peer.merge_domains;
+            for source in sources {
+                report.file = source.name.to_owned();
+                envoy_ratelimit::convert(source.text, &mut out, &mut report);
+                report.close_file();
             }
-            Some(s)
+            out.into_value(peer)
         }
-    }
-}
-
-/// An optional boolean field.
-fn bool_field(
-    map: &Map<String, Value>,
-    field: &str,
-    path: &str,
-    report: &mut Report,
-) -> Option<bool> {
-    match map.get(field) {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(v) => {
-            report.error(
-                &join(path, field),
-                format!("expected true or false, found {}", describe(v)),
-            );
-            None
+        Format::Limitador => {
+            let mut out = limitador::Output::default();
+            for source in sources {
+                report.file = source.name.to_owned();
+                limitador::convert(source.text, &mut out, &mut report);
+                report.close_file();
+            }
+            out.into_value(peer)
         }
-    }
-}
-
-/// An optional list field (`[]` when absent or null).
-fn list_field<'v>(
-    map: &'v Map<String, Value>,
-    field: &str,
-    path: &str,
-    report: &mut Report,
-) -> &'v [Value] {
-    match map.get(field) {
-        None | Some(Value::Null) => &[],
-        Some(Value::Array(items)) => items,
-        Some(v) => {
-            report.error(
-                &join(path, field),
-                format!("expected a list, found {}", describe(v)),
-            );
-            &[]
-        }
-    }
-}
-
-/// A required whole number field in `min..=max`.
-fn count_field(
-    map: &Map<String, Value>,
-    field: &str,
-    path: &str,
-    (min, max): (u64, u64),
-    report: &mut Report,
-) -> Option<u64> {
-    let at = join(path, field);
-    match map.get(field) {
-        None | Some(Value::Null) => {
-            report.error(&at, "is required");
-            None
-        }
-        Some(v) => match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Some(n),
-            _ => {
+        Format::Boulder => {
+            let mut out = boulder::Output::default();
+            for (i, source) in sources.iter().enumerate() {
+                report.file = source.name.to_owned();
+                if i == 0 {
+                    boulder::defaults(source.text, &mut out, &mut report);
+                } else {
+                    boulder::overrides(source.text, &mut out, &mut report);
+                }
+                report.close_file();
+            }
+            if sources.len() > 2 {
+                report.file = sources[2].name.to_owned();
                 report.error(
-                    &at,
-                    format!(
-                        "expected a whole number from {min} to {max}, found {}",
-                        describe(v)
-                    ),
+                    &Path::root(),
+                    "Boulder has one defaults file and one overrides file: give at most two",
                 );
-                None
+                report.close_file();
             }
-        },
+            out.into_value()
+        }
+    };
+    Converted {
+        config: report.errors.is_empty().then_some(config),
+        losses: report.losses,
+        notes: report.notes,
+        errors: report.errors,
     }
+}
+
+/// An empty Charon configuration with an `envoy:` section.
+pub(super) fn with_envoy(resources: Vec<Value>, envoy: Value) -> Value {
+    json!({ "resources": resources, "envoy": envoy })
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use charon_core::config::Config;
-use charon_core::envoy::{Action as CoreAction, Matched};
-use serde_json::json;
+use charon_core::envoy::{MatchMode, Matched, Record, Windows};
+use serde_json::Value;
 
 use super::*;
 
@@ -9,27 +9,27 @@ fn run(format: Format, files: &[(&str, &str)]) -> Converted {
         .iter()
         .map(|&(name, text)| Source { name, text })
         .collect();
-    convert(format, &sources)
+    convert(format, &sources, &PeerSettings::default())
 }
 
 fn lines(findings: &[Finding]) -> Vec<String> {
     findings.iter().map(ToString::to_string).collect()
 }
 
-/// Converts, checks the result with Charon's own parser, returns it and
-/// the dropped findings.
-fn ok(format: Format, files: &[(&str, &str)]) -> (Config, Vec<String>) {
+/// Converts, checks the result with Charon's own parser; the
+/// configuration, its losses and its notes.
+fn ok(format: Format, files: &[(&str, &str)]) -> (Config, Vec<String>, Vec<String>) {
     let c = run(format, files);
     assert!(c.errors.is_empty(), "errors: {:?}", lines(&c.errors));
     let value = c.config.expect("a configuration");
     let (config, _) = Config::from_value(&value)
         .unwrap_or_else(|e| panic!("the converted configuration is refused: {e:?}\n{value:#}"));
-    (config, lines(&c.dropped))
+    (config, lines(&c.losses), lines(&c.notes))
 }
 
 fn errors(format: Format, text: &str) -> Vec<String> {
     let c = run(format, &[("f.yaml", text)]);
-    assert!(c.config.is_none());
+    assert!(c.config.is_none(), "{:?}", c.config);
     lines(&c.errors)
 }
 
@@ -45,398 +45,383 @@ descriptors:
           requests_per_unit: 5
   - key: to_number
     rate_limit:
-      unit: day
+      unit: DAY
       requests_per_unit: 100
 ";
 
 #[test]
-fn the_messaging_example_converts_to_inline_day_limits() {
-    let (config, dropped) = ok(Format::EnvoyRatelimit, &[("m.yaml", MESSAGING)]);
-    assert!(dropped.is_empty(), "{dropped:?}");
+fn envoyproxy_files_keep_their_tree_and_get_its_settings() {
+    let (config, losses, notes) = ok(Format::EnvoyRatelimit, &[("m.yaml", MESSAGING)]);
+    assert!(
+        losses.is_empty() && notes.is_empty(),
+        "{losses:?} {notes:?}"
+    );
     let e = config.envoy().expect("envoy");
-    let marketing = e
+    assert_eq!(e.settings.matching, MatchMode::Whole);
+    assert_eq!(e.settings.record, Record::EveryHit);
+    assert_eq!(e.settings.windows, Windows::Fixed);
+    let m = e
         .match_descriptor(
             "messaging",
             &[("message_type", "marketing"), ("to_number", "2061111111")],
         )
         .expect("matches");
-    let Matched::Limited(l) = marketing else {
-        panic!("{marketing:?}")
+    let Matched::Limited(l) = m else {
+        panic!("{m:?}")
     };
-    assert_eq!(
-        l.resource,
-        "envoy/messaging/message_type=marketing/to_number"
-    );
     assert_eq!(l.domain, "2061111111");
     assert_eq!(l.rate_limit.map(|r| r.requests_per_unit()), Some(5));
-    let any = e
-        .match_descriptor("messaging", &[("to_number", "2061111111")])
+    // The whole descriptor must match: message_type alone is not limited.
+    let m = e
+        .match_descriptor("messaging", &[("message_type", "marketing")])
         .expect("matches");
-    let Matched::Limited(l) = any else {
-        panic!("{any:?}")
-    };
-    assert_eq!(l.rate_limit.map(|r| r.requests_per_unit()), Some(100));
-    assert_eq!(l.rate_limit.map(|r| r.unit().name()), Some("day"));
+    assert_eq!(m, Matched::NotLimited);
 }
 
 #[test]
-fn replaces_names_and_detailed_metrics_are_reported_by_path() {
-    let text = "
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    detailed_metric: true
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit: { name: specific_limit, requests_per_unit: 5, unit: second }
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces: [ { name: specific_limit } ]
-          requests_per_unit: 10
-          unit: second
-";
-    let (_, dropped) = ok(Format::EnvoyRatelimit, &[("e7.yaml", text)]);
-    assert_eq!(dropped.len(), 3, "{dropped:?}");
-    assert!(dropped[0].starts_with(
-        "e7.yaml: descriptors[0].detailed_metric: not carried over: Charon's metrics"
-    ));
-    assert!(
-        dropped[1].starts_with(
-            "e7.yaml: descriptors[0].descriptors[0].rate_limit.name: not carried over:"
-        )
-    );
-    assert!(dropped[2].starts_with(
-        "e7.yaml: descriptors[1].descriptors[0].rate_limit.replaces: not carried over: Charon decides every descriptor"
-    ));
-}
-
-#[test]
-fn shadow_mode_stays_on_its_own_rule_and_whitelisted_nodes_stay_unlimited() {
-    let text = "
+fn every_field_envoyproxy_accepts_is_carried_over() {
+    let file = "
 domain: d
 descriptors:
-  - key: service
-    rate_limit: { unit: second, requests_per_unit: 10 }
+  - key: path
+    value: /files/*
+    share_threshold: true
+    detailed_metric: true
+    value_to_metric: true
+    rate_limit: { unit: Week, requests_per_unit: 7, name: files }
+  - key: vip
+    rate_limit:
+      unit: month
+      requests_per_unit: 0
+      replaces: [ { name: files } ]
+  - key: year
+    quota_mode: true
     shadow_mode: true
+    rate_limit: { unit: year, requests_per_unit: 1 }
+    metadata: { any: { thing: [1, 2] } }
     descriptors:
-      - key: user
-        rate_limit: { unit: second, requests_per_unit: 20 }
-      - key: health
-";
-    let (config, dropped) = ok(Format::EnvoyRatelimit, &[("d.yaml", text)]);
-    assert!(dropped.is_empty(), "{dropped:?}");
-    let e = config.envoy().expect("envoy");
-    let top = e.domain("d").expect("d").descriptors();
-    assert_eq!(top[0].shadow_mode(), Some(true));
-    assert_eq!(top[0].descriptors()[0].shadow_mode(), Some(false));
-    let Ok(Matched::Limited(user)) = e.match_descriptor("d", &[("service", "a"), ("user", "u")])
-    else {
-        panic!("user is limited")
-    };
-    assert!(!user.shadow);
-    let Ok(Matched::Limited(service)) = e.match_descriptor("d", &[("service", "a")]) else {
-        panic!("service is limited")
-    };
-    assert!(service.shadow);
-    // (service, health) matched a node without a limit in envoyproxy/ratelimit.
-    assert!(matches!(
-        e.match_descriptor("d", &[("service", "a"), ("health", "x")]),
-        Ok(Matched::Unlimited { .. })
-    ));
-}
-
-#[test]
-fn odd_units_and_zero_limits_become_resources() {
-    let text = "
-domain: edge
-descriptors:
-  - key: remote_address
-    value: 50.0.0.5
-    rate_limit: { unit: second, requests_per_unit: 0 }
-  - key: api_key
-    rate_limit: { unit: WEEK, requests_per_unit: 1000 }
-  - key: plan
-    value: 7
-    rate_limit: { unit: month, requests_per_unit: 1 }
-  - key: ldap
+      - key: below
+        rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: open
     rate_limit: { unlimited: true }
 ";
-    let (config, dropped) = ok(Format::EnvoyRatelimit, &[("edge.yaml", text)]);
-    assert_eq!(dropped.len(), 2, "{dropped:?}");
+    let (config, losses, notes) = ok(Format::EnvoyRatelimit, &[("d.yaml", file)]);
+    assert!(losses.is_empty(), "{losses:?}");
     assert_eq!(
-        dropped[0],
-        "edge.yaml: descriptors[2].value: note: the number 7 is used as the text \"7\"; if the \
-         file wrote it otherwise (leading zeros, 0x…), quote it there"
+        notes,
+        [
+            "d.yaml: descriptors[2].metadata: note: envoyproxy/ratelimit sends it in the reply's \
+          dynamic metadata only with RESPONSE_DYNAMIC_METADATA=true; Charon sends no dynamic \
+          metadata"
+        ]
     );
-    assert!(dropped[1].starts_with(
-        "edge.yaml: descriptors[2].rate_limit.unit: not carried over: a month has no fixed length"
-    ));
-    let names: Vec<&str> = config.resources().iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(names, ["imported/deny-all", "imported/edge/api_key"]);
-    let nodes = config
-        .envoy()
-        .expect("envoy")
-        .domain("edge")
-        .expect("edge")
-        .descriptors();
-    assert_eq!(
-        nodes[0].action(),
-        Some(&CoreAction::Resource("imported/deny-all".into()))
-    );
-    assert_eq!(nodes[2].value(), Some("7"), "numbers are read as text");
-    assert_eq!(nodes[2].action(), None);
-    assert_eq!(nodes[3].action(), Some(&CoreAction::Unlimited));
-    let v = config.to_value();
-    assert_eq!(v["resources"][1]["window"], json!("7days"));
+    let yaml = config.to_yaml();
+    for want in [
+        "value: /files/*",
+        "share_threshold: true",
+        "detailed_metric: true",
+        "value_to_metric: true",
+        "name: files",
+        "unit: week",
+        "unit: month",
+        "requests_per_unit: 0",
+        "replaces:\n      - files",
+        "quota_mode: true",
+        "unlimited: true",
+        "unit: year",
+    ] {
+        assert!(yaml.contains(want), "{want:?} in\n{yaml}");
+    }
+    // The shadowed limit's child is not shadowed (there, shadow_mode is a
+    // rule's own).
+    let e = config.envoy().expect("envoy");
+    let m = e
+        .match_descriptor("d", &[("year", "y"), ("below", "b")])
+        .expect("matches");
+    let Matched::Limited(l) = m else {
+        panic!("{m:?}")
+    };
+    assert!(!l.shadow);
 }
 
 #[test]
-fn bad_envoy_ratelimit_files_are_errors_by_path() {
+fn files_envoyproxy_refuses_are_refused_with_its_reasons() {
+    let e = |text: &str| errors(Format::EnvoyRatelimit, text);
     assert_eq!(
-        errors(Format::EnvoyRatelimit, "descriptors: []\n"),
-        ["f.yaml: domain: is required"]
-    );
-    let e = errors(
-        Format::EnvoyRatelimit,
-        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: -1 }\n  - { key: b, colour: red }\n  - { key: c }\n  - { key: c }\n",
-    );
-    assert_eq!(
-        e,
-        [
-            "f.yaml: descriptors[0].rate_limit.requests_per_unit: expected a whole number from 0 to 9007199254740991, found the number -1",
-            "f.yaml: descriptors[0].rate_limit.unit: expected second, minute, hour, day, week, month or year, found \"fortnight\"",
-            "f.yaml: descriptors[1].colour: unknown field \"colour\" (known: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric)",
-            "f.yaml: descriptors[3]: the descriptor key \"c\" is also at descriptors[2] (envoyproxy/ratelimit refuses duplicates too)",
-        ]
-    );
-    assert!(
-        errors(Format::EnvoyRatelimit, "domain: [unclosed\n")[0]
-            .starts_with("f.yaml: not valid YAML")
-    );
-    // Scalars whose text YAML did not keep.
-    assert_eq!(
-        errors(
-            Format::EnvoyRatelimit,
-            "domain: d\ndescriptors:\n  - { key: a, value: yes }\n  - { key: b, value: 1.50 }\n"
+        e(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: foo, requests_per_unit: 5 }\n"
         ),
         [
-            "f.yaml: descriptors[0].value: the boolean true is not text, and YAML does not keep how it was written (yes, on, n, 1.50, …): quote it",
-            "f.yaml: descriptors[1].value: the number 1.5 is not text, and YAML does not keep how it was written (yes, on, n, 1.50, …): quote it",
+            "f.yaml: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo' (second, minute, hour, day, week, month or year, in any case)"
         ]
     );
     assert_eq!(
-        errors(Format::EnvoyRatelimit, "- 1\n"),
-        ["f.yaml: expected an envoyproxy/ratelimit configuration (a mapping), found a list"]
+        e("descriptors:\n"),
+        ["f.yaml: domain: config file cannot have empty domain"]
     );
-    let two = run(
+    assert_eq!(
+        e("domain: d\ndescriptors:\n  - value: v\n"),
+        ["f.yaml: descriptors[0]: descriptor has empty key"]
+    );
+    assert_eq!(
+        e("domain: d\ndescriptors:\n  - key: k\n    ratelimit: { unit: day }\n"),
+        ["f.yaml: descriptors[0].ratelimit: config error, unknown key 'ratelimit'"]
+    );
+    assert_eq!(
+        e("domain: d\ndescriptors:\n  - a\n"),
+        ["f.yaml: descriptors[0]: config error, yaml file contains list of type other than map: a"]
+    );
+    assert_eq!(
+        e("0.25: d\n"),
+        ["f.yaml: config error, key is not of type string: 0.25"]
+    );
+    assert_eq!(
+        e("domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n"),
+        [
+            "f.yaml: descriptors[1]: duplicate descriptor composite key 'd.k_v' (first at descriptors[0])"
+        ]
+    );
+    assert_eq!(
+        e("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, unit: day }\n"),
+        ["f.yaml: descriptors[0].rate_limit: should not specify rate limit unit when unlimited"]
+    );
+    assert_eq!(
+        e(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { name: self, replaces: [ { name: self } ], unit: day }\n"
+        ),
+        [
+            "f.yaml: descriptors[0].rate_limit.replaces[0]: replaces should not contain name of same descriptor"
+        ]
+    );
+    assert_eq!(
+        e(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { name: self, replaces: [ { name: } ], unit: day }\n"
+        ),
+        ["f.yaml: descriptors[0].rate_limit.replaces[0]: should not have an empty replaces entry"]
+    );
+    assert_eq!(
+        e("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n"),
+        [
+            "f.yaml: descriptors[0].share_threshold: share_threshold can only be used with wildcard values (containing '*'), but found key 'k_v'"
+        ]
+    );
+    assert!(e("'''\n")[0].starts_with("f.yaml: error loading config file: "));
+    // Two files of one domain.
+    let c = run(
         Format::EnvoyRatelimit,
         &[("a.yaml", "domain: d\n"), ("b.yaml", "domain: d\n")],
     );
-    assert_eq!(lines(&two.errors).len(), 1);
+    assert!(lines(&c.errors)[0].starts_with("b.yaml: domain: duplicate domain 'd' in config file"));
+}
+
+#[test]
+fn text_is_kept_as_envoyproxy_reads_it() {
+    let (config, _, _) = ok(
+        Format::EnvoyRatelimit,
+        &[(
+            "d.yaml",
+            "domain: d\ndescriptors:\n  - key: code\n    value: 0123\n    rate_limit: { unit: day, requests_per_unit: 1 }\n  - key: flag\n    value: yes\n    rate_limit: { unit: day, requests_per_unit: 1 }\n",
+        )],
+    );
+    let yaml = config.to_yaml();
     assert!(
-        lines(&two.errors)[0].starts_with("b.yaml: domain: the domain \"d\" is in an earlier file")
+        yaml.contains("value: \"0123\"") && yaml.contains("value: \"yes\""),
+        "{yaml}"
     );
 }
 
 #[test]
-fn several_files_are_several_domains() {
-    let (config, _) = ok(
-        Format::EnvoyRatelimit,
-        &[
-            ("m.yaml", MESSAGING),
-            (
-                "i.yaml",
-                "domain: internal\ndescriptors:\n  - { key: azure, rate_limit: { unit: minute, requests_per_unit: 100 } }\n",
-            ),
-        ],
-    );
-    let names: Vec<&str> = config
-        .envoy()
-        .expect("envoy")
-        .domains()
-        .iter()
-        .map(charon_core::envoy::EnvoyDomain::name)
-        .collect();
-    assert_eq!(names, ["messaging", "internal"]);
-}
-
-const LIMITS: &str = r#"
-- namespace: example.org
-  max_value: 10
-  seconds: 60
-  conditions:
-    - "req.method == 'GET'"
-  variables:
-    - user_id
-- namespace: example.org
+fn limitador_limits_keep_their_conditions_on_any_descriptor() {
+    let file = r#"
+- namespace: ns
   max_value: 5
   seconds: 60
+  name: per-user gets
   conditions:
-    - "req.method == 'POST'"
-  variables:
-    - user_id
-  name: posts
-- namespace: example.org
+    - "descriptors[0]['req.method'] == 'GET'"
+    - "descriptors[1].y != '2'"
+  variables: ["descriptors[0]['user_id']"]
+- namespace: ns
   max_value: 1000
   seconds: 90
-  conditions: []
+  conditions:
   variables:
-    - "descriptors[0]['api_key']"
 - namespace: other
-  max_value: 3
   seconds: 1
-  conditions:
-    - "descriptors[0].plan == \"free\""
+  conditions: ["req_method == 'POST'"]
+  variables: ["app_id"]
+  unknown_thing: 1
+"#;
+    let (config, losses, notes) = ok(Format::Limitador, &[("l.yaml", file)]);
+    assert!(losses.is_empty(), "{losses:?}");
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    let e = config.envoy().expect("envoy");
+    assert_eq!(e.settings.windows, Windows::FirstHit);
+    assert_eq!(e.settings.record, Record::AllOrNothing);
+    let ns = e.domain("ns").expect("ns");
+    assert_eq!(ns.limits().len(), 2);
+    assert_eq!(ns.limits()[0].conditions().len(), 2);
+    assert_eq!(ns.limits()[0].name(), Some("per-user gets"));
+    assert!(ns.limits()[1].conditions().is_empty() && ns.limits()[1].variables().is_empty());
+    // max_value defaults to 0.
+    let other = e.domain("other").expect("other");
+    let yaml = config.to_yaml();
+    assert!(yaml.contains("requests_per_unit: 0"), "{yaml}");
+    assert_eq!(other.limits()[0].variables()[0].key, "app_id");
+}
+
+#[test]
+fn limitador_cel_charon_cannot_express_is_a_loss_and_duplicates_a_note() {
+    let file = r#"
+- namespace: ns
+  max_value: 5
+  seconds: 60
+  conditions: ["descriptors[0].a == '1' || descriptors[0].b == '2'"]
   variables: []
-- namespace: example.org
-  max_value: 1
-  seconds: 1
-  conditions:
-    - "req.method != 'GET'"
-  variables: [ user_id ]
-- namespace: example.org
-  max_value: 1
-  seconds: 1
-  conditions: [ "descriptors[0]['a'] == 'x' && descriptors[0]['b'] == 'y'" ]
+- namespace: ns
+  max_value: 5
+  seconds: 60
+  conditions: ["descriptors[0].a == '1'"]
+  variables: []
+- namespace: ns
+  max_value: 50
+  seconds: 60
+  conditions: ["descriptors[0].a == '1'"]
   variables: []
 "#;
-
-#[test]
-fn limitador_limits_become_paths_of_the_namespace_domain() {
-    let (config, dropped) = ok(Format::Limitador, &[("limits.yaml", LIMITS)]);
-    let e = config.envoy().expect("envoy");
-    let Ok(Matched::Limited(get)) = e.match_descriptor(
-        "example.org",
-        &[("req.method", "GET"), ("user_id", "alice")],
-    ) else {
-        panic!("GET is limited")
-    };
-    assert_eq!(get.domain, "alice");
-    assert_eq!(get.rate_limit.map(|r| r.requests_per_unit()), Some(10));
-    let Ok(Matched::Limited(post)) = e.match_descriptor(
-        "example.org",
-        &[("req.method", "POST"), ("user_id", "alice")],
-    ) else {
-        panic!("POST is limited")
-    };
-    assert_eq!(post.rate_limit.map(|r| r.requests_per_unit()), Some(5));
-    let Ok(Matched::Limited(key)) = e.match_descriptor("example.org", &[("api_key", "k1")]) else {
-        panic!("api_key is limited")
-    };
-    assert_eq!(key.resource, "imported/example.org/api_key");
-    assert!(key.rate_limit.is_none());
-    let Ok(Matched::Limited(free)) = e.match_descriptor("other", &[("plan", "free")]) else {
-        panic!("plan=free is limited")
-    };
-    assert_eq!(free.domain, "*");
-    assert_eq!(
-        config.to_value()["resources"][0],
-        json!({"name": "imported/example.org/api_key", "kind": "window", "algorithm": "fixed", "limit": 1000, "window": "1m 30s"})
-    );
-    assert_eq!(dropped.len(), 4, "{dropped:?}");
-    assert!(dropped[0].starts_with("limits.yaml: [1].name: not carried over"));
-    assert!(dropped[1].starts_with(
-        "limits.yaml: [4].conditions[0]: not carried over: the condition \"req.method != 'GET'\" cannot be expressed"
-    ));
-    assert!(dropped[2].starts_with("limits.yaml: [5].conditions[0]: not carried over:"));
+    let c = run(Format::Limitador, &[("l.yaml", file)]);
+    assert!(c.errors.is_empty());
+    let losses = lines(&c.losses);
+    assert_eq!(losses.len(), 1);
     assert!(
-        dropped[3].starts_with("limits.yaml: note: Limitador finds a limit's keys in any order")
+        losses[0].starts_with("l.yaml: [0].conditions[0]: not carried over: "),
+        "{losses:?}"
     );
-}
-
-#[test]
-fn limitador_limits_that_charon_cannot_place_are_reported() {
-    let text = "
-- { namespace: ns, max_value: 1, seconds: 1, conditions: [], variables: [] }
-- { namespace: ns, max_value: 1, seconds: 1, variables: [u] }
-- { namespace: ns, max_value: 9, seconds: 3600, variables: [u] }
-- { namespace: ns, max_value: 0, seconds: 1, variables: [u, u] }
-- { namespace: ns, max_value: 0, seconds: 5, variables: [blocked] }
-";
-    let (config, dropped) = ok(Format::Limitador, &[("l.yaml", text)]);
-    assert_eq!(dropped.len(), 3, "{dropped:?}");
-    assert!(dropped[0].starts_with("l.yaml: [0]: not carried over: a limit with neither"));
-    assert!(dropped[1].starts_with("l.yaml: [2]: not carried over: l.yaml: [1] already limits"));
-    assert!(dropped[2].starts_with("l.yaml: [3]: not carried over: the key \"u\" is used twice"));
-    let nodes = config
-        .envoy()
-        .expect("envoy")
-        .domain("ns")
-        .expect("ns")
-        .descriptors();
-    assert_eq!(nodes.len(), 2);
-    assert_eq!(
-        nodes[1].action(),
-        Some(&CoreAction::Resource("imported/deny-all".into()))
-    );
-}
-
-#[test]
-fn bad_limitador_files_are_errors_by_path() {
-    assert_eq!(
-        errors(Format::Limitador, "namespace: n\n"),
-        ["f.yaml: expected Limitador's limits file (a list of limits), found a mapping"]
-    );
+    assert!(lines(&c.notes)[0].starts_with("l.yaml: [2]: note: an earlier limit has the same"));
     assert_eq!(
         errors(
             Format::Limitador,
-            "- { namespace: ns, max_value: 1, seconds: 0, variables: [u], extra: 1 }\n- { max_value: x, seconds: 1, conditions: [3] }\n"
+            "- namespace: ns\n  seconds: 1\n  variables: []\n"
         ),
+        ["f.yaml: [0].conditions: missing field `conditions`"]
+    );
+    assert!(errors(Format::Limitador, "namespace: ns\n")[0].contains("expected a list of limits"));
+}
+
+const DEFAULTS: &str = "
+NewRegistrationsPerIPAddress:
+  burst: 20
+  count: 20
+  period: 1s
+NewRegistrationsPerIPv6Range:
+  burst: 30
+  count: 30
+  period: 2s
+CertificatesPerFQDNSetPerAccount:
+  burst: 5
+  count: 5
+  period: 168h
+";
+
+#[test]
+fn boulder_limits_become_buckets_with_their_overrides() {
+    let seed = "
+NewRegistrationsPerIPAddress:10.0.0.2:
+  burst: 20
+  count: 40
+  period: 1s
+NewRegistrationsPerIPv6Range:2001:0db8:0000::/48:
+  burst: 1
+  count: 1
+  period: 1s
+CertificatesPerFQDNSetPerAccount:12345678:Example.org,example.com,example.org:
+  burst: 9
+  count: 9
+  period: 1h
+";
+    let (config, losses, _) = ok(Format::Boulder, &[("d.yaml", DEFAULTS), ("o.yaml", seed)]);
+    assert!(losses.is_empty());
+    let yaml = config.to_yaml();
+    for want in [
+        "name: boulder/NewRegistrationsPerIPAddress",
+        "kind: bucket",
+        "\"10.0.0.2\":",
+        "\"2001:db8::/48\":",
+        "\"12345678:example.com,example.org\":",
+    ] {
+        assert!(yaml.contains(want), "{want:?} in\n{yaml}");
+    }
+    let list = "
+- NewRegistrationsPerIPAddress:
+    burst: 40
+    count: 40
+    period: 1s
+    ids:
+      - id: 64.112.117.1
+        comment: Foo
+";
+    let (config, _, _) = ok(Format::Boulder, &[("d.yaml", DEFAULTS), ("o.yaml", list)]);
+    assert!(config.to_yaml().contains("\"64.112.117.1\":"));
+}
+
+#[test]
+fn boulder_files_boulder_refuses_are_refused_and_an_override_needs_a_default() {
+    let e = |files: &[(&str, &str)]| {
+        let c = run(Format::Boulder, files);
+        assert!(c.config.is_none());
+        lines(&c.errors)
+    };
+    assert_eq!(
+        e(&[(
+            "d.yaml",
+            "NewRegistrationsPerIPAddress: { burst: 0, count: 20, period: 1s }\n"
+        )]),
+        ["d.yaml: NewRegistrationsPerIPAddress.burst: invalid burst '0', must be > 0"]
+    );
+    assert!(e(&[("d.yaml", "UsageRequestsPerIPv10Address: { burst: 1, count: 1, period: 1s }\n")])[0]
+        .starts_with("d.yaml: UsageRequestsPerIPv10Address: unrecognized name \"UsageRequestsPerIPv10Address\" in default limit"));
+    let bad_id = "- NewRegistrationsPerIPAddress:\n    burst: 1\n    count: 1\n    period: 1s\n    ids: [ { id: 10.0.0.5 }, { id: lol } ]\n";
+    assert_eq!(
+        e(&[("d.yaml", DEFAULTS), ("o.yaml", bad_id)]),
         [
-            "f.yaml: [0].extra: unknown field \"extra\" (known: namespace, max_value, seconds, conditions, variables, name)",
-            "f.yaml: [1].namespace: is required",
-            "f.yaml: [1].max_value: expected a whole number from 0 to 9007199254740991, found the string \"x\"",
-            "f.yaml: [1].conditions[0]: expected a string, found the number 3",
+            "o.yaml: [0].NewRegistrationsPerIPAddress.ids[1].id: validating name NewRegistrationsPerIPAddress and id \"lol\" for override limit: invalid IP address, \"lol\" must be an IP address"
         ]
     );
-}
-
-#[test]
-fn conditions_and_keys_parse_in_every_spelling_limitador_has() {
-    assert_eq!(
-        limitador_condition("req.method == 'GET'"),
-        Ok(("req.method".into(), "GET".into()))
-    );
-    assert_eq!(
-        limitador_condition("req.method == GET"),
-        Ok(("req.method".into(), "GET".into()))
-    );
-    assert_eq!(
-        limitador_condition("descriptors[0][\"x-y\"] == \"a b\""),
-        Ok(("x-y".into(), "a b".into()))
-    );
-    assert!(limitador_condition("descriptors[1].a == 'b'").is_err());
-    assert!(limitador_condition("size(descriptors) > 1").is_err());
-    assert!(limitador_condition("a == 'b' || c == 'd'").is_err());
-}
-
-fn limitador_condition(s: &str) -> Result<(String, String), String> {
-    limitador::condition(s)
-}
-
-#[test]
-fn a_limitador_limit_repeated_in_another_file_is_reported_with_the_first() {
-    let limit = "- { namespace: ns, max_value: 1, seconds: 1, variables: [u] }\n";
-    let (config, dropped) = ok(Format::Limitador, &[("a.yaml", limit), ("b.yaml", limit)]);
-    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    let no_default = "NewOrdersPerAccount:12345678: { burst: 1, count: 1, period: 1s }\n";
+    let got = e(&[("d.yaml", DEFAULTS), ("o.yaml", no_default)]);
     assert!(
-        dropped[0].starts_with("b.yaml: [0]: not carried over: a.yaml: [0] already limits"),
-        "{dropped:?}"
+        got[0].starts_with("o.yaml: [\"NewOrdersPerAccount:12345678\"]: an override of NewOrdersPerAccount, which the defaults file does not limit"),
+        "{got:?}"
     );
     assert_eq!(
-        config
-            .envoy()
-            .expect("envoy")
-            .domain("ns")
-            .expect("ns")
-            .descriptors()
-            .len(),
-        1
+        e(&[
+            ("d.yaml", DEFAULTS),
+            (
+                "o.yaml",
+                "NewRegistrationsPerIPAddress10.0.0.1: { burst: 1, count: 1, period: 1s }\n"
+            )
+        ]),
+        [
+            "o.yaml: [\"NewRegistrationsPerIPAddress10.0.0.1\"]: invalid override \"NewRegistrationsPerIPAddress10.0.0.1\", must be formatted 'name:id'"
+        ]
     );
+    assert!(
+        e(&[(
+            "d.yaml",
+            "NewRegistrationsPerIPAddress: { burst: 1, count: 1, period: 1s, extra: 2 }\n"
+        )])[0]
+            .contains("field extra not found")
+    );
+}
+
+#[test]
+fn every_conversion_passes_charons_own_checks() {
+    for (format, files) in [
+        (Format::EnvoyRatelimit, vec![("m.yaml", MESSAGING)]),
+        (Format::Boulder, vec![("d.yaml", DEFAULTS)]),
+    ] {
+        let c = run(format, &files);
+        let v: Value = c.config.expect("converted");
+        assert!(Config::from_value(&v).is_ok());
+    }
 }

@@ -15,6 +15,15 @@ pub fn charon() -> Command {
 /// Runs `charon simulate` with `config` on `input`; returns the output
 /// lines parsed, and the exit status.
 pub fn simulate_raw(config: &str, input: &[u8]) -> (Vec<Value>, std::process::ExitStatus, String) {
+    simulate_in(config, input, "memory")
+}
+
+/// [`simulate_raw`] with `--store STORE`.
+pub fn simulate_in(
+    config: &str,
+    input: &[u8],
+    store: &str,
+) -> (Vec<Value>, std::process::ExitStatus, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("limits.yaml");
     std::fs::write(&path, config).expect("write config");
@@ -22,6 +31,7 @@ pub fn simulate_raw(config: &str, input: &[u8]) -> (Vec<Value>, std::process::Ex
         .arg("simulate")
         .arg("--config")
         .arg(&path)
+        .args(["--store", store])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -54,7 +64,9 @@ pub fn simulate_text(config: &str, input: &[u8]) -> Vec<String> {
     lines.iter().map(ToString::to_string).collect()
 }
 
-/// Runs `charon simulate` on events; panics if it fails.
+/// Runs `charon simulate` on events in both stores, the in-memory one and
+/// `--store redis://…` on a private redis-server, checks that they print
+/// the same lines, and returns them; panics if either fails.
 pub fn simulate(config: &str, events: &[Value]) -> Vec<Value> {
     let mut input = Vec::new();
     for e in events {
@@ -64,6 +76,16 @@ pub fn simulate(config: &str, events: &[Value]) -> Vec<Value> {
     let (lines, status, stderr) = simulate_raw(config, &input);
     assert!(status.success(), "charon simulate failed: {stderr}");
     assert_eq!(lines.len(), events.len(), "one reply per event");
+    let redis = charon_testkit::RedisServer::start();
+    let (in_redis, status, stderr) = simulate_in(config, &input, &redis.url());
+    assert!(
+        status.success(),
+        "charon simulate --store redis failed: {stderr}"
+    );
+    for (i, (m, r)) in lines.iter().zip(&in_redis).enumerate() {
+        assert_eq!(m, r, "event {i} ({}): memory vs Redis", events[i]);
+    }
+    assert_eq!(in_redis.len(), lines.len(), "one reply per event in Redis");
     lines
 }
 

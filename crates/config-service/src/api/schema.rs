@@ -119,6 +119,7 @@ pub(crate) struct BucketOverride {
 pub(crate) enum WindowAlgorithm {
     Fixed,
     SlidingCounter,
+    FirstHit,
 }
 
 /// A per-domain override of a window: replaces each field it names.
@@ -469,20 +470,97 @@ pub(crate) struct ExportedConfig {
 }
 
 /// The `envoy:` section (SPEC §11, docs/envoy.md): which Charon resource
-/// limits which of Envoy's rate-limit descriptors. At most 10000 domains
-/// and 100000 nodes in all, trees at most 16 levels deep.
+/// limits which of Envoy's rate-limit descriptors, and how calls are
+/// decided and answered. At most 10000 domains and 100000 nodes in all,
+/// trees at most 16 levels deep.
 #[derive(ToSchema)]
 pub(crate) struct EnvoySection {
-    /// Decide and record every descriptor, and always answer OK. Default
-    /// false.
+    /// Decide and record every descriptor, keep each status, and answer
+    /// every call OK. Default false.
     shadow_mode: Option<bool>,
-    /// Add RateLimit-* and Retry-After headers to replies. Default false.
+    /// false (none), true (RateLimit-* and Retry-After when over),
+    /// `ratelimit` (RateLimit-*, as envoyproxy/ratelimit) or `x_ratelimit`
+    /// (X-RateLimit-*, as Limitador). Default false.
+    #[schema(value_type = Option<serde_json::Value>)]
     headers: Option<bool>,
+    /// Other names for the limit, remaining and reset headers (only with
+    /// `headers:` set).
+    header_names: Option<EnvoyHeaderNames>,
+    /// The answer to a domain not named here: `ok` (default) or `error`.
+    #[schema(inline)]
+    unknown_domain: Option<EnvoyUnknownDomain>,
+    /// Which node of a descriptor's path applies: `deepest` (default) or
+    /// `whole` (the last entry's, if every entry matched).
+    #[schema(inline)]
+    r#match: Option<EnvoyMatch>,
+    /// `all_or_nothing` (default) or `every_hit` (each descriptor counted
+    /// on its own, hits over the limit too).
+    #[schema(inline)]
+    record: Option<EnvoyRecord>,
+    /// The window inline limits count in: `fixed` (default), `first_hit`
+    /// or `sliding`.
+    #[schema(inline)]
+    windows: Option<EnvoyWindows>,
+    /// What a descriptor's own limit override does: `ignore` (default) or
+    /// `apply`.
+    #[schema(inline)]
+    descriptor_limits: Option<EnvoyDescriptorLimits>,
     /// Distinct domain names.
     domains: Option<Vec<EnvoyDomain>>,
 }
 
-/// One Envoy domain (`RateLimitRequest.domain`) and its descriptor tree.
+/// `header_names`: HTTP header names (1 to 128 token characters), no two
+/// alike, none `Retry-After`.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyHeaderNames {
+    limit: Option<String>,
+    remaining: Option<String>,
+    reset: Option<String>,
+}
+
+/// `unknown_domain`.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EnvoyUnknownDomain {
+    Ok,
+    Error,
+}
+
+/// `match`.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EnvoyMatch {
+    Deepest,
+    Whole,
+}
+
+/// `record`.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EnvoyRecord {
+    AllOrNothing,
+    EveryHit,
+}
+
+/// `windows`.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EnvoyWindows {
+    Fixed,
+    FirstHit,
+    Sliding,
+}
+
+/// `descriptor_limits`.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EnvoyDescriptorLimits {
+    Ignore,
+    Apply,
+}
+
+/// One Envoy domain (`RateLimitRequest.domain`): its descriptor tree and
+/// its `limits` (Limitador's kind: conditions over any descriptor).
 #[derive(ToSchema)]
 pub(crate) struct EnvoyDomain {
     domain: Name,
@@ -491,11 +569,13 @@ pub(crate) struct EnvoyDomain {
     /// own. Default false.
     same_slot: Option<bool>,
     descriptors: Option<Vec<EnvoyNode>>,
+    /// At most 1000.
+    limits: Option<Vec<EnvoyLimit>>,
 }
 
 /// A descriptor node: matches the entry `key` (with `value`, only that
-/// value; without, any value, each its own Charon domain). At most one of
-/// `resource`, `rate_limit` and `unlimited: true`.
+/// value, `*` a wildcard; without, any value, each its own Charon domain).
+/// At most one of `resource`, `rate_limit` and `unlimited: true`.
 #[derive(ToSchema)]
 pub(crate) struct EnvoyNode {
     /// 1 to 256 bytes, no control characters.
@@ -510,8 +590,52 @@ pub(crate) struct EnvoyNode {
     rate_limit: Option<EnvoyRateLimit>,
     unlimited: Option<bool>,
     shadow_mode: Option<bool>,
+    /// How replies name the limit; what `replaces` of other nodes name.
+    name: Option<String>,
+    /// Names of limits this node's limit switches off in the same call.
+    replaces: Option<Vec<String>>,
+    /// A wildcard node: every matching value shares one count.
+    share_threshold: Option<bool>,
+    /// Metrics carry the descriptor's values.
+    detailed_metric: Option<bool>,
+    /// Metrics carry this node's value.
+    value_to_metric: Option<bool>,
+    /// Over, the call is over only when every quota descriptor is.
+    quota_mode: Option<bool>,
     #[schema(no_recursion)]
     descriptors: Option<Vec<EnvoyNode>>,
+}
+
+/// A limit over a whole call (Limitador's): every condition holds and every
+/// variable is set.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyLimit {
+    name: Option<String>,
+    /// At most 64.
+    conditions: Option<Vec<EnvoyCondition>>,
+    /// At most 64.
+    variables: Option<Vec<EnvoyVariable>>,
+    resource: Option<Name>,
+    rate_limit: Option<EnvoyRateLimit>,
+}
+
+/// `descriptors[descriptor][key] == equals` (or `!= not_equals`).
+#[derive(ToSchema)]
+pub(crate) struct EnvoyCondition {
+    /// The descriptor's index in the call, 0 to 1023 (default 0).
+    #[schema(minimum = 0, maximum = 1023)]
+    descriptor: Option<u16>,
+    key: String,
+    equals: Option<String>,
+    not_equals: Option<String>,
+}
+
+/// `descriptors[descriptor][key]`: its value tells counts apart.
+#[derive(ToSchema)]
+pub(crate) struct EnvoyVariable {
+    #[schema(minimum = 0, maximum = 1023)]
+    descriptor: Option<u16>,
+    key: String,
 }
 
 /// The value is an IP address; the client is its network of these prefix
@@ -524,14 +648,17 @@ pub(crate) struct EnvoyMask {
     ipv6: Option<u8>,
 }
 
-/// An inline fixed window of `requests_per_unit` per `unit`.
+/// An inline limit of `requests_per_unit` per `unit` or per `window` (one
+/// of them); 0 refuses every hit.
 #[derive(ToSchema)]
 pub(crate) struct EnvoyRateLimit {
-    unit: EnvoyUnit,
-    requests_per_unit: PositiveCount,
+    unit: Option<EnvoyUnit>,
+    window: Option<Duration>,
+    requests_per_unit: Count,
 }
 
-/// The length of an inline `rate_limit`'s window.
+/// The length of an inline `rate_limit`'s window (a week, month and year
+/// are 7, 30 and 365 days).
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub(crate) enum EnvoyUnit {
@@ -539,6 +666,9 @@ pub(crate) enum EnvoyUnit {
     Minute,
     Hour,
     Day,
+    Week,
+    Month,
+    Year,
 }
 
 /// `GET /v1/resources/{name}/domains`.

@@ -7,7 +7,7 @@
 
 mod lease;
 mod normalize;
-mod parse;
+pub(crate) mod parse;
 mod render;
 
 use std::collections::{BTreeMap, HashMap};
@@ -697,6 +697,17 @@ impl Config {
                 for (j, n) in d.descriptors().iter().enumerate() {
                     check_node(n, &p.index(j), &resources, &index, &mut issues);
                 }
+                let p = path.index(i).key("limits");
+                for (j, l) in d.limits().iter().enumerate() {
+                    check_action(
+                        l.action(),
+                        l.id(),
+                        &p.index(j),
+                        &resources,
+                        &index,
+                        &mut issues,
+                    );
+                }
             }
         }
         if !issues.is_empty() {
@@ -894,14 +905,34 @@ fn check_node(
     index: &HashMap<String, usize>,
     issues: &mut Vec<ConfigIssue>,
 ) {
+    if let Some(a) = node.action() {
+        check_action(a, node.id(), path, resources, index, issues);
+    }
+    let children = path.key("descriptors");
+    for (j, c) in node.descriptors().iter().enumerate() {
+        check_node(c, &children.index(j), resources, index, issues);
+    }
+}
+
+/// Checks the action of a node or limit whose derived name is `id`: a
+/// configured resource must exist and be rate-like; an inline limit's
+/// derived name must be a valid resource name no configured resource has.
+fn check_action(
+    action: &Action,
+    id: &str,
+    path: &Path,
+    resources: &[Resource],
+    index: &HashMap<String, usize>,
+    issues: &mut Vec<ConfigIssue>,
+) {
     let mut push = |at: Path, message: String| {
         issues.push(ConfigIssue {
             path: at.as_str().to_owned(),
             message,
         });
     };
-    match node.action() {
-        Some(Action::Resource(name)) => match index.get(name).map(|&i| &resources[i].kind) {
+    match action {
+        Action::Resource(name) => match index.get(name).map(|&i| &resources[i].kind) {
             None => push(
                 path.key("resource"),
                 format!("unknown resource {name:?} (name a resource of this configuration)"),
@@ -920,8 +951,7 @@ fn check_node(
             ),
             Some(_) => {}
         },
-        Some(Action::RateLimit(_)) => {
-            let id = node.id();
+        Action::RateLimit(_) => {
             if let Err(e) = crate::request::check_name("resource", id) {
                 push(
                     path.key("rate_limit"),
@@ -940,11 +970,7 @@ fn check_node(
                 );
             }
         }
-        Some(Action::Unlimited) | None => {}
-    }
-    let children = path.key("descriptors");
-    for (j, c) in node.descriptors().iter().enumerate() {
-        check_node(c, &children.index(j), resources, index, issues);
+        Action::Unlimited => {}
     }
 }
 

@@ -3,7 +3,7 @@
 //! stopping at the first. Unknown fields are errors: a misspelt `limt`
 //! silently ignored is a limit that silently does not apply.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
@@ -13,13 +13,10 @@ use super::{
     MAX_TIERS_PER_RESOURCE, MeterFields, MeterResource, MeterSpec, NamespaceSettings, QueueFields,
     RateOverride, RateResource, Resource, ResourceKind, Tier, WindowFields,
 };
-use crate::envoy::{
-    Action, Envoy, EnvoyDomain, MAX_DEPTH, MAX_DOMAINS, MAX_KEY_BYTES, MAX_NODES, MAX_VALUE_BYTES,
-    Mask, Node, RateLimit, Unit,
-};
+use crate::envoy::Envoy;
 use crate::fields::{
-    Issues, Path, boolean, count, count_or, describe, each, list, object, one_of, optional_count,
-    required, too_many, unknown_field,
+    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
+    too_many, unknown_field,
 };
 use crate::meter::{Ban, FieldError, Policy, SoftLimit};
 use crate::request::check_name;
@@ -90,7 +87,7 @@ const COPY_FIELDS: &[&str] = &[
 const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
 const NAMESPACE_FIELDS: &[&str] = &["allow_unconfigured", "ignore_configured"];
 
-fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
+pub(crate) fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
     match v {
         Value::String(s) => match parse_span(s) {
             Ok(ms) => Some(ms),
@@ -112,7 +109,7 @@ fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
     }
 }
 
-fn name(v: &Value, path: &Path, issues: &mut Issues, field: &str) -> Option<String> {
+pub(crate) fn name(v: &Value, path: &Path, issues: &mut Issues, field: &str) -> Option<String> {
     let Value::String(s) = v else {
         issues.push(
             path,
@@ -206,7 +203,7 @@ pub(super) fn parse_config(v: &Value) -> Result<Parsed, ConfigErrors> {
             }
         }
         if let Some(e) = map.get("envoy").filter(|v| !v.is_null()) {
-            envoy = envoy_at(e, &root.key("envoy"), &mut issues);
+            envoy = crate::envoy::parse::section(e, &root.key("envoy"), &mut issues);
         }
     }
     issues.finish((namespaces, resources, envoy))
@@ -252,7 +249,7 @@ pub fn parse_resource(v: &Value) -> Result<Resource, ConfigErrors> {
 /// ([`super::Config::with_envoy`]).
 pub fn parse_envoy(v: &Value) -> Result<Envoy, ConfigErrors> {
     let mut issues = Issues::default();
-    match envoy_at(v, &Path::root().key("envoy"), &mut issues) {
+    match crate::envoy::parse::section(v, &Path::root().key("envoy"), &mut issues) {
         Some(e) => issues.finish(e),
         None => Err(ConfigErrors(issues.into_vec())),
     }
@@ -432,7 +429,7 @@ fn policy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Poli
 /// The message for a field error of a value written as `v`: `"0s" must be
 /// positive (at least 1ms)`, `0 must be at least 1`; messages that already
 /// say the value are kept as they are.
-fn field_message(v: Option<&Value>, e: &FieldError) -> String {
+pub(crate) fn field_message(v: Option<&Value>, e: &FieldError) -> String {
     match v {
         Some(v) if e.message.starts_with("must") => {
             let written = match v {
@@ -471,16 +468,8 @@ fn bucket_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> 
 fn window_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> WindowFields {
     let algorithm = match map.get("algorithm") {
         None | Some(Value::Null) => None,
-        Some(v) => match one_of(
-            v,
-            &["fixed", "sliding_counter"],
-            &path.key("algorithm"),
-            issues,
-        ) {
-            Some("fixed") => Some(Algorithm::Fixed),
-            Some(_) => Some(Algorithm::SlidingCounter),
-            None => None,
-        },
+        Some(v) => one_of(v, Algorithm::NAMES, &path.key("algorithm"), issues)
+            .and_then(Algorithm::from_name),
     };
     WindowFields {
         algorithm,
@@ -746,291 +735,4 @@ fn group_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Group> {
         limit: limit?,
         domains,
     })
-}
-
-const ENVOY_FIELDS: &[&str] = &["shadow_mode", "headers", "domains"];
-const ENVOY_DOMAIN_FIELDS: &[&str] = &["domain", "same_slot", "descriptors"];
-const NODE_FIELDS: &[&str] = &[
-    "key",
-    "value",
-    "mask",
-    "resource",
-    "rate_limit",
-    "unlimited",
-    "shadow_mode",
-    "descriptors",
-];
-const MASK_FIELDS: &[&str] = &["ipv4", "ipv6"];
-const RATE_LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit"];
-
-/// The `envoy:` section (SPEC §11). Its size is bounded before any node is
-/// read ([`MAX_DOMAINS`], [`MAX_NODES`], [`MAX_DEPTH`]); references to
-/// resources are checked once the resources are known
-/// ([`super::Config::with_envoy`]).
-fn envoy_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Envoy> {
-    let before = issues.len();
-    let map = object(v, path, issues, "the envoy section", ENVOY_FIELDS)?;
-    let shadow_mode = boolean(map, "shadow_mode", path, issues);
-    let headers = boolean(map, "headers", path, issues);
-    let mut domains = Vec::new();
-    if let Some(ds) = map.get("domains").filter(|v| !v.is_null()) {
-        let dpath = path.key("domains");
-        let nodes = |d: &Value| d.get("descriptors").map_or(0, |n| count_nodes(n, 1));
-        if let Some(items) = list(ds, &dpath, issues)
-            && !too_many(items.len(), MAX_DOMAINS, "Envoy domains", &dpath, issues)
-            && !too_many(
-                items.iter().map(nodes).fold(0, usize::saturating_add),
-                MAX_NODES,
-                "descriptor nodes",
-                &dpath,
-                issues,
-            )
-        {
-            let mut seen: HashMap<&str, usize> = HashMap::new();
-            for (i, item) in items.iter().enumerate() {
-                let p = dpath.index(i);
-                if let Some(d) = envoy_domain_at(item, &p, issues) {
-                    if let Some(first) = item
-                        .get("domain")
-                        .and_then(Value::as_str)
-                        .and_then(|name| seen.insert(name, i))
-                    {
-                        issues.push(
-                            &p.key("domain"),
-                            format!(
-                                "duplicate Envoy domain {:?} (first at {})",
-                                d.name(),
-                                dpath.index(first)
-                            ),
-                        );
-                    }
-                    domains.push(d);
-                }
-            }
-        }
-    }
-    (issues.len() == before).then(|| Envoy::new(shadow_mode, headers, domains))
-}
-
-/// The nodes of the descriptor list `v` at `depth` and below, counted down
-/// to one level past [`MAX_DEPTH`] (deeper is refused anyway) and no
-/// further than just past [`MAX_NODES`]: the bound is checked before a
-/// node is read, at a cost bounded by the bound.
-fn count_nodes(v: &Value, depth: usize) -> usize {
-    let Some(items) = v.as_array() else {
-        return 0;
-    };
-    let mut n = items.len();
-    if depth > MAX_DEPTH {
-        return n;
-    }
-    for item in items {
-        if n > MAX_NODES {
-            break;
-        }
-        if let Some(d) = item.get("descriptors") {
-            n = n.saturating_add(count_nodes(d, depth + 1));
-        }
-    }
-    n
-}
-
-fn envoy_domain_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<EnvoyDomain> {
-    let map = object(v, path, issues, "an Envoy domain", ENVOY_DOMAIN_FIELDS)?;
-    let before = issues.len();
-    let domain = required(map, "domain", path, issues)
-        .and_then(|v| name(v, &path.key("domain"), issues, "domain"));
-    let descriptors = match map.get("descriptors").filter(|v| !v.is_null()) {
-        None => Some(Vec::new()),
-        Some(v) => nodes_at(v, &path.key("descriptors"), 1, issues),
-    };
-    let same_slot = boolean(map, "same_slot", path, issues);
-    let (domain, descriptors) = (domain?, descriptors?);
-    (issues.len() == before)
-        .then(|| EnvoyDomain::new(domain, descriptors).with_same_slot(same_slot))
-}
-
-/// A list of sibling nodes at `depth` (1 for a domain's top level); no two
-/// may have the same key and value.
-fn nodes_at(v: &Value, path: &Path, depth: usize, issues: &mut Issues) -> Option<Vec<Node>> {
-    let items = list(v, path, issues)?;
-    let before = issues.len();
-    let mut seen: HashMap<(&str, Option<&str>), usize> = HashMap::new();
-    let mut nodes = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let p = path.index(i);
-        if let Some(n) = node_at(item, &p, depth, issues) {
-            nodes.push(n);
-        }
-        let key = item.get("key").and_then(Value::as_str);
-        let value = item.get("value").and_then(Value::as_str);
-        if let Some(key) = key
-            && let Some(first) = seen.insert((key, value), i)
-        {
-            let what = match value {
-                Some(v) => format!("key {key:?} and value {v:?}"),
-                None => format!("key {key:?} and no value"),
-            };
-            issues.push(
-                &p,
-                format!(
-                    "duplicate descriptor: {what} (first at {})",
-                    path.index(first)
-                ),
-            );
-        }
-    }
-    (issues.len() == before).then_some(nodes)
-}
-
-/// A key or value of a node: a non-empty string of at most `max` bytes
-/// without control characters. A number or boolean is refused with a hint:
-/// Envoy's values are strings, and `5` and `"05"` must not be guessed at.
-fn entry_text(v: &Value, path: &Path, issues: &mut Issues, max: usize) -> Option<String> {
-    let s = match v {
-        Value::String(s) => s,
-        Value::Number(_) | Value::Bool(_) => {
-            issues.push(
-                path,
-                format!(
-                    "expected a string, found {}; quote it: \"{v}\"",
-                    describe(v)
-                ),
-            );
-            return None;
-        }
-        other => {
-            issues.push(
-                path,
-                format!("expected a string, found {}", describe(other)),
-            );
-            return None;
-        }
-    };
-    let problem = if s.is_empty() {
-        "must not be empty".to_owned()
-    } else if s.len() > max {
-        format!("is {} bytes long; at most {max} are allowed", s.len())
-    } else if s.chars().any(char::is_control) {
-        "must not contain control characters".to_owned()
-    } else {
-        return Some(s.clone());
-    };
-    issues.push(path, problem);
-    None
-}
-
-fn node_at(v: &Value, path: &Path, depth: usize, issues: &mut Issues) -> Option<Node> {
-    let map = object(v, path, issues, "a descriptor", NODE_FIELDS)?;
-    let before = issues.len();
-    let key = required(map, "key", path, issues)
-        .and_then(|v| entry_text(v, &path.key("key"), issues, MAX_KEY_BYTES));
-    let value = match map.get("value") {
-        None | Some(Value::Null) => None,
-        Some(v) => entry_text(v, &path.key("value"), issues, MAX_VALUE_BYTES),
-    };
-    let mask = match map.get("mask") {
-        None | Some(Value::Null) => None,
-        Some(m) => mask_at(m, &path.key("mask"), issues),
-    };
-    if mask.is_some() && map.get("value").is_some_and(|v| !v.is_null()) {
-        issues.push(
-            &path.key("mask"),
-            "only a node without a value can have a mask (it reads each request's value as an \
-             IP address; a node with a value matches that value only)",
-        );
-    }
-    let mut actions = Vec::new();
-    if let Some(r) = map.get("resource").filter(|v| !v.is_null()) {
-        let p = path.key("resource");
-        actions.push((
-            "resource",
-            name(r, &p, issues, "resource").map(Action::Resource),
-        ));
-    }
-    if let Some(l) = map.get("rate_limit").filter(|v| !v.is_null()) {
-        actions.push((
-            "rate_limit",
-            rate_limit_at(l, &path.key("rate_limit"), issues).map(Action::RateLimit),
-        ));
-    }
-    if boolean(map, "unlimited", path, issues) {
-        actions.push(("unlimited", Some(Action::Unlimited)));
-    }
-    if actions.len() > 1 {
-        let named: Vec<_> = actions.iter().map(|(n, _)| *n).collect();
-        issues.push(
-            path,
-            format!(
-                "names {}; a descriptor has at most one of resource, rate_limit and \
-                 unlimited: true",
-                named.join(" and ")
-            ),
-        );
-    }
-    let shadow_mode = match map.get("shadow_mode") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(other) => {
-            issues.push(
-                &path.key("shadow_mode"),
-                format!("expected true or false, found {}", describe(other)),
-            );
-            None
-        }
-    };
-    let descriptors = match map.get("descriptors").filter(|v| !v.is_null()) {
-        None => Vec::new(),
-        Some(d) if depth >= MAX_DEPTH && d.as_array().is_some_and(|a| !a.is_empty()) => {
-            issues.push(
-                &path.key("descriptors"),
-                format!("descriptors nest deeper than {MAX_DEPTH} levels, the most allowed"),
-            );
-            Vec::new()
-        }
-        Some(d) => nodes_at(d, &path.key("descriptors"), depth + 1, issues).unwrap_or_default(),
-    };
-    let action = actions.pop().and_then(|(_, a)| a);
-    let key = key?;
-    (issues.len() == before).then(|| Node::new(key, value, mask, action, shadow_mode, descriptors))
-}
-
-fn mask_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Mask> {
-    let map = object(v, path, issues, "a mask", MASK_FIELDS)?;
-    let default = Mask::default();
-    let mut prefix = |field: &str, default: u8, bits: u8, family: &str| {
-        let n = count_or(map, field, u64::from(default), path, issues)?;
-        match u8::try_from(n) {
-            Ok(p) if p <= bits => Some(p),
-            _ => {
-                issues.push(
-                    &path.key(field),
-                    format!("{n} is longer than an {family} address ({bits} bits)"),
-                );
-                None
-            }
-        }
-    };
-    let ipv4 = prefix("ipv4", default.ipv4, 32, "IPv4");
-    let ipv6 = prefix("ipv6", default.ipv6, 128, "IPv6");
-    Some(Mask {
-        ipv4: ipv4?,
-        ipv6: ipv6?,
-    })
-}
-
-fn rate_limit_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<RateLimit> {
-    let map = object(v, path, issues, "a rate_limit", RATE_LIMIT_FIELDS)?;
-    let unit = required(map, "unit", path, issues)
-        .and_then(|u| one_of(u, Unit::NAMES, &path.key("unit"), issues))
-        .and_then(Unit::from_name);
-    let written = required(map, "requests_per_unit", path, issues);
-    let rpu = written.and_then(|n| count(n, &path.key("requests_per_unit"), issues));
-    match RateLimit::new(unit?, rpu?) {
-        Ok(l) => Some(l),
-        Err(e) => {
-            issues.push(&path.key(e.field), field_message(written, &e));
-            None
-        }
-    }
 }

@@ -8,10 +8,8 @@ use super::{
     BucketFields, Config, CopyResource, MeterFields, MeterResource, MeterSpec, QueueFields,
     RateResource, ResourceKind, Tier, WindowFields,
 };
-use crate::envoy::{Action, Envoy, Node};
 use crate::meter::Policy;
 use crate::time::format_span;
-use crate::window::Algorithm;
 
 pub(super) fn config_value(config: &Config) -> Value {
     let mut root = Map::new();
@@ -32,62 +30,9 @@ pub(super) fn config_value(config: &Config) -> Value {
         .collect();
     root.insert("resources".into(), Value::Array(resources));
     if let Some(e) = config.envoy() {
-        root.insert("envoy".into(), envoy_value(e));
+        root.insert("envoy".into(), crate::envoy::render::section(e));
     }
     Value::Object(root)
-}
-
-/// The `envoy:` section in the SPEC §11 layout: the section's switches
-/// always, a node's fields where set (a mask with both prefixes, so what
-/// applies is written out).
-fn envoy_value(e: &Envoy) -> Value {
-    let domains: Vec<Value> = e
-        .domains()
-        .iter()
-        .map(|d| {
-            let nodes: Vec<Value> = d.descriptors().iter().map(node_value).collect();
-            if d.same_slot() {
-                json!({"domain": d.name(), "same_slot": true, "descriptors": nodes})
-            } else {
-                json!({"domain": d.name(), "descriptors": nodes})
-            }
-        })
-        .collect();
-    json!({"shadow_mode": e.shadow_mode, "headers": e.headers, "domains": domains})
-}
-
-fn node_value(n: &Node) -> Value {
-    let mut m = Map::new();
-    m.insert("key".into(), n.key().into());
-    if let Some(v) = n.value() {
-        m.insert("value".into(), v.into());
-    }
-    if let Some(mask) = n.mask() {
-        m.insert("mask".into(), json!({"ipv4": mask.ipv4, "ipv6": mask.ipv6}));
-    }
-    match n.action() {
-        Some(Action::Resource(r)) => {
-            m.insert("resource".into(), r.clone().into());
-        }
-        Some(Action::RateLimit(l)) => {
-            m.insert(
-                "rate_limit".into(),
-                json!({"unit": l.unit().name(), "requests_per_unit": l.requests_per_unit()}),
-            );
-        }
-        Some(Action::Unlimited) => {
-            m.insert("unlimited".into(), true.into());
-        }
-        None => {}
-    }
-    if let Some(s) = n.shadow_mode() {
-        m.insert("shadow_mode".into(), s.into());
-    }
-    if !n.descriptors().is_empty() {
-        let children: Vec<Value> = n.descriptors().iter().map(node_value).collect();
-        m.insert("descriptors".into(), children.into());
-    }
-    Value::Object(m)
 }
 
 /// One resource in the SPEC §6 layout.
@@ -138,11 +83,7 @@ impl Render for BucketFields {
 impl Render for WindowFields {
     fn render(&self, m: &mut Map<String, Value>) {
         if let Some(a) = self.algorithm {
-            let name = match a {
-                Algorithm::Fixed => "fixed",
-                Algorithm::SlidingCounter => "sliding_counter",
-            };
-            m.insert("algorithm".into(), name.into());
+            m.insert("algorithm".into(), a.name().into());
         }
         if let Some(l) = self.limit {
             m.insert("limit".into(), l.into());

@@ -643,7 +643,7 @@ fn bad_values_of_the_new_kinds_name_the_exact_path() {
         ),
         (
             "{ name: a, kind: window, algorithm: slow, limit: 1, window: 1s }",
-            "resources[0].algorithm: expected fixed or sliding_counter, found the string \"slow\"",
+            "resources[0].algorithm: expected fixed, sliding_counter or first_hit, found the string \"slow\"",
         ),
         (
             "{ name: a, kind: queue, rate: 0, period: 1s, size: 1 }",
@@ -1051,11 +1051,7 @@ fn random_configurations_of_every_kind_round_trip() {
                     let (algorithm, limit, window, p) = testing::window(&mut d, 1);
                     let mut v = spec_of(p);
                     v["kind"] = "window".into();
-                    v["algorithm"] = match algorithm {
-                        Algorithm::Fixed => "fixed",
-                        Algorithm::SlidingCounter => "sliding_counter",
-                    }
-                    .into();
+                    v["algorithm"] = algorithm.name().into();
                     v["limit"] = limit.into();
                     v["window"] = format!("{window}ms").into();
                     v
@@ -1152,7 +1148,7 @@ fn the_envoy_section_loads_and_round_trips() {
     let (c, adj) = Config::from_yaml(&envoy_example()).expect("valid");
     assert!(adj.is_empty());
     let e = c.envoy().expect("envoy");
-    assert!(!e.shadow_mode && e.headers);
+    assert!(!e.settings.shadow_mode && e.settings.headers == crate::envoy::Headers::Charon);
     let edge = e.domain("edge").expect("edge");
     assert_eq!(edge.descriptors().len(), 4);
     // `mask: {}` is /32 and /48.
@@ -1181,6 +1177,23 @@ fn the_envoy_section_loads_and_round_trips() {
     assert_eq!(again.to_yaml(), yaml);
     let (from_json, _) = Config::from_value(&c.to_value()).expect("JSON too");
     assert_eq!(from_json, c);
+}
+
+#[test]
+fn header_names_round_trip_next_to_headers() {
+    let yaml = "resources: []\nenvoy:\n  headers: ratelimit\n  header_names: { limit: X-Quota, reset: X-Quota-Reset }\n  domains: []\n";
+    let (c, _) = Config::from_yaml(yaml).expect("valid");
+    let names = &c.envoy().expect("envoy").settings.header_names;
+    assert_eq!(
+        (names.limit.as_deref(), names.remaining.as_deref()),
+        (Some("X-Quota"), None)
+    );
+    let out = c.to_yaml();
+    assert!(
+        out.contains("headers: ratelimit\n  header_names:\n    limit: X-Quota\n    reset: X-Quota-Reset\n  unknown_domain"),
+        "{out}"
+    );
+    assert_eq!(Config::from_yaml(&out).expect("parses").0, c);
 }
 
 #[test]
@@ -1224,7 +1237,7 @@ fn a_configuration_without_envoy_is_unchanged() {
     // domain.
     let (empty, _) = Config::from_yaml(&format!("{SPEC_EXAMPLE}envoy: {{}}\n")).expect("valid");
     let e = empty.envoy().expect("a section");
-    assert!(e.domains().is_empty() && !e.shadow_mode && !e.headers);
+    assert!(e.domains().is_empty() && e.settings == crate::envoy::Settings::default());
     let (again, _) = Config::from_yaml(&empty.to_yaml()).expect("parses");
     assert_eq!(again, empty);
 }
@@ -1240,16 +1253,80 @@ fn bad_envoy_sections_name_the_exact_path() {
     let d = "  domains:\n    - domain: edge\n      descriptors:\n";
     let cases: &[(String, &str)] = &[
         (
-            format!("{d}        - {{ key: a, rate_limit: {{ unit: week, requests_per_unit: 1 }} }}\n"),
-            "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour or day, found the string \"week\"",
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: fortnight, requests_per_unit: 1 }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit.unit: expected second, minute, hour, day, week, month or year, found the string \"fortnight\"",
         ),
         (
             "  domains:\n    - { domain: first }\n    - domain: edge\n      descriptors:\n        - { key: a }\n        - { key: b, descriptors: [ { key: c }, { key: d, rate_limit: { unit: sec, requests_per_unit: 1 } } ] }\n".to_owned(),
             "envoy.domains[1].descriptors[1].descriptors[1].rate_limit.unit: expected second",
         ),
         (
-            format!("{d}        - {{ key: a, rate_limit: {{ unit: second, requests_per_unit: 0 }} }}\n"),
-            "envoy.domains[0].descriptors[0].rate_limit.requests_per_unit: 0 must be at least 1",
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: second, requests_per_unit: -1 }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit.requests_per_unit: -1 is negative; counts start at 0",
+        ),
+        (
+            format!("{d}        - {{ key: a, rate_limit: {{ unit: second, window: 2s, requests_per_unit: 1 }} }}\n"),
+            "envoy.domains[0].descriptors[0].rate_limit: names unit and window; a rate_limit has one of them",
+        ),
+        (
+            format!("{d}        - {{ key: a, name: x, replaces: [x], unlimited: true }}\n"),
+            "envoy.domains[0].descriptors[0].replaces[0]: replaces should not contain name of same descriptor",
+        ),
+        (
+            format!("{d}        - {{ key: a, replaces: [\"\"], unlimited: true }}\n"),
+            "envoy.domains[0].descriptors[0].replaces[0]: should not have an empty replaces entry",
+        ),
+        (
+            format!("{d}        - {{ key: a, value: b, share_threshold: true, unlimited: true }}\n"),
+            "envoy.domains[0].descriptors[0].share_threshold: share_threshold can only be used with wildcard values (containing '*')",
+        ),
+        (
+            "  domains:\n    - domain: ns\n      limits:\n        - { conditions: [ { key: a, equals: b, not_equals: c } ], rate_limit: { window: 1m, requests_per_unit: 1 } }\n".to_owned(),
+            "envoy.domains[0].limits[0].conditions[0]: a condition has one of equals and not_equals",
+        ),
+        (
+            "  domains:\n    - domain: ns\n      limits:\n        - { variables: [ { key: a } ] }\n".to_owned(),
+            "envoy.domains[0].limits[0]: a limit needs resource or rate_limit",
+        ),
+        (
+            "  domains:\n    - domain: ns\n      limits:\n        - { variables: [ { key: a } ], rate_limit: { window: 1m, requests_per_unit: 1 } }\n        - { variables: [ { key: a, descriptor: 0 } ], rate_limit: { unit: minute, requests_per_unit: 5 } }\n".to_owned(),
+            "envoy.domains[0].limits[1]: duplicate limit: the same conditions, variables and window as envoy.domains[0].limits[0]",
+        ),
+        (
+            "  domains:\n    - domain: ns\n      limits:\n        - { variables: [ { key: a } ], rate_limit: { window: 1s, requests_per_unit: 1 }, unlimited: true }\n".to_owned(),
+            "envoy.domains[0].limits[0].unlimited: unknown field (expected one of: name, conditions, variables, resource, rate_limit)",
+        ),
+        (
+            "  domains:\n    - domain: ns\n      limits:\n        - { variables: [ { key: a, descriptor: 1024 } ], rate_limit: { window: 1s, requests_per_unit: 1 } }\n".to_owned(),
+            "envoy.domains[0].limits[0].variables[0].descriptor: 1024 is past the last descriptor a call can have (1023)",
+        ),
+        (
+            "  header_names: { limit: X-Quota }\n".to_owned(),
+            "envoy.header_names: names headers that are not sent: set headers: to true, ratelimit or x_ratelimit",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { limit: \"X Quota\" }\n".to_owned(),
+            "envoy.header_names.limit: \"X Quota\" is not a header name",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { limit: X-Quota, reset: x-quota }\n".to_owned(),
+            "envoy.header_names.reset: the same name as envoy.header_names.limit",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { reset: retry-after }\n".to_owned(),
+            "envoy.header_names.reset: Retry-After is a header of its own",
+        ),
+        (
+            "  headers: ratelimit\n  header_names: { retry: X }\n".to_owned(),
+            "envoy.header_names.retry: unknown field (expected one of: limit, remaining, reset)",
+        ),
+        (
+            "  unknown_domain: maybe\n".to_owned(),
+            "envoy.unknown_domain: expected ok or error, found the string \"maybe\"",
+        ),
+        (
+            "  record: some\n".to_owned(),
+            "envoy.record: expected all_or_nothing or every_hit, found the string \"some\"",
         ),
         (
             format!("{d}        - {{ key: a, rate_limit: {{ unit: second, requests_per_unit: 9007199254740992 }} }}\n"),
@@ -1329,11 +1406,12 @@ fn bad_envoy_sections_name_the_exact_path() {
         ),
         (
             "  shadow: true\n".to_owned(),
-            "envoy.shadow: unknown field (expected one of: shadow_mode, headers, domains)",
+            "envoy.shadow: unknown field (expected one of: shadow_mode, headers, header_names, unknown_domain, \
+             match, record, windows, descriptor_limits, domains)",
         ),
         (
             "  headers: 1\n".to_owned(),
-            "envoy.headers: expected true or false, found the number 1",
+            "envoy.headers: expected true, false, ratelimit or x_ratelimit, found the number 1",
         ),
         (
             "  - domain: edge\n".to_owned(),

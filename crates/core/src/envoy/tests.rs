@@ -65,7 +65,7 @@ fn envoy(c: &Config) -> &Envoy {
 #[track_caller]
 fn limited(c: &Config, domain: &str, entries: &[(&str, &str)]) -> (String, String, bool) {
     match envoy(c).match_descriptor(domain, entries) {
-        Ok(Matched::Limited(l)) => (l.resource.to_owned(), l.domain, l.shadow),
+        Ok(Matched::Limited(l)) => (l.resource.to_string(), l.domain, l.shadow),
         other => panic!("{entries:?}: {other:?}"),
     }
 }
@@ -73,7 +73,7 @@ fn limited(c: &Config, domain: &str, entries: &[(&str, &str)]) -> (String, Strin
 #[track_caller]
 fn limit<'a>(c: &'a Config, domain: &str, entries: &[(&str, &str)]) -> Limit<'a> {
     match envoy(c).match_descriptor(domain, entries) {
-        Ok(Matched::Limited(l)) => l,
+        Ok(Matched::Limited(l)) => *l,
         other => panic!("{entries:?}: {other:?}"),
     }
 }
@@ -152,18 +152,21 @@ fn nested_inline_limits_get_a_fixed_window_and_a_stable_name() {
         &[("region", "eu"), ("client", "198.51.100.77")],
     );
     assert_eq!(l.resource, "envoy/users/region/client");
-    assert_eq!(l.node.id(), l.resource);
+    assert_eq!(l.label, &*l.resource);
     assert_eq!(l.domain, "eu|198.51.100.0/24");
     let rl = l.rate_limit.expect("inline");
-    assert_eq!((rl.unit(), rl.requests_per_unit()), (Unit::Second, 5));
-    let Meter::Window(p) = rl.meter() else {
+    assert_eq!((rl.unit(), rl.requests_per_unit()), (Some(Unit::Second), 5));
+    let Some(crate::meter::Meter::Window(p)) = rl.meter() else {
         panic!("a window")
     };
-    assert_eq!((p.algorithm(), p.window()), (Algorithm::Fixed, 1_000));
+    assert_eq!(
+        (p.algorithm(), p.window()),
+        (crate::window::Algorithm::Fixed, 1_000)
+    );
     // A node without value named by its key; with a value, key=value.
     let l = limit(&c, "edge", &[("tenant", "acme")]);
     assert_eq!(
-        (l.resource, l.domain.as_str()),
+        (&*l.resource, l.domain.as_str()),
         ("envoy/edge/tenant", "acme")
     );
     let vip = &envoy(&c).domain("users").expect("users").descriptors()[1];
@@ -187,7 +190,7 @@ fn unlimited_applies_when_deepest_and_a_deeper_action_beats_it() {
         &[("region", "eu"), ("unlimited_below", "y"), ("x", "1")],
     );
     assert_eq!(l.domain, "eu|y|1");
-    assert_eq!(l.rate_limit.map(|r| r.unit()), Some(Unit::Day));
+    assert_eq!(l.rate_limit.and_then(|r| r.unit()), Some(Unit::Day));
 }
 
 #[test]
@@ -285,11 +288,12 @@ fn shadow_mode_comes_from_the_section_or_the_nearest_node() {
     // Inherited from plan=trial by its children, unless one says false.
     assert!(limited(&c, "users", &[("plan", "trial"), ("user", "u")]).2);
     assert!(!limited(&c, "users", &[("plan", "trial"), ("paid", "p")]).2);
-    // The section's shadow_mode shadows everything, even a false node.
+    // The section's shadow_mode is the server's to apply (it keeps each
+    // descriptor's status): matching says what the nodes say.
     let yaml = example().replacen("shadow_mode: false", "shadow_mode: true", 1);
     let (all, _) = Config::from_yaml(&yaml).expect("valid");
-    assert!(limited(&all, "users", &[("user", "bob")]).2);
-    assert!(limited(&all, "users", &[("plan", "trial"), ("paid", "p")]).2);
+    assert!(envoy(&all).settings.shadow_mode);
+    assert!(!limited(&all, "users", &[("user", "bob")]).2);
 }
 
 #[test]
@@ -360,4 +364,204 @@ fn bad_descriptors_are_client_errors_naming_the_bound() {
     // The longest value fits a domain alone.
     let max = "m".repeat(MAX_VALUE_BYTES);
     assert_eq!(limited(&c, "users", &[("user", &max)]).1, max);
+}
+
+/// A configuration of `envoy:` written after `resources: []`.
+fn section(envoy: &str) -> Config {
+    Config::from_yaml(&format!("resources: []\nenvoy:\n{envoy}"))
+        .expect("valid")
+        .0
+}
+
+fn plan<'a>(c: &'a Config, domain: &str, descriptors: &[&[(&str, &str)]]) -> CallPlan<'a> {
+    let ds: Vec<Vec<(&str, &str)>> = descriptors.iter().map(|d| d.to_vec()).collect();
+    envoy(c).plan(domain, &ds).expect("a plan")
+}
+
+const WILD: &str = "  domains:
+    - domain: edge
+      descriptors:
+        - { key: path, value: \"/api/*\", rate_limit: { unit: minute, requests_per_unit: 5 } }
+        - { key: path, value: \"/files/*\", share_threshold: true, rate_limit: { unit: minute, requests_per_unit: 5 } }
+        - { key: path, value: \"/exact\", rate_limit: { unit: minute, requests_per_unit: 1 } }
+        - { key: path, value: \"bar*b\", unlimited: true }
+        - { key: path, rate_limit: { unit: hour, requests_per_unit: 100 } }
+";
+
+#[test]
+fn wildcard_values_match_after_exact_ones_and_before_the_value_less_node() {
+    let c = section(WILD);
+    // An exact value first.
+    assert_eq!(
+        limited(&c, "edge", &[("path", "/exact")]).0,
+        "envoy/edge/path=\\/exact"
+    );
+    // A wildcard: each value its own count, unless share_threshold.
+    let (r, d, _) = limited(&c, "edge", &[("path", "/api/users")]);
+    assert_eq!(
+        (r.as_str(), d.as_str()),
+        ("envoy/edge/path=\\/api\\/*", "/api/users")
+    );
+    let (r, d, _) = limited(&c, "edge", &[("path", "/files/a.txt")]);
+    assert_eq!(
+        (r.as_str(), d.as_str()),
+        ("envoy/edge/path=\\/files\\/*", "/files/\\*")
+    );
+    assert_eq!(limited(&c, "edge", &[("path", "/files/b")]).1, "/files/\\*");
+    // A middle wildcard, unlimited.
+    let m = envoy(&c).match_descriptor("edge", &[("path", "bar-x-b")]);
+    assert!(matches!(m, Ok(Matched::Unlimited { .. })), "{m:?}");
+    // Nothing else: the value-less node.
+    assert_eq!(
+        limited(&c, "edge", &[("path", "/other")]).0,
+        "envoy/edge/path"
+    );
+}
+
+#[test]
+fn whole_matching_applies_only_the_node_of_the_last_entry() {
+    let deepest = config();
+    let whole = Config::from_yaml(&example().replacen("envoy:\n", "envoy:\n  match: whole\n", 1))
+        .expect("valid")
+        .0;
+    // The descriptor goes past the vip node (a leaf): deepest applies it,
+    // whole does not (envoyproxy/ratelimit: no limit).
+    let d = [("user", "vip"), ("path", "/x")];
+    assert_eq!(limited(&deepest, "users", &d).0, "api/search-vip");
+    assert_eq!(
+        envoy(&whole).match_descriptor("users", &d),
+        Ok(Matched::NotLimited)
+    );
+    // user → path (no action): deepest takes user's limit, whole none.
+    let d = [("user", "bob"), ("path", "/a")];
+    assert_eq!(limited(&deepest, "users", &d).0, "api/users");
+    assert_eq!(
+        envoy(&whole).match_descriptor("users", &d),
+        Ok(Matched::NotLimited)
+    );
+    // The last entry's node has a limit: both apply it.
+    let d = [("user", "bob"), ("path", "/a"), ("method", "POST")];
+    assert_eq!(limited(&whole, "users", &d).0, "api/search-vip");
+}
+
+#[test]
+fn a_matched_limit_switches_off_the_limits_it_replaces_in_the_same_call() {
+    let c = section(
+        "  domains:
+    - domain: edge
+      descriptors:
+        - { key: user, name: per_user, rate_limit: { unit: minute, requests_per_unit: 5 } }
+        - { key: vip, name: vip, replaces: [per_user], rate_limit: { unit: minute, requests_per_unit: 50 } }
+",
+    );
+    let p = plan(&c, "edge", &[&[("user", "ann")], &[("vip", "ann")]]);
+    assert_eq!(p.statuses.len(), 2);
+    assert!(matches!(p.statuses[0], Status::Replaced { .. }), "{p:?}");
+    assert_eq!(p.statuses[1], Status::Limited(0));
+    assert_eq!(p.checks.len(), 1);
+    assert_eq!(p.checks[0].limit.name, Some("vip"));
+    // Alone, the user limit applies.
+    let p = plan(&c, "edge", &[&[("user", "ann")]]);
+    assert_eq!(p.statuses, vec![Status::Limited(0)]);
+}
+
+#[test]
+fn unknown_domains_check_nothing_or_are_errors_as_the_section_says() {
+    let ok = section("  domains: []\n");
+    let p = plan(&ok, "nowhere", &[&[("k", "v")], &[("k", "w")]]);
+    assert!(!p.known && p.checks.is_empty());
+    assert_eq!(p.statuses, vec![Status::NotLimited, Status::NotLimited]);
+    let error = section("  unknown_domain: error\n  domains: []\n");
+    let e = envoy(&error).plan("nowhere", &[vec![("k", "v")]]);
+    assert!(
+        matches!(e, Err(ClientError::InvalidArgument(m)) if m.starts_with("unknown Envoy domain"))
+    );
+    // A malformed descriptor is an error either way, naming it.
+    let e = envoy(&ok).plan("nowhere", &[vec![("k", "v")], vec![("k", "")]]);
+    assert!(
+        matches!(&e, Err(ClientError::InvalidArgument(m)) if m == "descriptors[1]: entries[0].value must not be empty"),
+        "{e:?}"
+    );
+}
+
+const LIMITS: &str = "  domains:
+    - domain: ns
+      limits:
+        - name: gets
+          conditions:
+            - { key: req.method, equals: GET }
+            - { descriptor: 0, key: req.path, not_equals: /health }
+          variables: [ { key: app.id } ]
+          rate_limit: { window: 60s, requests_per_unit: 10 }
+        - conditions: [ { descriptor: 1, key: kind, equals: \"2\" } ]
+          rate_limit: { window: 60s, requests_per_unit: 0 }
+        - rate_limit: { unit: hour, requests_per_unit: 1000 }
+";
+
+#[test]
+fn limits_apply_over_every_descriptor_in_any_entry_order() {
+    let c = section(LIMITS);
+    // Entries in any order; the unconditional limit always applies.
+    let p = plan(
+        &c,
+        "ns",
+        &[&[("app.id", "a1"), ("req.path", "/x"), ("req.method", "GET")]],
+    );
+    assert!(
+        p.statuses.is_empty(),
+        "a domain of limits only has no statuses"
+    );
+    let names: Vec<_> = p
+        .checks
+        .iter()
+        .map(|c| (c.limit.name, c.limit.domain.as_str()))
+        .collect();
+    assert_eq!(names, [(Some("gets"), "a1"), (None, "*")]);
+    assert!(p.checks.iter().all(|c| c.descriptor.is_none()));
+    // != : the excluded value, or the key missing, does not apply.
+    for d in [
+        &[
+            ("req.method", "GET"),
+            ("req.path", "/health"),
+            ("app.id", "a1"),
+        ][..],
+        &[("req.method", "GET"), ("app.id", "a1")],
+        &[("req.method", "GET"), ("req.path", "/x")],
+    ] {
+        let p = plan(&c, "ns", &[d]);
+        assert_eq!(p.checks.len(), 1, "{d:?}");
+    }
+    // A condition on the second descriptor.
+    let p = plan(&c, "ns", &[&[("x", "1")], &[("kind", "2")]]);
+    let rl: Vec<_> = p
+        .checks
+        .iter()
+        .map(|c| c.limit.rate_limit.map(|r| r.requests_per_unit()))
+        .collect();
+    assert_eq!(rl, [Some(0), Some(1000)]);
+    // Ids come from conditions, variables and window, never the order.
+    let id = &p.checks[0].limit.label;
+    assert_eq!(*id, "envoy/ns/limit/[1]kind==2//1m");
+}
+
+#[test]
+fn detailed_and_value_metrics_carry_the_values() {
+    let c = section(
+        "  domains:
+    - domain: edge
+      descriptors:
+        - key: tenant
+          value_to_metric: true
+          descriptors:
+            - { key: user, detailed_metric: true, rate_limit: { unit: minute, requests_per_unit: 5 } }
+            - { key: path, rate_limit: { unit: minute, requests_per_unit: 5 } }
+        - { key: plain, rate_limit: { unit: minute, requests_per_unit: 5 } }
+",
+    );
+    let l = limit(&c, "edge", &[("tenant", "t1"), ("user", "u1")]);
+    assert_eq!(l.detail.as_deref(), Some("envoy/edge/tenant=t1/user=u1"));
+    let l = limit(&c, "edge", &[("tenant", "t1"), ("path", "/p")]);
+    assert_eq!(l.detail.as_deref(), Some("envoy/edge/tenant=t1/path"));
+    let l = limit(&c, "edge", &[("plain", "x")]);
+    assert_eq!(l.detail, None);
 }

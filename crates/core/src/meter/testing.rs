@@ -54,10 +54,10 @@ pub fn bucket(d: &mut impl Draw, unit: Millis) -> (u64, u64, Millis, Policy) {
 
 /// `(algorithm, limit 1–8, window of 1, 100 or 1–250 units, policy)`.
 pub fn window(d: &mut impl Draw, unit: Millis) -> (Algorithm, u64, Millis, Policy) {
-    let algorithm = if d.one_in(2) {
-        Algorithm::SlidingCounter
-    } else {
-        Algorithm::Fixed
+    let algorithm = match d.draw(0..=2) {
+        0 => Algorithm::SlidingCounter,
+        1 => Algorithm::FirstHit,
+        _ => Algorithm::Fixed,
     };
     let limit = d.draw(1..=8);
     let window = unit

@@ -15,7 +15,6 @@
 
 use serde::Serialize;
 
-use super::DORMANT_GRACE;
 use super::decide::{RateReply, grant, plan, room};
 use super::log::HitLog;
 use super::state::RateState;
@@ -41,8 +40,9 @@ pub struct TierContext {
     /// says `banned`).
     #[serde(serialize_with = "crate::wire::bound")]
     pub remaining: u64,
-    /// The wait until the pair's state is forgotten (every tier inactive,
-    /// the last second empty, no ban); 0 if it is; `null` if never (a tier
+    /// The wait until the pair is whole again if no other hit arrived
+    /// ([`RateState::whole_at`]: every counted hit at the end of its window,
+    /// no tier active or cooling down); 0 if it is; `null` if never (a tier
     /// above the first with an infinite active period, once entered).
     pub reset_after_ms: Option<Millis>,
     /// The least wait after which a request for `min_copies` (1 after a
@@ -237,9 +237,7 @@ fn context(
         remaining: Some(room_at(limits, state, global, now, UNBOUNDED))
             .filter(|&r| r <= MAX_COUNT)
             .unwrap_or(UNBOUNDED),
-        reset_after_ms: state
-            .forget_at(tiers, DORMANT_GRACE)
-            .map(|at| at.saturating_sub(now)),
+        reset_after_ms: state.whole_at(tiers).map(|at| at.saturating_sub(now)),
         retry_after_ms: retry_after(limits, state, global, now, min, ban_until),
         warning,
         banned: ban_until.is_some(),

@@ -136,6 +136,34 @@ impl RateState {
         &mut self.tiers[i - 1]
     }
 
+    /// When the pair is whole again if no other hit arrives (SPEC §10's
+    /// `reset_after_ms`): every hit it counts is at the end of its window
+    /// (it leaves the window the next millisecond, windows being closed on
+    /// the left), and no tier is active or cooling down. Tier 1 active for
+    /// ever counts as whole once its window is empty (it then decides as
+    /// tier 0 would; see [`RateState::forget_at`]). `None` if never: a
+    /// tier above the first with an infinite active period, once entered.
+    /// A ban is not part of it (a reply tells a ban by `retry_after_ms`).
+    pub fn whole_at(&self, tiers: &[Tier]) -> Option<Millis> {
+        let mut at = self
+            .last_second
+            .latest()
+            .map_or(0, |t| t.saturating_add(SECOND));
+        for (i, (ts, tier)) in self.tiers.iter().zip(tiers).enumerate() {
+            let Some(e) = ts.entered else { continue };
+            let until = match tier.active {
+                Some(active) => e.saturating_add(active).saturating_add(tier.cooldown),
+                None if i == 0 => ts
+                    .hits
+                    .latest()
+                    .map_or(0, |t| t.saturating_add(tier.window)),
+                None => return None,
+            };
+            at = at.max(until);
+        }
+        Some(at)
+    }
+
     /// From when a store may drop this state: `None` if never.
     ///
     /// Exactly when the state decides every future request as no state at

@@ -465,9 +465,10 @@ fn rule6_reply_carries_the_full_context_after_the_decision() {
             context: TierContext {
                 limit: 4,
                 remaining: 2,
-                // Tier 1 (infinite active) is dormant from its last hit's
-                // window end, and forgotten DORMANT_GRACE later.
-                reset_after_ms: Some(100 + 1_000 + 1 + DORMANT_GRACE - 100),
+                // Whole at 1100: tier 2 inactive again (entered at 100,
+                // active 1000 ms), the last second's hits (at 100) at the
+                // end of their second, tier 1's (at 0) long before.
+                reset_after_ms: Some(1_000),
                 retry_after_ms: Some(0),
                 warning: false,
                 banned: false,
@@ -686,9 +687,9 @@ mod spec10 {
             "the rejection bans"
         );
         assert_eq!(r.context.retry_after_ms, Some(5_000));
-        // Tier 1 is dormant from 1001 on, forgotten DORMANT_GRACE later,
-        // which is after the ban's end.
-        assert_eq!(r.context.reset_after_ms, Some(1_001 + DORMANT_GRACE - 10));
+        // Whole when the hit at 0 is at the end of its window (and of the
+        // last second): the ban is told by retry_after_ms, not here.
+        assert_eq!(r.context.reset_after_ms, Some(990));
         let r = t.ask(5_009, 1, 1);
         assert_eq!(
             (r.granted, r.context.banned),

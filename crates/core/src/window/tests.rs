@@ -48,7 +48,9 @@ fn cookbook_sliding_counter_seed_example() {
     assert_eq!(dry.granted, 0);
     let r = w.ask(at, 1, 1);
     assert_eq!((r.granted, r.remaining), (1, 0));
-    assert_eq!(r.reset_after_ms, 42_000);
+    // The 4 hits of this minute weigh on the next one until
+    // floor(4 × (60000 − e) / 60000) = 0, from e = 45001 on.
+    assert_eq!(r.reset_after_ms, 42_000 + 45_001);
 }
 
 #[test]

@@ -43,7 +43,7 @@ use crate::tls::{ServerTls, TlsSettings};
 use crate::{ConfigReport, ServerOptions, ServerState, file_reload};
 
 pub use embedded::token_file;
-pub use store::server_id;
+pub use store::{check_redis_url, redis_tls, server_id};
 
 /// The gRPC address when neither the settings nor the file name one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";

@@ -23,17 +23,7 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
         return Ok(Arc::new(MemoryStore::new(Arc::new(SystemClock::new()))));
     }
     let shown = redacted(url);
-    if !(url.starts_with("redis://")
-        || url.starts_with("rediss://")
-        || url.starts_with("redis+unix://")
-        || url.starts_with("redis+cluster://")
-        || url.starts_with("rediss+cluster://"))
-    {
-        bail!(
-            "unsupported store {shown:?} (expected memory, redis://host:port or \
-             redis+cluster://host:port,host:port)"
-        );
-    }
+    check_redis_url(url)?;
     let options = RedisOptions {
         server_id: server_id(),
         liveness_ttl: settings.liveness_ttl,
@@ -56,17 +46,52 @@ pub(super) async fn open(url: &str, settings: &StoreSettings) -> anyhow::Result<
     }
 }
 
+/// Refuses a store URL that is not a Redis one (`redis://`, `rediss://`,
+/// `redis+unix://`, `redis+cluster://`, `rediss+cluster://`).
+pub fn check_redis_url(url: &str) -> anyhow::Result<()> {
+    const SCHEMES: &[&str] = &[
+        "redis://",
+        "rediss://",
+        "redis+unix://",
+        "redis+cluster://",
+        "rediss+cluster://",
+    ];
+    if !SCHEMES.iter().any(|s| url.starts_with(s)) {
+        bail!(
+            "unsupported store {:?} (expected memory, redis://host:port or \
+             redis+cluster://host:port,host:port)",
+            redacted(url)
+        );
+    }
+    Ok(())
+}
+
 /// The certificates the settings name, read now so that a missing file is
 /// a start-up error naming it.
 fn tls(settings: &StoreSettings) -> anyhow::Result<RedisTls> {
+    redis_tls(
+        settings.redis_ca.as_deref(),
+        settings.redis_cert.as_deref(),
+        settings.redis_key.as_deref(),
+    )
+}
+
+/// The TLS of a Redis store from `--redis-ca`, `--redis-cert` and
+/// `--redis-key` (files read now, so a missing one is an error naming it):
+/// for every command that opens the Redis store (`serve`, `simulate`).
+pub fn redis_tls(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> anyhow::Result<RedisTls> {
     let read = |path: &Path, what: &str| {
         std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
     };
-    let ca_pem = match &settings.redis_ca {
+    let ca_pem = match ca {
         Some(path) => Some(read(path, "Redis CA file (--redis-ca)")?),
         None => None,
     };
-    let client = match (&settings.redis_cert, &settings.redis_key) {
+    let client = match (cert, key) {
         (Some(cert), Some(key)) => Some(ClientCertificate {
             cert_pem: read(cert, "Redis client certificate (--redis-cert)")?,
             key_pem: read(key, "Redis client key (--redis-key)")?,

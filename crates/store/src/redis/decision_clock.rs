@@ -1,50 +1,48 @@
 //! The clock the Redis scripts decide with: Redis `TIME`, read inside each
-//! script. Only with the `test-clock` feature (tests) can a manual clock
-//! stand in for it; production builds have no way to pass a time in.
+//! script, so that servers with skewed clocks agree. A virtual clock can
+//! stand in for it ([`crate::RedisOptions::clock`]): `charon simulate
+//! --store redis://…` replays events at their own times through the
+//! scripts, and tests decide on a manual clock. A server never sets one.
 
-#[cfg(feature = "test-clock")]
 use std::sync::Arc;
 
-#[cfg(feature = "test-clock")]
-use charon_core::Clock;
-use charon_core::Millis;
+use charon_core::{Clock, Millis};
 
-/// How long expiry is pushed back under a test clock, whose time does not
-/// move with Redis' own: long enough that no key vanishes during a test.
-#[cfg(feature = "test-clock")]
-const TEST_CLOCK_EXPIRY_SLACK: Millis = 86_400_000;
+/// How long expiry is pushed back under a virtual clock, whose time does
+/// not move with Redis' own: long enough that no key vanishes during a
+/// replay or a test (a replay deletes its keys at its end).
+const VIRTUAL_CLOCK_EXPIRY_SLACK: Millis = 86_400_000;
 
-/// Redis `TIME`, or (feature `test-clock`) a test's clock.
+/// Redis `TIME`, or a virtual clock.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DecisionClock {
-    #[cfg(feature = "test-clock")]
-    manual: Option<Arc<dyn Clock>>,
+    virtual_clock: Option<Arc<dyn Clock>>,
 }
 
 impl DecisionClock {
-    /// Decides with `clock` instead of Redis `TIME`.
-    #[cfg(feature = "test-clock")]
-    pub(crate) fn manual(clock: Option<Arc<dyn Clock>>) -> Self {
-        Self { manual: clock }
+    /// Decides with `clock` instead of Redis `TIME` (`None`: Redis `TIME`).
+    pub(crate) fn new(clock: Option<Arc<dyn Clock>>) -> Self {
+        Self {
+            virtual_clock: clock,
+        }
     }
 
-    /// The scripts' clock argument: the test clock's time, or '' for Redis
-    /// `TIME`.
+    /// The scripts' clock argument: the virtual clock's time, or '' for
+    /// Redis `TIME`.
     pub(crate) fn arg(&self) -> String {
-        #[cfg(feature = "test-clock")]
-        if let Some(c) = &self.manual {
-            return c.now().to_string();
+        match &self.virtual_clock {
+            Some(c) => c.now().to_string(),
+            None => String::new(),
         }
-        String::new()
     }
 
     /// How much later than the decision clock says keys expire (see
     /// `expire_at` in `common.lua`): 0 with Redis `TIME`.
     pub(crate) fn expiry_slack(&self) -> Millis {
-        #[cfg(feature = "test-clock")]
-        if self.manual.is_some() {
-            return TEST_CLOCK_EXPIRY_SLACK;
+        if self.virtual_clock.is_some() {
+            VIRTUAL_CLOCK_EXPIRY_SLACK
+        } else {
+            0
         }
-        0
     }
 }

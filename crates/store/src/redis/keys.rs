@@ -228,6 +228,12 @@ impl Keys {
     }
 
     /// A `SCAN MATCH` pattern for every member's key set.
+    /// The `SCAN` pattern of every key under the prefix (its characters
+    /// are never glob patterns: see [`check_prefix`]).
+    pub(crate) fn all_scan_pattern(&self) -> String {
+        format!("{}:*", self.prefix)
+    }
+
     pub(crate) fn key_set_scan_pattern(&self) -> String {
         format!("{}:*", self.members("keys"))
     }

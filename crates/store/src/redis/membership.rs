@@ -385,6 +385,20 @@ impl RedisStore {
         }
     }
 
+    /// Deletes every key under this store's key prefix, on every node,
+    /// and says how many: what `charon simulate --store redis://` does at
+    /// its end with the prefix it made for itself. Never call it on a
+    /// prefix servers share: it deletes their state too.
+    pub async fn forget_all(&self) -> Result<u64, StoreError> {
+        let keys = self.scan(&self.keys.all_scan_pattern(), false).await?;
+        let mut deleted = 0u64;
+        for key in &keys {
+            let n: u64 = self.conn.query(redis::cmd("DEL").arg(key)).await?;
+            deleted += n;
+        }
+        Ok(deleted)
+    }
+
     /// Renews this member's liveness once.
     async fn renew(&self) -> Result<Renewed, StoreError> {
         let generation = self.lock().generation.clone();

@@ -23,8 +23,14 @@ pub(crate) fn args(meter: &Meter, op: Op) -> Vec<String> {
             args.push(Level::limit(p).to_string());
             args.push(p.window().to_string());
             args.push(p.max_count().to_string());
-            let sliding = p.algorithm() == Algorithm::SlidingCounter;
-            args.push(if sliding { "1" } else { "0" }.to_owned());
+            args.push(
+                match p.algorithm() {
+                    Algorithm::Fixed => "0",
+                    Algorithm::SlidingCounter => "1",
+                    Algorithm::FirstHit => "2",
+                }
+                .to_owned(),
+            );
         }
     }
     let policy = meter.policy();

@@ -36,7 +36,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-#[cfg(feature = "test-clock")]
 use charon_core::Clock;
 use charon_core::bound::{self, Kept};
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
@@ -71,9 +70,12 @@ pub struct RedisOptions {
     pub op_timeout: Duration,
     /// The first part of every key name.
     pub key_prefix: String,
-    /// Tests only (feature `test-clock`): decide with this clock instead of
-    /// Redis `TIME` (the scripts are the same; the time is passed in).
-    #[cfg(feature = "test-clock")]
+    /// Decide with this virtual clock instead of Redis `TIME` (the scripts
+    /// are the same; the time is passed in, and keys expire a day later
+    /// than it says). For `charon simulate --store redis://…`, which
+    /// replays events at their own times under a key prefix of its own,
+    /// and for tests; a server never sets it (servers decide with Redis
+    /// `TIME` so that skewed servers agree).
     pub clock: Option<Arc<dyn Clock>>,
     /// Tests only (feature `test-clock`): `(from, to)` replaces the first
     /// `from` in the meters script (`lua/meters.lua`) by `to`, so a test can
@@ -151,7 +153,6 @@ impl Default for RedisOptions {
             liveness_ttl: Duration::from_secs(10),
             op_timeout: Duration::from_secs(1),
             key_prefix: "charon".to_owned(),
-            #[cfg(feature = "test-clock")]
             clock: None,
             #[cfg(feature = "test-clock")]
             meters_mutation: None,
@@ -276,10 +277,7 @@ impl RedisStore {
         let scripts = Scripts::new(None);
         conn.load(&scripts.all()).await?;
         let scripts = Arc::new(scripts);
-        #[cfg(feature = "test-clock")]
-        let clock = DecisionClock::manual(options.clock);
-        #[cfg(not(feature = "test-clock"))]
-        let clock = DecisionClock::default();
+        let clock = DecisionClock::new(options.clock);
         let batcher = Batcher::start(
             conn.clone(),
             scripts.clone(),

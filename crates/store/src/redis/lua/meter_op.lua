@@ -8,8 +8,8 @@
 -- An operation's arguments are 10 strings from ARGV[at]:
 --   kind: 'b' bucket, 'q' queue, 'w' window
 --   4 parameters: b, q: ticks per unit, ticks per ms, capacity, most ticks
---      ahead; w: limit, window (ms), most hits kept, 1 = sliding_counter
---      (0 = fixed)
+--      ahead; w: limit, window (ms), most hits kept, algorithm (0 fixed,
+--      1 sliding_counter, 2 first_hit)
 --   soft limit percent (0 = none), ban (ms, 0 = none)
 --   op: 'r' request, 'd' dry run, 'c' charge, 'f' refund
 --   copies, min_copies
@@ -35,7 +35,7 @@ local function meter_args(at)
   if m.kind == 'b' or m.kind == 'q' then
     m.K = drain_level(m.kind, a1, a2, a3, a4)
   else
-    m.K = window_level(a4 == 1, a1, a2, a3)
+    m.K = window_level(a4, a1, a2, a3)
   end
   return m
 end

@@ -1,5 +1,5 @@
 -- The state of rate.lua: charon_core::rate::RateState, its encoding and
--- the rules over it (advance, current_tier, forget_at). After
+-- the rules over it (advance, current_tier, whole_at, forget_at). After
 -- rate_log.lua.
 --
 -- Layout (see docs/redis.md). The state holds the header of each hit log
@@ -147,12 +147,10 @@ local function tier_hits(st, i)
   return 0
 end
 
--- RateState::forget_at; -1 is never.
-local function forget_at(st, tiers, grace)
-  local at = 0
-  local l = log_latest(st.last)
-  if l then at = l + SECOND + 1 end
-  if st.ban and st.ban > at then at = st.ban end
+-- The latest end of the tiers' states, at least `at`: an active tier's
+-- end of cooldown; tier 1, once its window is empty, `first(st, ts,
+-- tier)`; -1 if a higher tier would stay for ever.
+local function tiers_until(st, tiers, at, first)
   for i, ts in ipairs(st.tiers) do
     if i > #tiers then break end
     if ts.entered then
@@ -161,7 +159,7 @@ local function forget_at(st, tiers, grace)
       if tier.active then
         until_ = ts.entered + tier.active + tier.cooldown
       elseif i == 1 then
-        until_ = state_latest(st) + tier.window + 1 + grace
+        until_ = first(st, ts, tier)
       else
         return -1
       end
@@ -169,5 +167,33 @@ local function forget_at(st, tiers, grace)
     end
   end
   return at
+end
+
+local function whole_first(_, ts, tier)
+  local h = log_latest(ts.hits)
+  if h then return h + tier.window end
+  return 0
+end
+
+-- RateState::whole_at: when the pair is whole again if no other hit
+-- arrives (every counted hit at the end of its window, no tier active or
+-- cooling down; tier 1 active for ever once its window is empty); -1 if
+-- never. The ban is not part of it.
+local function whole_at(st, tiers)
+  local at = 0
+  local l = log_latest(st.last)
+  if l then at = l + SECOND end
+  return tiers_until(st, tiers, at, whole_first)
+end
+
+-- RateState::forget_at; -1 is never.
+local function forget_at(st, tiers, grace)
+  local at = 0
+  local l = log_latest(st.last)
+  if l then at = l + SECOND + 1 end
+  if st.ban and st.ban > at then at = st.ban end
+  return tiers_until(st, tiers, at, function(s, _, tier)
+    return state_latest(s) + tier.window + 1 + grace
+  end)
 end
 

@@ -255,9 +255,9 @@ local function rate_step(kb, ab, now_raw, redis_now, slack)
   end
   local remaining = room_at(view, tiers, hard, global_limit, now, INF)
   if remaining > MAX_COUNT then remaining = -1 end
-  local vforget = forget_at(view, tiers, grace)
+  local vwhole = whole_at(view, tiers)
   local reset = -1
-  if vforget >= 0 then reset = math.max(vforget - now, 0) end
+  if vwhole >= 0 then reset = math.max(vwhole - now, 0) end
   local retry = retry_after(view, tiers, hard, global_limit, now, min_copies, ban_until)
   local banned_flag = 0
   if ban_until then banned_flag = 1 end

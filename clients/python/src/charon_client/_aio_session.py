@@ -50,6 +50,18 @@ class AioSession:
         return self._closed
 
     async def _requests(self) -> AsyncIterator[pb.SessionRequest]:
+        # Nothing is written before the server has answered the stream's
+        # headers. A server that refuses the session (no token, a token
+        # it does not know) ends the stream at once, and grpc.aio turns a
+        # write that races that end into INTERNAL "Internal error from
+        # Core", hiding the server's status: a client error would read as
+        # a server error, and a lenient client would grant.
+        try:
+            await self._call.initial_metadata()
+        except (grpc.RpcError, asyncio.CancelledError):
+            return
+        if self._call.done():
+            return
         while True:
             item = await self._queue.get()
             if item is None:

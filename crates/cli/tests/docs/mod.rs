@@ -7,8 +7,11 @@
 //! migration transcripts are what the binary prints.
 //!
 //! The pages: `README.md`, `ARCHITECTURE.md`, `docs/**/*.md`, and the
-//! READMEs of the Python client, the benchmarks and `deploy/`.
+//! READMEs of the Python client, the benchmarks and `deploy/`. The maps
+//! (`ARCHITECTURE.md`'s crate graph, `docs/README.md`'s index) are held to
+//! the code and the pages in [`map`].
 
+mod map;
 mod markdown;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -34,6 +34,9 @@ resources:
   - { name: sandbox/vm, kind: copy, domain_limit: 15 }
   - { name: db/conn, kind: copy, domain_limit: 8 }
   - { name: gpu, kind: copy, domain_limit: 3 }
+  - { name: waits/sync, kind: copy, domain_limit: 5, global_limit: 1, queue_limit: 1 }
+  - { name: waits/aio, kind: copy, domain_limit: 5, global_limit: 1, queue_limit: 1,
+      wait_mode: shared_result }
   - { name: db/qps, kind: lease, capacity: 60, algorithm: fair_share, lease_length: 2s,
       refresh_interval: 200ms, learning_mode: 0s, safe_capacity: 10 }
   - { name: db/short, kind: lease, capacity: 60, algorithm: fair_share, lease_length: 1s,

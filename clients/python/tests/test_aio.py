@@ -151,3 +151,23 @@ def test_a_hold_dropped_without_async_with_is_released(charon: Charon) -> None:
         pytest.fail("the dropped hold was never released")
 
     run(charon.target, body)
+
+
+def test_hold_copy_waits_and_hears_the_result_is_ready(charon: Charon) -> None:
+    async def body(client: aio.Client) -> None:
+        first = await client.hold_copy("waits/aio", "x")
+        assert first.success
+        waiting = asyncio.ensure_future(client.hold_copy("waits/aio", "x", wait=20))
+        deadline = time.monotonic() + 10
+        while True:
+            full = await client.hold_copy("waits/aio", "y", wait=0.001)
+            if full.queue_full:
+                break
+            assert time.monotonic() < deadline, "the waiter never waited"
+            await asyncio.sleep(0.02)
+        await first.release(1, result_ready=True)
+        hold = await waiting
+        assert not hold.success and hold.result_ready
+        assert hold.waited_on_server is not None
+
+    run(charon.target, body)

@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import Charon, free_port
 
-from charon_client import Client, ClientError, ServerError, Source, aio
+from charon_client import Client, ClientError, Hold, ServerError, Source, aio
 
 
 def test_request_rate_grants_then_rejects_with_context(charon: Charon) -> None:
@@ -296,3 +296,32 @@ def test_a_hold_dropped_without_with_is_released(charon: Charon) -> None:
     # Queued on the session before the next operation: back in time for it.
     with client.hold_copy("sandbox/vm", "t", copies=15) as again:
         assert again.copies == 15
+
+
+def test_hold_copy_waits_in_the_queue_for_a_released_copy(charon: Charon) -> None:
+    client = Client(charon.target)
+    first = client.hold_copy("waits/sync", "a")
+    assert first.success and first.waited_on_server is None
+    got: list[Hold] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(client.hold_copy("waits/sync", "b", wait=20))
+    )
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while True:
+        # Once the waiter waits, the queue (limit 1) is full.
+        full = client.hold_copy("waits/sync", "c", wait=0.001)
+        if full.queue_full:
+            break
+        assert time.monotonic() < deadline, "the waiter never waited"
+        time.sleep(0.02)
+    assert not full.success and full.waited_on_server == 0.0
+    time.sleep(0.05)
+    first.release_all()
+    waiter.join(10)
+    (hold,) = got
+    assert hold.success and not hold.queue_full and not hold.result_ready
+    assert hold.waited_on_server is not None and hold.waited_on_server >= 0.05
+    hold.release_all()
+    with pytest.raises(ClientError):
+        client.hold_copy("waits/sync", "b", wait=-1)

@@ -72,6 +72,11 @@ pub enum ClientCommand {
     Hold {
         #[command(flatten)]
         target: Target,
+        /// Wait up to this long in the resource's queue when no copy is
+        /// free (released copies go to waiters in arrival order); the
+        /// reply then adds `waited_ms`, `queue_full` and `result_ready`.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+        wait: Duration,
     },
     /// Hold a capacity lease (`kind: lease`) until stopped, printing it as a
     /// JSON line at start and after every refresh (capacity, where it
@@ -172,22 +177,27 @@ pub fn run(command: ClientCommand) -> anyhow::Result<ExitCode> {
             }
             ClientCommand::Charge { target } => cost(target, false).await,
             ClientCommand::Refund { target } => cost(target, true).await,
-            ClientCommand::Hold { target } => {
+            ClientCommand::Hold { target, wait } => {
                 let client = target.base.server.connect()?;
                 let hold = client
                     .reserve(&target.base.resource, &target.base.domain)
                     .copies(target.base.copies)
                     .min_copies(target.min_copies)
+                    .wait(wait)
                     .send()
                     .await;
                 let mut hold = match hold {
                     Ok(h) => h,
                     Err(e) => return Ok(report(&e)),
                 };
-                println!(
-                    "{}",
-                    json!({"granted": hold.copies(), "groups": hold.groups(), "resource": hold.resource(), "domain": hold.domain()})
-                );
+                let mut shown = json!({"granted": hold.copies(), "groups": hold.groups(), "resource": hold.resource(), "domain": hold.domain()});
+                if !wait.is_zero() {
+                    let waited = hold.waited_on_server().unwrap_or_default();
+                    shown["waited_ms"] = json!(waited.as_millis());
+                    shown["queue_full"] = json!(hold.queue_full());
+                    shown["result_ready"] = json!(hold.result_ready());
+                }
+                println!("{shown}");
                 if !hold.is_granted() {
                     // Answered: the reply says it was not granted.
                     return Ok(ExitCode::from(crate::exit::ANSWERED));

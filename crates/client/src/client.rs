@@ -320,6 +320,7 @@ impl Client {
         ReserveCall {
             client: self.clone(),
             ask: Ask::new(resource.into(), domain.into()),
+            wait: Duration::ZERO,
         }
     }
 
@@ -354,7 +355,18 @@ impl Client {
     /// once a place in flight is free. `request_timeout` bounds the whole:
     /// the wait for a place, for the session, and for the reply.
     pub(crate) async fn session_call(&self, op: Op) -> Result<(Reply, u64), Error> {
-        let deadline = tokio::time::Instant::now() + self.inner.options.request_timeout;
+        self.session_call_waiting(op, Duration::ZERO).await
+    }
+
+    /// [`Client::session_call`] for an operation the server may hold for
+    /// up to `wait` (a reserve waiting in its queue): the timeout runs
+    /// that much longer.
+    pub(crate) async fn session_call_waiting(
+        &self,
+        op: Op,
+        wait: Duration,
+    ) -> Result<(Reply, u64), Error> {
+        let deadline = tokio::time::Instant::now() + self.inner.options.request_timeout + wait;
         let _place = self.place(deadline).await?;
         let session = self.session(deadline).await?;
         let reply = session.call(op, deadline).await?;
@@ -783,16 +795,29 @@ impl RateCall {
 pub struct ReserveCall {
     client: Client,
     ask: Ask,
+    wait: Duration,
 }
 
 ask_builder!(ReserveCall, "copies");
 
 impl ReserveCall {
+    /// Wait up to `d` in the resource's queue on the server when no copy
+    /// is free (default 0: answered at once). Unlike [`Self::max_wait`]'s
+    /// retries, a waiter keeps its place: released copies go to waiters in
+    /// arrival order. Whole milliseconds, at most one hour. The hold then
+    /// tells how it ended: [`Hold::waited_on_server`],
+    /// [`Hold::queue_full`], [`Hold::result_ready`].
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = d;
+        self
+    }
+
     /// Sends the reserve. The result is a [`Hold`] in every case: check
     /// [`Hold::is_granted`]; dropping it releases what it still holds.
     pub async fn send(self) -> Result<Hold, Error> {
-        let Self { client, ask } = self;
+        let Self { client, ask, wait } = self;
         check_amount(ask.copies, ask.min_copies)?;
+        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         client.count(|c| &c.reserves);
         let started = Instant::now();
         let op = Op::Reserve(v1::ReserveRequest {
@@ -800,11 +825,11 @@ impl ReserveCall {
             domain: ask.domain.clone(),
             copies: Some(ask.copies),
             min_copies: Some(ask.min_copies),
-            wait_ms: None,
+            wait_ms: (wait_ms > 0).then_some(wait_ms),
         });
         let ending = client
             .until_granted(ask.max_wait, || async {
-                match client.session_call(op.clone()).await? {
+                match client.session_call_waiting(op.clone(), wait).await? {
                     (Reply::Reserve(r), generation) if r.granted > 0 => {
                         Ok(Answer::Granted((r, generation)))
                     }

@@ -143,6 +143,28 @@ impl Hold {
         self.reply.as_ref()
     }
 
+    /// How long the reserve waited in the resource's queue on the server
+    /// (`None` unless it was allowed to wait with `ReserveCall::wait`;
+    /// zero: answered at once).
+    pub fn waited_on_server(&self) -> Option<Duration> {
+        self.reply
+            .as_ref()
+            .and_then(|r| r.waited_ms)
+            .map(Duration::from_millis)
+    }
+
+    /// Rejected at once because too many callers already wait for the
+    /// resource: run the fallback (serve a stale cache entry, say).
+    pub fn queue_full(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| r.queue_full)
+    }
+
+    /// No copy, because a holder finished the work this caller waited to
+    /// do (`wait_mode: shared_result`): read its result instead.
+    pub fn result_ready(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| r.result_ready)
+    }
+
     /// Time spent waiting for the grant (back-off included).
     pub fn waited(&self) -> Duration {
         self.waited

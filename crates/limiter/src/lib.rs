@@ -15,6 +15,7 @@ mod error;
 mod holds;
 mod leases;
 mod session;
+mod waiting;
 
 use std::sync::Arc;
 
@@ -34,6 +35,7 @@ pub use decision::{Decision, RequestOptions};
 pub use error::LimitError;
 pub use leases::{CapacityAsk, LeaseEntry, LeaseSummary, MAX_RESOURCES_PER_CALL};
 pub use session::{MAX_WAIT_MS, Session};
+pub use waiting::Waiter;
 
 /// Configuration in force plus the store that holds the state, and the
 /// hold sets of every session (which the store may need to rebuild its

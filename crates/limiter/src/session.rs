@@ -2,7 +2,6 @@
 //! the session is bound to.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged, WaitMode};
 use charon_core::request::{Amount, check_name, positive_count, transfer_ttl};
@@ -11,6 +10,7 @@ use charon_core::{ClientError, Millis};
 use charon_store::{Reserved, Ticket, WaitOptions};
 
 use crate::holds::{HoldSet, lock};
+use crate::waiting::{Tickets, Waiter};
 use crate::{LimitError, Limiter};
 
 /// One session of SPEC §3. Every hold belongs to the session that made or
@@ -26,7 +26,7 @@ pub struct Session {
     id: u64,
     holds: HoldSet,
     /// Reserves of this session waiting for copies, with their domains.
-    waiting: Vec<(Ticket, String)>,
+    waiting: Tickets,
 }
 
 /// The longest a reserve may wait for copies: one hour. A longer wait is
@@ -46,7 +46,7 @@ impl Session {
             limiter,
             id,
             holds,
-            waiting: Vec::new(),
+            waiting: Tickets::default(),
         }
     }
 
@@ -120,42 +120,33 @@ impl Session {
             .await?;
         match &reserved {
             Reserved::Now(reply) => self.record(resource, domain, reply),
-            Reserved::Waiting(t) => self.waiting.push((t.clone(), domain.to_owned())),
+            Reserved::Waiting(t) => lock(&self.waiting).push((t.clone(), domain.to_owned())),
         }
         Ok(reserved)
+    }
+
+    /// The handle of this session's waiting reserve `ticket`: it follows
+    /// the reserve up without the session.
+    pub fn waiter(&self, ticket: Ticket) -> Waiter {
+        let domain = lock(&self.waiting)
+            .iter()
+            .find(|(t, _)| *t == ticket)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default();
+        Waiter {
+            domain,
+            limiter: self.limiter.clone(),
+            holds: self.holds.clone(),
+            tickets: self.waiting.clone(),
+            ticket,
+        }
     }
 
     /// The answer to this session's waiting reserve `ticket` if the store
     /// has decided (a grant becomes this session's hold); `None` while it
     /// waits.
     pub async fn poll_wait(&mut self, ticket: &Ticket) -> Result<Option<ReserveReply>, LimitError> {
-        let _op = self.limiter.holds.operation().await;
-        let answer = self.limiter.store.wait_outcome(ticket).await?;
-        if let Some(reply) = &answer {
-            self.settle(ticket, reply);
-        }
-        Ok(answer)
-    }
-
-    /// Takes this session's waiting reserve `ticket` out of its queue; a
-    /// grant it had already got becomes this session's hold (released with
-    /// the rest when the session ends).
-    pub async fn leave_wait(&mut self, ticket: &Ticket) -> Result<(), LimitError> {
-        let _op = self.limiter.holds.operation().await;
-        let answer = self.limiter.store.leave_queue(ticket).await?;
-        match answer {
-            Some(reply) => self.settle(ticket, &reply),
-            None => self.waiting.retain(|(t, _)| t != ticket),
-        }
-        Ok(())
-    }
-
-    /// Records the answer of `ticket` and forgets that it waits.
-    fn settle(&mut self, ticket: &Ticket, reply: &ReserveReply) {
-        if let Some(i) = self.waiting.iter().position(|(t, _)| t == ticket) {
-            let (t, domain) = self.waiting.swap_remove(i);
-            self.record(&t.resource, &domain, reply);
-        }
+        self.waiter(ticket.clone()).poll().await
     }
 
     /// A reserve that waits in real time up to `wait_ms` for copies
@@ -170,42 +161,15 @@ impl Session {
         wait_ms: Millis,
         gone: impl Future<Output = ()>,
     ) -> Result<Option<ReserveReply>, LimitError> {
-        let ticket = match self.join(resource, domain, amount, wait_ms).await? {
-            Reserved::Now(reply) => return Ok(Some(reply)),
-            Reserved::Waiting(t) => t,
-        };
-        let deadline = Instant::now() + Duration::from_millis(wait_ms);
-        let mut gone = std::pin::pin!(gone);
-        loop {
-            match self.poll_wait(&ticket).await {
-                Ok(Some(reply)) => return Ok(Some(reply)),
-                Ok(None) => {}
-                Err(e) => {
-                    // Best effort: a waiter nobody follows up must not be
-                    // handed copies; the session's end tries again.
-                    let _ = self.leave_wait(&ticket).await;
-                    return Err(e);
-                }
-            }
-            // Past the deadline the store rejects by its own clock's
-            // millisecond: look again shortly.
-            let nap = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            let store = self.limiter.store.clone();
-            tokio::select! {
-                () = &mut gone => {
-                    self.leave_wait(&ticket).await?;
-                    return Ok(None);
-                }
-                () = store.woken(&ticket, nap) => {}
-            }
+        match self.join(resource, domain, amount, wait_ms).await? {
+            Reserved::Now(reply) => Ok(Some(reply)),
+            Reserved::Waiting(t) => self.waiter(t).wait(wait_ms, gone).await,
         }
     }
 
     /// This session's reserves still waiting.
-    pub fn waiting(&self) -> impl Iterator<Item = &Ticket> {
-        self.waiting.iter().map(|(t, _)| t)
+    pub fn waiting(&self) -> Vec<Ticket> {
+        lock(&self.waiting).iter().map(|(t, _)| t.clone()).collect()
     }
 
     /// `release(resource, domain, copies, groups)`: gives back copies this
@@ -303,13 +267,14 @@ impl Session {
     /// with it, so the caller can retry them with
     /// [`Limiter::release_ended`]; until then they still count as this
     /// server's holds.
-    pub async fn end(mut self) -> Result<u64, (LimitError, Vec<(Hold, u64)>)> {
-        let tickets: Vec<Ticket> = self.waiting().cloned().collect();
-        for ticket in tickets {
+    pub async fn end(self) -> Result<u64, (LimitError, Vec<(Hold, u64)>)> {
+        for ticket in self.waiting() {
             // A store error leaves the waiter to its deadline, when the
             // store rejects it; nothing is granted to it after that.
-            let _ = self.leave_wait(&ticket).await;
+            let _ = self.waiter(ticket).leave().await;
         }
+        // Any task still following a reserve up stops: the session is over.
+        lock(&self.waiting).clear();
         let mut released = 0;
         loop {
             let op = self.limiter.holds.operation().await;

@@ -33,6 +33,19 @@ async fn render_metrics(State(state): State<Arc<ServerState>>) -> impl IntoRespo
     {
         metrics::transfers_staged(staged);
     }
+    if let Ok(Ok(lengths)) =
+        tokio::time::timeout(Duration::from_secs(1), store.queue_lengths()).await
+    {
+        let config = state.limiter.config();
+        let labelled: Vec<(String, u64)> = lengths
+            .into_iter()
+            .map(|(r, n)| {
+                let label = metrics::resource_label(&config, &r, metrics::Outcome::Granted);
+                (label, n)
+            })
+            .collect();
+        metrics::copy_queues(&labelled);
+    }
     if let Ok(Ok((_, summaries))) =
         tokio::time::timeout(Duration::from_secs(1), state.limiter.lease_summaries()).await
     {

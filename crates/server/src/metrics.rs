@@ -15,6 +15,13 @@
 //! - `charon_errors_total{operation, class}`;
 //! - `charon_sessions_open`, `charon_copies_held` (by this server's
 //!   sessions), `charon_transfers_staged_copies` (read from the store);
+//! - waiting for a copy (SPEC §14): `charon_copy_queue_length{resource}`
+//!   (callers waiting, read from the store at each scrape),
+//!   `charon_copy_waits_total{resource, outcome}` (reserves that were
+//!   allowed to wait, by how they ended: `at_once`, `handed_over`,
+//!   `result_ready`, `queue_full`, `deadline`) and
+//!   `charon_copy_wait_duration_seconds` (a histogram of how long they
+//!   waited);
 //! - `charon_config_reloads_total{result}`, `charon_config_version`;
 //! - TLS (`charon serve --tls-cert`): `charon_tls_reloads_total{result}`
 //!   (`applied`, `refused`), `charon_tls_reload_failing` (1 while the
@@ -170,6 +177,27 @@ pub const METRICS: &[Described] = &[
         "",
         Some(Unit::Count),
         "Copies held by the sessions of this server.",
+    ),
+    m(
+        "charon_copy_queue_length",
+        Kind::Gauge,
+        "resource",
+        Some(Unit::Count),
+        "Callers waiting for a copy, by resource, read from the store at each scrape.",
+    ),
+    m(
+        "charon_copy_waits_total",
+        Kind::Counter,
+        "resource, outcome",
+        Some(Unit::Count),
+        "Reserves allowed to wait, by how they ended: at_once (answered on arrival), handed_over (a released copy went to them), result_ready, queue_full, deadline (rejected when their wait ran out).",
+    ),
+    m(
+        "charon_copy_wait_duration_seconds",
+        Kind::Histogram,
+        "",
+        Some(Unit::Seconds),
+        "How long reserves allowed to wait waited for their answer.",
     ),
     m(
         "charon_transfers_staged_copies",
@@ -697,6 +725,44 @@ pub fn leases(summaries: &[charon_limiter::LeaseSummary]) {
         gauge!("charon_lease_wanted", "resource" => r.clone()).set(s.wanted.to_f64());
         gauge!("charon_lease_clients", "resource" => r).set(s.clients as f64);
     }
+}
+
+/// Callers waiting for copies, by resource; resources whose queue emptied
+/// since the last scrape are set to 0.
+pub fn copy_queues(lengths: &[(String, u64)]) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for r in seen.iter() {
+        if !lengths.iter().any(|(l, _)| l == r) {
+            gauge!("charon_copy_queue_length", "resource" => r.clone()).set(0.0);
+        }
+    }
+    seen.clear();
+    for (r, n) in lengths {
+        gauge!("charon_copy_queue_length", "resource" => r.clone()).set(*n as f64);
+        seen.push(r.clone());
+    }
+}
+
+/// How a reserve allowed to wait ended (its wire reply), on `resource`
+/// (already a bounded label).
+pub fn copy_wait(resource: String, r: &charon_proto::v1::ReserveReply) {
+    let waited = r.waited_ms.unwrap_or(0);
+    let outcome = if r.queue_full {
+        "queue_full"
+    } else if r.result_ready {
+        "result_ready"
+    } else if waited == 0 {
+        "at_once"
+    } else if r.granted > 0 {
+        "handed_over"
+    } else {
+        "deadline"
+    };
+    counter!("charon_copy_waits_total", "resource" => resource, "outcome" => outcome).increment(1);
+    histogram!("charon_copy_wait_duration_seconds").record(waited as f64 / 1000.0);
 }
 
 /// Copies waiting in staging areas.

@@ -223,3 +223,35 @@ async fn shared_result_answers_every_waiter_of_the_pair() {
     until_waiting(&server, "hot", 0).await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_waiting_for_a_copy_may_release_another_meanwhile() {
+    let server = InProcessServer::start(LIMITS).await;
+    let mut c = LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut s = Session::open(&mut c).await;
+    assert_eq!(reserved(s.call(reserve("page", "a", 0)).await).granted, 1);
+    // The same session waits for a second copy, then gives back its first:
+    // the release is answered while the reserve waits, and frees the copy
+    // the reserve then gets.
+    s.send(reserve("page", "b", 60_000)).await;
+    until_waiting(&server, "page", 1).await;
+    let released = s.call(release("page", "a", false)).await;
+    assert!(matches!(released, Reply::Release(_)), "{released:?}");
+    let got = reserved(s.reply().await);
+    assert_eq!((got.granted, got.domain_holds), (1, 1));
+    // Its end releases what the wait got.
+    drop(s);
+    let mut other = Session::open(&mut c).await;
+    let mut granted = 0;
+    for _ in 0..100 {
+        granted = reserved(other.call(reserve("page", "z", 0)).await).granted;
+        if granted == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(granted, 1, "the waited copy was released with the session");
+    server.stop().await;
+}

@@ -158,14 +158,31 @@ def rate_request(
     )
 
 
-def reserve_request(resource: str, domain: str, copies: int, min_copies: int) -> pb.ReserveRequest:
-    return pb.ReserveRequest(resource=resource, domain=domain, copies=copies, min_copies=min_copies)
+def check_wait(wait: float) -> None:
+    if not 0 <= wait <= 3600:
+        raise ClientError(f"wait must be a number of seconds from 0 to 3600 (got {wait})")
+
+
+def reserve_request(
+    resource: str, domain: str, copies: int, min_copies: int, wait: float = 0.0
+) -> pb.ReserveRequest:
+    req = pb.ReserveRequest(resource=resource, domain=domain, copies=copies, min_copies=min_copies)
+    wait_ms = int(round(wait * 1000))
+    if wait_ms > 0:
+        req.wait_ms = wait_ms
+    return req
 
 
 def release_request(
-    resource: str, domain: str, copies: int, groups: Sequence[str]
+    resource: str, domain: str, copies: int, groups: Sequence[str], result_ready: bool = False
 ) -> pb.ReleaseRequest:
-    return pb.ReleaseRequest(resource=resource, domain=domain, copies=copies, groups=list(groups))
+    return pb.ReleaseRequest(
+        resource=resource,
+        domain=domain,
+        copies=copies,
+        groups=list(groups),
+        result_ready=result_ready,
+    )
 
 
 def transfer_request(

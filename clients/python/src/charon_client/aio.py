@@ -184,17 +184,22 @@ class Client:
         copies: int = 1,
         min_copies: int = 1,
         max_wait: float = 0.0,
+        wait: float = 0.0,
     ) -> Hold:
-        """As ``charon_client.Client.hold_copy``; the ``Hold`` is an
-        ``async with`` block that releases what it still holds on exit."""
+        """As ``charon_client.Client.hold_copy`` (``wait`` included); the
+        ``Hold`` is an ``async with`` block that releases what it still
+        holds on exit."""
         c.check_amount(copies, min_copies)
         c.check_max_wait(max_wait)
+        c.check_wait(wait)
         self._counters.add("reserves")
         started = time.monotonic()
-        req = c.reserve_request(resource, domain, copies, min_copies)
+        req = c.reserve_request(resource, domain, copies, min_copies, wait)
 
         async def attempt() -> Tuple[bool, Tuple[pb.ReserveReply, int]]:
-            reply, generation = await self._call(pb.SessionRequest(reserve=req), "reserve")
+            reply, generation = await self._call(
+                pb.SessionRequest(reserve=req), "reserve", extra=wait
+            )
             assert isinstance(reply, pb.ReserveReply)
             return reply.granted > 0, (reply, generation)
 
@@ -327,7 +332,9 @@ class Client:
             self._session = AioSession(self._stub, self._generation, self.options.transport)
         return self._session
 
-    async def _call(self, request: pb.SessionRequest, field: str) -> Tuple[object, int]:
+    async def _call(
+        self, request: pb.SessionRequest, field: str, extra: float = 0.0
+    ) -> Tuple[object, int]:
         timeout = self.options.request_timeout
         try:
             await asyncio.wait_for(self._places.acquire(), timeout)
@@ -335,7 +342,7 @@ class Client:
             raise self._no_place(timeout) from None
         try:
             session = self._live_session()
-            reply = await session.call(request, timeout)
+            reply = await session.call(request, timeout + extra)
             return c.expect(reply, field, self.options.transport), session.generation
         except CharonError as e:
             raise await self._diagnosed(e) from None
@@ -460,6 +467,26 @@ class Hold:
         """Granted by the client alone: nothing is held on the server."""
         return self.source is Source.DEGRADED
 
+    @property
+    def queue_full(self) -> bool:
+        """Rejected at once: too many callers already wait for the resource
+        (run the fallback, e.g. serve a stale cache entry)."""
+        return self.reply is not None and self.reply.queue_full
+
+    @property
+    def result_ready(self) -> bool:
+        """No copy because a holder finished the work this caller waited to
+        do (``wait_mode: shared_result``): read its result instead."""
+        return self.reply is not None and self.reply.result_ready
+
+    @property
+    def waited_on_server(self) -> Optional[float]:
+        """Seconds the reserve waited in the resource's queue on the server
+        (None unless it was allowed to wait; 0.0: answered at once)."""
+        if self.reply is None or not self.reply.HasField("waited_ms"):
+            return None
+        return self.reply.waited_ms / 1000.0
+
     def _on_live_session(self) -> bool:
         return self._generation is not None and self._client.live_generation() == self._generation
 
@@ -482,15 +509,16 @@ class Hold:
         except Exception:  # noqa: BLE001, S110 - never raise from __del__
             pass
 
-    async def release(self, n: int) -> None:
-        """Gives back ``n`` of the copies still held."""
+    async def release(self, n: int, result_ready: bool = False) -> None:
+        """Gives back ``n`` of the copies still held (``result_ready``: as
+        the sync ``Hold.release``)."""
         async with self._lock:
             if n < 0 or n > self.copies:
                 raise ClientError(f"cannot release {n} copies; this hold has {self.copies}")
             if n == 0:
                 return
             if self._generation is not None and self._on_live_session():
-                req = c.release_request(self.resource, self.domain, n, self.groups)
+                req = c.release_request(self.resource, self.domain, n, self.groups, result_ready)
                 await self._client._call(pb.SessionRequest(release=req), "release")
             self.copies -= n
 

@@ -216,19 +216,28 @@ class Client:
         copies: int = 1,
         min_copies: int = 1,
         max_wait: float = 0.0,
+        wait: float = 0.0,
     ) -> Hold:
         """Reserves copies of a copy-limited resource. The result is a
         ``Hold`` in every case (check ``success``); use it as a context
         manager so that what it still holds is released on leaving the
-        block, whether normally or by an exception (paper Figure 5)."""
+        block, whether normally or by an exception (paper Figure 5).
+
+        ``wait`` (seconds) lets the reserve wait in the resource's queue on
+        the server when no copy is free: released copies go to waiters in
+        arrival order. The hold then says how it ended: ``waited_on_server``,
+        ``queue_full``, ``result_ready``."""
         c.check_amount(copies, min_copies)
         c.check_max_wait(max_wait)
+        c.check_wait(wait)
         self._counters.add("reserves")
         started = time.monotonic()
-        req = c.reserve_request(resource, domain, copies, min_copies)
+        req = c.reserve_request(resource, domain, copies, min_copies, wait)
 
         def attempt() -> Tuple[bool, Tuple[pb.ReserveReply, int]]:
-            reply, generation = self._call_gen(pb.SessionRequest(reserve=req), "reserve")
+            reply, generation = self._call_gen(
+                pb.SessionRequest(reserve=req), "reserve", extra=wait
+            )
             assert isinstance(reply, pb.ReserveReply)
             return reply.granted > 0, (reply, generation)
 
@@ -388,13 +397,15 @@ class Client:
                 return None
             return self._session.generation
 
-    def _call_gen(self, request: pb.SessionRequest, field: str) -> Tuple[object, int]:
+    def _call_gen(
+        self, request: pb.SessionRequest, field: str, extra: float = 0.0
+    ) -> Tuple[object, int]:
         timeout = self.options.request_timeout
         if not self._places.acquire(timeout=timeout):
             raise self._no_place(timeout)
         try:
             session = self._live_session()
-            reply = session.call(request, timeout)
+            reply = session.call(request, timeout + extra)
             return c.expect(reply, field, self.options.transport), session.generation
         except CharonError as e:
             raise self._diagnosed(e) from None
@@ -550,6 +561,26 @@ class Hold:
         """Granted by the client alone: nothing is held on the server."""
         return self.source is Source.DEGRADED
 
+    @property
+    def queue_full(self) -> bool:
+        """Rejected at once: too many callers already wait for the resource
+        (run the fallback, e.g. serve a stale cache entry)."""
+        return self.reply is not None and self.reply.queue_full
+
+    @property
+    def result_ready(self) -> bool:
+        """No copy because a holder finished the work this caller waited to
+        do (``wait_mode: shared_result``): read its result instead."""
+        return self.reply is not None and self.reply.result_ready
+
+    @property
+    def waited_on_server(self) -> Optional[float]:
+        """Seconds the reserve waited in the resource's queue on the server
+        (None unless it was allowed to wait; 0.0: answered at once)."""
+        if self.reply is None or not self.reply.HasField("waited_ms"):
+            return None
+        return self.reply.waited_ms / 1000.0
+
     def _on_live_session(self) -> bool:
         return self._generation is not None and self._client.live_generation() == self._generation
 
@@ -572,15 +603,18 @@ class Hold:
         except Exception:  # noqa: BLE001, S110 - never raise from __del__
             pass
 
-    def release(self, n: int) -> None:
-        """Gives back ``n`` of the copies still held."""
+    def release(self, n: int, result_ready: bool = False) -> None:
+        """Gives back ``n`` of the copies still held. ``result_ready`` (a
+        resource of ``wait_mode: shared_result``): the work is done, every
+        caller waiting for this resource and domain is told to read its
+        result instead of getting a copy."""
         with self._lock:
             if n < 0 or n > self.copies:
                 raise ClientError(f"cannot release {n} copies; this hold has {self.copies}")
             if n == 0:
                 return
             if self._generation is not None and self._on_live_session():
-                req = c.release_request(self.resource, self.domain, n, self.groups)
+                req = c.release_request(self.resource, self.domain, n, self.groups, result_ready)
                 self._client._call(pb.SessionRequest(release=req), "release")
             # Else degraded, kill-switched, or the session ended (the server
             # released them then): nothing to tell the server.

@@ -250,6 +250,45 @@ async fn copy_lane(
 ) {
     let mut session = state.limiter.session();
     while let Some((id, op, permit)) = ops.recv().await {
+        // A reserve that may wait joins its queue here, in order; its wait
+        // goes on in a task of its own, so that the session's other copy
+        // operations (the release that frees a copy, say) go on meanwhile.
+        let op = match op {
+            Op::Reserve(req) if req.wait_ms.is_some_and(|w| w > 0) => {
+                let started = Instant::now();
+                match ops::reserve::join(&mut session, &req).await {
+                    Ok(ops::reserve::Joined::Waiting(waiter)) => {
+                        let (state, tx) = (state.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            let gone = async {
+                                tokio::select! {
+                                    () = tx.closed() => {}
+                                    () = state.shutdown.wait() => {}
+                                }
+                            };
+                            let r = ops::reserve::finish(&waiter, &req, gone).await;
+                            let result = waited_reply(&state, &req, r, started);
+                            let _ = tx.send(Ok(reply(id, result))).await;
+                            drop(permit);
+                        });
+                        continue;
+                    }
+                    Ok(ops::reserve::Joined::Now(r)) => {
+                        let result = waited_reply(&state, &req, Ok(r), started);
+                        let _ = tx.send(Ok(reply(id, result))).await;
+                        drop(permit);
+                        continue;
+                    }
+                    Err(e) => {
+                        let result = waited_reply(&state, &req, Err(e), started);
+                        let _ = tx.send(Ok(reply(id, result))).await;
+                        drop(permit);
+                        continue;
+                    }
+                }
+            }
+            op => op,
+        };
         let before = session.held_copies();
         let span = copy_span(&op);
         // A reserve waiting for copies leaves the queue when the client
@@ -354,6 +393,40 @@ async fn copy_op(
     crate::trace::copy_outcome(span, operation, &resource, outcome, &reply);
     record(state, operation, &resource, outcome, started);
     state.emit(|now| copy_event(now, operation, &resource, &domain, asked, outcome, &reply));
+    reply
+}
+
+/// The reply to a reserve that was allowed to wait, recorded as
+/// [`copy_op`] records one.
+fn waited_reply(
+    state: &ServerState,
+    req: &v1::ReserveRequest,
+    result: Result<v1::ReserveReply, LimitError>,
+    started: Instant,
+) -> Reply {
+    let asked = req.copies.unwrap_or(1);
+    let (outcome, reply) = match result {
+        Ok(r) => {
+            let label =
+                metrics::resource_label(&state.limiter.config(), &req.resource, Outcome::Granted);
+            metrics::copy_wait(label, &r);
+            metrics::copies_held(i64::try_from(r.granted).unwrap_or(i64::MAX));
+            (Outcome::of_grant(r.granted, asked), Reply::Reserve(r))
+        }
+        Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
+    };
+    record(state, "reserve", &req.resource, outcome, started);
+    state.emit(|now| {
+        copy_event(
+            now,
+            "reserve",
+            &req.resource,
+            &req.domain,
+            asked,
+            outcome,
+            &reply,
+        )
+    });
     reply
 }
 

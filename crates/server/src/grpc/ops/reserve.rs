@@ -1,5 +1,6 @@
 use charon_core::ClientError;
-use charon_limiter::{LimitError, Session};
+use charon_core::copy::ReserveReply;
+use charon_limiter::{LimitError, Reserved, Session, Waiter};
 use charon_proto::v1;
 
 use super::{amount, limit};
@@ -17,8 +18,49 @@ pub async fn run(
     let r = session
         .reserve_waiting(&req.resource, &req.domain, amount, wait_ms, gone)
         .await?
-        .ok_or_else(|| ClientError::invalid("the session ended while the reserve waited"))?;
-    Ok(v1::ReserveReply {
+        .ok_or_else(gone_error)?;
+    Ok(wire(&r))
+}
+
+/// What a reserve that may wait came to when it joined its queue.
+pub enum Joined {
+    Now(v1::ReserveReply),
+    Waiting(Waiter),
+}
+
+/// Joins the queue: answered at once, or a waiter to [`finish`].
+pub async fn join(session: &mut Session, req: &v1::ReserveRequest) -> Result<Joined, LimitError> {
+    let amount = amount(req.copies, req.min_copies)?;
+    let wait_ms = req.wait_ms.unwrap_or(0);
+    Ok(
+        match session
+            .join(&req.resource, &req.domain, amount, wait_ms)
+            .await?
+        {
+            Reserved::Now(r) => Joined::Now(wire(&r)),
+            Reserved::Waiting(t) => Joined::Waiting(session.waiter(t)),
+        },
+    )
+}
+
+/// Waits for a joined reserve's answer until `gone`.
+pub async fn finish(
+    waiter: &Waiter,
+    req: &v1::ReserveRequest,
+    gone: impl Future<Output = ()>,
+) -> Result<v1::ReserveReply, LimitError> {
+    let wait_ms = req.wait_ms.unwrap_or(0);
+    let r = waiter.wait(wait_ms, gone).await?.ok_or_else(gone_error)?;
+    Ok(wire(&r))
+}
+
+fn gone_error() -> LimitError {
+    ClientError::invalid("the session ended while the reserve waited").into()
+}
+
+/// A reserve's reply for the wire.
+fn wire(r: &ReserveReply) -> v1::ReserveReply {
+    v1::ReserveReply {
         granted: r.granted,
         domain_limit: limit(r.domain_limit),
         global_limit: r.global_limit,
@@ -37,5 +79,5 @@ pub async fn run(
         queue_full: r.queue_full,
         result_ready: r.result_ready,
         waited_ms: r.waited_ms,
-    })
+    }
 }

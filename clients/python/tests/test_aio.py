@@ -158,6 +158,7 @@ def test_hold_copy_waits_and_hears_the_result_is_ready(charon: Charon) -> None:
         first = await client.hold_copy("waits/aio", "x")
         assert first.success
         waiting = asyncio.ensure_future(client.hold_copy("waits/aio", "x", wait=20))
+        await asyncio.sleep(0.2)  # it arrives first
         deadline = time.monotonic() + 10
         while True:
             full = await client.hold_copy("waits/aio", "y", wait=0.001)

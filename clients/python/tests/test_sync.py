@@ -317,6 +317,7 @@ def test_hold_copy_waits_in_the_queue_for_a_released_copy(charon: Charon) -> Non
         target=lambda: got.append(client.hold_copy("waits/sync", "b", wait=20))
     )
     waiter.start()
+    time.sleep(0.2)  # it arrives first
     deadline = time.monotonic() + 10
     while True:
         # Once the waiter waits, the queue (limit 1) is full.

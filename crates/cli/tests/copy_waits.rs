@@ -33,7 +33,9 @@ async fn a_waiting_reserve_gets_the_copy_its_own_client_releases() {
                 .await
         })
     };
-    // Once it waits, the queue is full: another is told so at once.
+    // Once it waits (give it time to arrive first), the queue is full:
+    // another is told so at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let full = support::within(Duration::from_secs(10), async || {
         let h = c
             .reserve("page", "c")

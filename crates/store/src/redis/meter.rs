@@ -1,5 +1,5 @@
 //! The bucket, window and queue operation of the Redis store: one
-//! `meter.lua` call per decision (see `lua/meter.lua` and `docs/redis.md`),
+//! `drain.lua` or `window.lua` call per decision (see `lua/drain.lua`, `lua/window.lua` and `docs/redis.md`),
 //! and the encoding of the state it keeps, read back here only to let core
 //! word a refusal.
 

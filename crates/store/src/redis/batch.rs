@@ -1,8 +1,9 @@
 //! Batched decisions: tiers and meter operations that arrive together for
 //! one hash slot go to Redis as one call (`meter_batch.lua` for meters,
 //! `batch.lua` for burst tiers), which decides them in arrival order, each
-//! exactly as `rate.lua`, `drain.lua` or `window.lua` would alone. One script call per decision capped
-//! throughput at Redis' cost per call; a batch pays it once.
+//! exactly as `rate.lua`, `drain.lua` or `window.lua` would alone. One
+//! script call per decision capped throughput at Redis' cost per call; a
+//! batch pays it once.
 //!
 //! The policy adds no wait at light load: per slot at most one call is in
 //! flight. An operation for a slot with nothing in flight is sent at once,

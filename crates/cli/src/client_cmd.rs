@@ -50,17 +50,17 @@ pub enum ClientCommand {
         #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
         max_wait: Duration,
         /// Decide and answer as the request would be, recording nothing
-        /// (SPEC §10; buckets, windows and queues).
+        /// (every rate-like kind).
         #[arg(long)]
         dry_run: bool,
     },
-    /// Record a cost after the fact (SPEC §10 `charge`, never rejected);
+    /// Record a cost after the fact (never rejected);
     /// prints the reply as JSON.
     Charge {
         #[command(flatten)]
         target: CostTarget,
     },
-    /// Give tokens back to a bucket (SPEC §10 `refund`); prints the reply
+    /// Give tokens back to a bucket; prints the reply
     /// as JSON.
     Refund {
         #[command(flatten)]
@@ -73,7 +73,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Hold a capacity lease (SPEC §12) until stopped, printing it as a
+    /// Hold a capacity lease (`kind: lease`) until stopped, printing it as a
     /// JSON line at start and after every refresh (capacity, where it
     /// comes from, wants, safe capacity, expiry); SIGTERM or SIGINT give it
     /// back, SIGKILL leaves it to lapse at its expiry.

@@ -101,7 +101,7 @@ enum ConfigCommand {
     /// Replace a configuration service's configuration with a file: shows
     /// the difference, then applies it as one commit.
     Apply {
-        /// The configuration (SPEC §6 YAML).
+        /// The configuration file (YAML).
         file: PathBuf,
         #[command(flatten)]
         remote: config_remote::RemoteArgs,
@@ -109,7 +109,7 @@ enum ConfigCommand {
         confirm: config_remote::ConfirmArgs,
     },
     /// Convert another rate-limit service's configuration files into a
-    /// Charon configuration with an `envoy:` section (SPEC §11), printed on
+    /// Charon configuration with an `envoy:` section, printed on
     /// stdout; what cannot be carried over is listed on stderr by file and
     /// path. Give the result to `charon config check`, `serve --config` or
     /// `config apply`.
@@ -146,7 +146,7 @@ enum ConfigCommand {
         #[arg(long)]
         merge_domains: bool,
     },
-    /// Print a configuration service's configuration as SPEC §6 YAML.
+    /// Print a configuration service's configuration as a YAML configuration file.
     Export {
         #[command(flatten)]
         remote: config_remote::RemoteArgs,

@@ -26,7 +26,7 @@ use clap::Args;
 /// Flags of `charon serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Limits from this file (SPEC §6 YAML), reloaded on SIGHUP and when it
+    /// Limits from this file (YAML, as `charon config check` reads), reloaded on SIGHUP and when it
     /// changes. It may carry a `server:` section (store, listen,
     /// http_listen) that these flags override.
     #[arg(long, value_name = "FILE", env = "CHARON_CONFIG", conflicts_with_all = ["config_url", "config_api_only"])]
@@ -146,12 +146,12 @@ pub struct ServeArgs {
     /// The longest a graceful shutdown (SIGTERM) may take.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
-    /// A parent lease server's gRPC URL (SPEC §12 tree of servers): share
+    /// A parent lease server's gRPC URL (a tree of lease servers): share
     /// what it grants for each lease resource, asking it for this server's
     /// clients' wants in all, instead of the configured capacity.
     #[arg(long, value_name = "URL", env = "CHARON_LEASE_PARENT")]
     pub lease_parent: Option<String>,
-    /// The limiting API's tokens (issue 16; docs/security.md): a YAML list
+    /// The limiting API's tokens (docs/security.md): a YAML list
     /// of `{name, secret | secret_file, namespaces: [ns…] | ["*"]}`. Every
     /// gRPC call then needs `authorization: Bearer SECRET`, allowed the
     /// resource's namespace (health and reflection stay open). Reloaded on

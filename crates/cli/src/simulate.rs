@@ -16,7 +16,7 @@ const MAX_LINE: usize = 1 << 20;
 /// `charon simulate`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
-    /// The limits (SPEC §6 YAML).
+    /// The limits (a YAML configuration file).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// Where the replay's state lives: `memory` (default), or a Redis

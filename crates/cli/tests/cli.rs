@@ -1,6 +1,8 @@
-//! The `charon` binary's own behaviour: `config check`, and `simulate` on
-//! hostile input.
+//! The `charon` binary's own behaviour: `config check`, `simulate` on
+//! hostile input, and the documentation held to the binary and the
+//! repository (`docs/`: links, paths, flags, transcripts).
 
+mod docs;
 mod support;
 
 use std::io::Write;

@@ -240,38 +240,3 @@ fn malformed_files_are_refused_by_path_with_nothing_written() {
         String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/defaults.yaml")
     );
 }
-
-/// The README's migration section shows each import of `examples/peers/`
-/// with its output: that output is what the binary prints.
-#[test]
-fn the_readme_shows_each_import_with_its_real_output() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let mut shown = 0;
-    for block in readme.split("```console\n").skip(1) {
-        let block = block.split("```").next().unwrap_or_default();
-        for transcript in block.split("\n\n") {
-            let Some((command, output)) = transcript.split_once('\n') else {
-                continue;
-            };
-            let Some(args) = command.strip_prefix("$ charon config import ") else {
-                continue;
-            };
-            let out = charon()
-                .current_dir(&root)
-                .args(["config", "import"])
-                .args(args.split_whitespace())
-                .output()
-                .expect("run charon");
-            assert!(out.status.success(), "{command}");
-            let printed = String::from_utf8(out.stdout).expect("utf-8");
-            assert_eq!(
-                printed.trim_end(),
-                output.trim_end(),
-                "{command}: the README shows another output"
-            );
-            shown += 1;
-        }
-    }
-    assert_eq!(shown, 3, "one import of each peer in the README");
-}

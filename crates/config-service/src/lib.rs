@@ -1,4 +1,4 @@
-//! Charon's configuration service (paper §4.1, issue 5).
+//! Charon's configuration service (paper §4.1).
 //!
 //! The central authority for resource configurations: an HTTP JSON API
 //! ([`router`]) over a relational database (a SQLite file by default,

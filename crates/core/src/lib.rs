@@ -1,10 +1,9 @@
 //! The pure decision core of Charon.
 //!
 //! Everything that decides lives here: the configuration model and its
-//! normalization (SPEC §2, §6), the burst-tier algorithm for rate-limited
-//! resources (SPEC §2), the copy-limit algorithm (SPEC §3) and namespace
-//! resolution (SPEC §4); and the other rate-like kinds of SPEC §7–10, each
-//! exact in integers: token buckets ([`bucket`]), fixed and sliding-counter
+//! normalization ([`config`]), the burst-tier algorithm for rate-limited
+//! resources ([`rate`]), the copy-limit algorithm ([`copy`]) and namespace
+//! resolution; and the other rate-like kinds, each exact in integers: token buckets ([`bucket`]), fixed and sliding-counter
 //! windows ([`window`]) and queues ([`queue`]), with what they share (soft
 //! limits, bans, dry runs, charge and refund) in [`meter`]. There is no
 //! I/O, no async runtime and no clock reading: stores pass state and `now`
@@ -12,9 +11,9 @@
 //! Redis script).
 //!
 //! The `envoy:` section of the configuration and descriptor matching for
-//! Envoy's rate-limit protocol (SPEC §11) are in [`envoy`], and the
-//! capacity leases of SPEC §12 (Doorman's algorithms over a set of leases)
-//! in [`lease`].
+//! Envoy's rate-limit protocol are in [`envoy`], the capacity leases
+//! (Doorman's algorithms over a set of leases) in [`lease`], and the server
+//! throttler's queue, leaky bucket and cost predictor in [`throttle`].
 //!
 //! Core also owns how input and output look: [`fields`] is the one checker
 //! of JSON/YAML fields every input path uses, and the replies and issues

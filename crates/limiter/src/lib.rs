@@ -3,10 +3,10 @@
 //! A [`Limiter`] holds the configuration in force (swapped atomically on
 //! reload) and a store, and decides every rate-like kind
 //! ([`Limiter::decide`], [`Limiter::charge`], [`Limiter::refund`]); a
-//! [`Session`] is one client's session of SPEC §3, owning the holds it made
-//! or seized and releasing them all when it ends.
-//! The gRPC server, the simulator and the HTTP simulator endpoint are thin
-//! shells around these two types, so every protocol decides the same way.
+//! [`Session`] is one client's session, owning the holds it made or seized
+//! and releasing them all when it ends.
+//! The gRPC server, `charon simulate` and the throttler's per-client limits
+//! decide through these two types, so every protocol decides the same way.
 
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 

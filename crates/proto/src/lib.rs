@@ -1,5 +1,6 @@
-//! Charon's gRPC interface, `charon.v1` (SPEC §6), generated from
-//! `proto/charon/v1/limiter.proto` and `capacity.proto`.
+//! The gRPC interfaces Charon serves: `charon.v1`, generated from
+//! `proto/charon/v1/limiter.proto` and `capacity.proto`, and Envoy's
+//! `envoy.service.ratelimit.v3` ([`envoy`]).
 
 #![allow(missing_docs, missing_debug_implementations, clippy::all)]
 

@@ -1,11 +1,13 @@
-//! The limiting server of paper §3–4.2: a thin shell around
-//! [`charon_limiter::Limiter`].
+//! The limiting server: the protocols, listeners and operations around
+//! [`charon_limiter::Limiter`], which makes every decision.
 //!
-//! - gRPC (`charon.v1.Limiter`, SPEC §6): unary `Request`, and the
-//!   bidirectional `Session` stream that *is* the session of SPEC §3 — when
+//! - gRPC (`charon.v1.Limiter`): unary `Request`, `Charge` and `Refund`,
+//!   and the bidirectional `Session` stream that *is* the client's session — when
 //!   it ends for any reason, every hold it owns is released. HTTP/2
 //!   keep-alive detects peers that vanished without a word. The standard
-//!   health service and server reflection are served beside it.
+//!   health service and server reflection are served beside it, with
+//!   `charon.v1.Capacity` (capacity leases) and Envoy's
+//!   `RateLimitService`.
 //! - HTTP: `/metrics` (Prometheus), `/healthz`, `/readyz`, plus whatever
 //!   routes the binary mounts (the simulator page, the config API).
 //! - Configuration reload without restart ([`file_reload`], the feed of

@@ -141,21 +141,21 @@ pub const METRICS: &[Described] = &[
         Kind::Counter,
         "operation, class",
         Some(Unit::Count),
-        "Operations answered with an error, by operation and SPEC 5 class (client: the request is wrong; server: Charon could not decide, clients degrade).",
+        "Operations answered with an error, by operation and class (client: the request is wrong; server: Charon could not decide, clients degrade).",
     ),
     m(
         "charon_warnings_total",
         Kind::Counter,
         "operation, resource",
         Some(Unit::Count),
-        "Replies over a soft limit (SPEC 10), by operation and resource.",
+        "Replies over a soft limit, by operation and resource.",
     ),
     m(
         "charon_banned_total",
         Kind::Counter,
         "operation, resource",
         Some(Unit::Count),
-        "Replies to a banned domain (SPEC 10), by operation and resource.",
+        "Replies to a banned domain, by operation and resource.",
     ),
     m(
         "charon_sessions_open",
@@ -232,7 +232,7 @@ pub const METRICS: &[Described] = &[
         Kind::Gauge,
         "resource",
         None,
-        "Capacity of a lease resource (SPEC 12), or what its parent granted.",
+        "Capacity of a lease resource, or what its parent granted.",
     ),
     m(
         "charon_lease_leased",
@@ -309,7 +309,7 @@ pub const METRICS: &[Described] = &[
         Kind::Counter,
         "class",
         Some(Unit::Count),
-        "Envoy calls answered with an error status, by SPEC 5 class.",
+        "Envoy calls answered with an error status, by class (client or server).",
     ),
     m(
         "charon_envoy_call_duration_seconds",

@@ -1,4 +1,4 @@
-//! `charon sidecar`: the server throttler of SPEC §13 in front of any
+//! `charon sidecar`: the server throttler of `charon-throttle` in front of any
 //! service, whatever its language, as a reverse proxy on the same host.
 //!
 //! - The proxy ([`proxy`]) speaks HTTP/1.1 and HTTP/2 (cleartext, with

@@ -1,5 +1,5 @@
-//! The interactive limit simulator in the browser (issue 6; buckets,
-//! windows and queues: issue 11).
+//! The interactive limit simulator in the browser: burst tiers, buckets,
+//! windows, queues and the server throttler.
 //!
 //! [`router`] serves one page at `/simulator` and a small JSON API under
 //! `/simulator/api/`. The page keeps its own virtual clock and the list of

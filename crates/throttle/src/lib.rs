@@ -1,5 +1,4 @@
-//! The server throttler of SPEC §13 (seed 001, "Server side rate
-//! limiter") as a [`tower::Layer`]: it sits in front of one service,
+//! The server throttler as a [`tower::Layer`]: it sits in front of one service,
 //! embedded in its binary (axum, tonic, hyper) or in `charon sidecar`, and
 //! decides for each incoming request whether it starts now, waits its
 //! turn, or is rejected with the time to come back, so that the service

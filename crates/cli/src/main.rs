@@ -67,7 +67,6 @@ enum Command {
     /// The benchmarks' transport floor: a `Limiter` service on the server's
     /// gRPC stack answering every `Request` with a constant grant, deciding
     /// nothing (`scripts/bench-kinds` compares the server's CPU to it).
-    #[command(hide = true)]
     BenchNull(bench_null::NullArgs),
     /// Show the busiest and most limited (resource, domain) pairs of a
     /// server's decision stream, refreshing in the terminal: from its live

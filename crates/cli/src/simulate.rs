@@ -108,7 +108,7 @@ fn replay(runtime: &tokio::runtime::Runtime, sim: &mut Simulation) -> anyhow::Re
         out.flush()?;
     }
     // What the throttler does after the last event (SPEC §13).
-    for reply in sim.end() {
+    for reply in runtime.block_on(sim.end()) {
         serde_json::to_writer(&mut out, &reply)?;
         out.write_all(b"\n")?;
     }

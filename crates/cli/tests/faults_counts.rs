@@ -60,6 +60,7 @@ async fn reserves(grpc: &mut LimiterClient<Channel>, asks: &[(&str, &str, u64)])
                 domain: domain.into(),
                 copies: Some(copies),
                 min_copies: None,
+                wait_ms: None,
             })
         }),
     )

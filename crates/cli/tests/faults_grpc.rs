@@ -400,6 +400,7 @@ fn reserve(domain: &str, copies: u64) -> Op {
         domain: domain.to_owned(),
         copies: Some(copies),
         min_copies: None,
+        wait_ms: None,
     })
 }
 
@@ -409,6 +410,7 @@ fn release(domain: &str, copies: u64) -> Op {
         domain: domain.to_owned(),
         copies,
         groups: Vec::new(),
+        result_ready: false,
     })
 }
 

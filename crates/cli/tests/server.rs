@@ -259,6 +259,7 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
             domain: "d".into(),
             copies: Some(copies),
             min_copies: None,
+            wait_ms: None,
         })
     };
     let requests = vec![
@@ -271,6 +272,7 @@ async fn bad_input_gets_a_client_error_on_that_request_alone() {
                 domain: "d".into(),
                 copies: 1,
                 groups: vec![],
+                result_ready: false,
             }),
         ),
         op(

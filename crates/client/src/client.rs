@@ -800,6 +800,7 @@ impl ReserveCall {
             domain: ask.domain.clone(),
             copies: Some(ask.copies),
             min_copies: Some(ask.min_copies),
+            wait_ms: None,
         });
         let ending = client
             .until_granted(ask.max_wait, || async {

@@ -173,6 +173,7 @@ impl Hold {
                 domain: self.domain.clone(),
                 copies: n,
                 groups: self.groups.clone(),
+                result_ready: false,
             });
             self.client.session_call(op).await?;
         }
@@ -235,6 +236,7 @@ impl Drop for Hold {
             domain: std::mem::take(&mut self.domain),
             copies: self.held,
             groups: std::mem::take(&mut self.groups),
+            result_ready: false,
         });
         // Queued in order when possible, so that this client's next
         // operation sees the copies back; else sent in the background.

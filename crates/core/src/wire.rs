@@ -104,6 +104,9 @@ mod tests {
                 holds: 1,
             }],
             ignored: false,
+            queue_full: false,
+            result_ready: false,
+            waited_ms: None,
         };
         assert_eq!(
             json(&r),

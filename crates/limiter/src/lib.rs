@@ -29,10 +29,11 @@ use charon_store::{HoldSource, Store};
 
 use self::holds::Registry;
 
+pub use charon_store::{Reserved, Ticket};
 pub use decision::{Decision, RequestOptions};
 pub use error::LimitError;
 pub use leases::{CapacityAsk, LeaseEntry, LeaseSummary, MAX_RESOURCES_PER_CALL};
-pub use session::Session;
+pub use session::{MAX_WAIT_MS, Session};
 
 /// Configuration in force plus the store that holds the state, and the
 /// hold sets of every session (which the store may need to rebuild its

@@ -190,6 +190,7 @@ fn reserve(domain: &str, copies: u64) -> Op {
         domain: domain.to_owned(),
         copies: Some(copies),
         min_copies: Some(1),
+        wait_ms: None,
     })
 }
 
@@ -224,6 +225,7 @@ fn release(domain: &str, copies: u64) -> Op {
         domain: domain.to_owned(),
         copies,
         groups: vec![],
+        result_ready: false,
     })
 }
 

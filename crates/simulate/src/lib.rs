@@ -30,6 +30,7 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod redis;
+mod waits;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,6 +64,9 @@ pub struct Simulation {
     /// Transfer ids as shown (`t1`, `t2`, …) to the store's own, so that
     /// every store prints the same lines.
     transfer_ids: HashMap<String, String>,
+    /// Reserves waiting for copies, and the instants time alone changes
+    /// copies (see the `waits` module).
+    waits: waits::Waits,
 }
 
 impl Simulation {
@@ -84,6 +88,7 @@ impl Simulation {
             last_t: None,
             throttler: None,
             transfer_ids: HashMap::new(),
+            waits: waits::Waits::default(),
         }
     }
 
@@ -118,22 +123,40 @@ impl Simulation {
         if throttle_op {
             return self.throttle_event(&v);
         }
+        // What time did to copies before this event's instant comes
+        // first (a deadline at the event's ms before the event).
+        let mut waited = match read_event(&v) {
+            Ok((t, _, _)) if self.last_t.is_none_or(|last| t >= last) => self.advance(t).await,
+            _ => Vec::new(),
+        };
         let reply = self.reply_to(&v).await;
         let mut lines = match (&reply.outcome, self.throttler.as_mut(), self.last_t) {
             (Outcome::Error { .. }, _, _) | (_, None, _) | (_, _, None) => Vec::new(),
             (_, Some(throttler), Some(t)) => throttler.advance(t),
         };
-        lines.push(reply_value(&reply));
+        lines.append(&mut waited);
+        let decided = !matches!(reply.outcome, Outcome::Error { .. });
+        if !matches!(reply.outcome, Outcome::Waiting) {
+            lines.push(reply_value(&reply));
+        }
+        if let (true, Some(t)) = (decided, self.last_t) {
+            lines.extend(self.collect(t, None).await);
+        }
         lines
     }
 
     /// The lines after the last event: the throttler runs on until nothing
-    /// waits (every queued request starts or expires).
-    pub fn end(&mut self) -> Vec<Value> {
-        self.throttler
-            .as_mut()
-            .map(throttle::Throttler::drain)
-            .unwrap_or_default()
+    /// waits (every queued request starts or expires), and so does every
+    /// reserve waiting for copies (served, or rejected at its deadline).
+    pub async fn end(&mut self) -> Vec<Value> {
+        let mut lines = self.advance(u64::MAX).await;
+        lines.extend(
+            self.throttler
+                .as_mut()
+                .map(throttle::Throttler::drain)
+                .unwrap_or_default(),
+        );
+        lines
     }
 
     fn throttle_event(&mut self, v: &Value) -> Vec<Value> {
@@ -144,6 +167,7 @@ impl Simulation {
                 vec![reply_value(&Reply {
                     t: echo(v.get("t")),
                     op: echo(Some(&op)),
+                    id: None,
                     outcome: Outcome::Error {
                         error: "client",
                         message,
@@ -215,10 +239,15 @@ impl Simulation {
 
     /// Answers one event, typed.
     pub async fn reply_to(&mut self, v: &Value) -> Reply {
-        let (t, op) = match v {
-            Value::Object(m) => (echo(m.get("t")), echo(m.get("op"))),
-            _ => (Value::Null, Value::Null),
+        let (t, op, id) = match v {
+            Value::Object(m) => (
+                echo(m.get("t")),
+                echo(m.get("op")),
+                m.get("id").map(|id| echo(Some(id))),
+            ),
+            _ => (Value::Null, Value::Null, None),
         };
+        self.waits.next_id.clone_from(&id);
         let outcome = match self.apply(v).await {
             Ok(outcome) => outcome,
             Err(Failure::Client(message)) => Outcome::Error {
@@ -230,7 +259,7 @@ impl Simulation {
                 message,
             },
         };
-        Reply { t, op, outcome }
+        Reply { t, op, id, outcome }
     }
 
     async fn apply(&mut self, v: &Value) -> Result<Outcome, Failure> {
@@ -246,8 +275,8 @@ impl Simulation {
             Parsed::Request(resource, domain, copies, min, dry_run) => {
                 Op::Request(resource, domain, amount(copies, min)?, dry_run)
             }
-            Parsed::Reserve(resource, domain, copies, min) => {
-                Op::Reserve(resource, domain, amount(copies, min)?)
+            Parsed::Reserve(resource, domain, copies, min, wait_ms) => {
+                Op::Reserve(resource, domain, amount(copies, min)?, wait_ms)
             }
             Parsed::Op(op) => op,
         };
@@ -268,7 +297,12 @@ impl Simulation {
                 Some(s) => s.end().await.map_err(|(e, _)| e)?,
                 None => 0,
             };
-            return Ok(Outcome::EndSession { session, released });
+            let left_waiting = self.waits.forget_session(&session);
+            return Ok(Outcome::EndSession {
+                session,
+                released,
+                left_waiting,
+            });
         }
         match &op {
             Op::Request(resource, domain, amount, dry_run) => {
@@ -318,17 +352,23 @@ impl Simulation {
             .entry(session.clone())
             .or_insert_with(|| self.limiter.session());
         Ok(match op {
-            Op::Reserve(resource, domain, amount) => Outcome::Reserve {
-                reply: s.reserve(&resource, &domain, amount).await?,
-                session,
-            },
-            Op::Release(hold, copies) => Outcome::Release {
-                status: s.release(&hold, copies).await?,
+            Op::Reserve(resource, domain, amount, wait_ms) => {
+                match s.join(&resource, &domain, amount, wait_ms).await? {
+                    charon_limiter::Reserved::Now(reply) => Outcome::Reserve { reply, session },
+                    charon_limiter::Reserved::Waiting(ticket) => {
+                        self.waits.wait(ticket, session, t.saturating_add(wait_ms));
+                        Outcome::Waiting
+                    }
+                }
+            }
+            Op::Release(hold, copies, result_ready) => Outcome::Release {
+                status: s.release_ready(&hold, copies, result_ready).await?,
                 session,
                 released: copies,
             },
             Op::Transfer(hold, copies, ttl) => {
                 let stored = s.transfer(&hold, copies, ttl).await?;
+                self.waits.expires(t.saturating_add(ttl), &hold.resource);
                 let shown = format!("t{}", self.transfer_ids.len() + 1);
                 self.transfer_ids.insert(shown.clone(), stored);
                 Outcome::Transfer {
@@ -384,6 +424,9 @@ pub struct Reply {
     pub t: Value,
     /// The event's `op` if it was a scalar, else null.
     pub op: Value,
+    /// The event's `id` if it had one (a scalar, else null).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
     /// What the event got, its fields after `t` and `op`.
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -395,6 +438,7 @@ impl Reply {
         Self {
             t: Value::Null,
             op: Value::Null,
+            id: None,
             outcome: Outcome::Error {
                 error: "client",
                 message,
@@ -469,7 +513,14 @@ pub enum Outcome {
         session: String,
         /// Copies its end released.
         released: u64,
+        /// Its reserves that were still waiting: they left the queue
+        /// unanswered. In JSON only when there were any.
+        #[serde(skip_serializing_if = "is_zero")]
+        left_waiting: u64,
     },
+    /// A reserve now waiting for copies: it gets its line when decided.
+    #[serde(skip)]
+    Waiting,
     /// `error` is `client` or `server`.
     Error {
         /// The class: `client` or `server`.
@@ -503,8 +554,10 @@ enum Op {
     Request(String, String, Amount, bool),
     Charge(String, String, u64),
     Refund(String, String, u64),
-    Reserve(String, String, Amount),
-    Release(Hold, u64),
+    /// The last field is `wait_ms`.
+    Reserve(String, String, Amount, u64),
+    /// The last field is `result_ready`.
+    Release(Hold, u64, bool),
     Transfer(Hold, u64, u64),
     Seize(String),
     /// `get_capacity` for one resource: the client and what it asks.
@@ -519,7 +572,8 @@ enum Op {
 enum Parsed {
     /// The last field is `dry_run`.
     Request(String, String, u64, u64, bool),
-    Reserve(String, String, u64, u64),
+    /// The last field is `wait_ms`.
+    Reserve(String, String, u64, u64, u64),
     Op(Op),
 }
 
@@ -558,9 +612,17 @@ fn fields_of(op: &str) -> &'static [&'static str] {
             "copies",
             "min_copies",
             "session",
+            "wait_ms",
         ],
         "release" => &[
-            "t", "op", "resource", "domain", "copies", "groups", "session",
+            "t",
+            "op",
+            "resource",
+            "domain",
+            "copies",
+            "groups",
+            "session",
+            "result_ready",
         ],
         "transfer" => &[
             "t", "op", "resource", "domain", "copies", "groups", "ttl_ms", "session",
@@ -596,7 +658,9 @@ fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
     let op = fields::required(m, "op", &root, &mut issues)
         .and_then(|op| fields::one_of(op, OPS, &root.key("op"), &mut issues));
     if let Some(op) = op {
-        fields::unknown_fields(m, &root, fields_of(op), &mut issues);
+        let mut known = fields_of(op).to_vec();
+        known.push("id");
+        fields::unknown_fields(m, &root, &known, &mut issues);
     }
     let t = fields::required(m, "t", &root, &mut issues)
         .and_then(|t| fields::count(t, &root.key("t"), &mut issues));
@@ -612,11 +676,14 @@ fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
             let copies = ev.count_or_one("copies");
             let min = ev.count_or_one("min_copies");
             let dry_run = Some(op == "request" && ev.flag("dry_run"));
-            match (resource, domain, copies, min, dry_run) {
-                (Some(r), Some(d), Some(c), Some(m), Some(dry)) if op == "request" => {
+            let wait_ms = fields::count_or(ev.m, "wait_ms", 0, &root, &mut ev.issues);
+            match (resource, domain, copies, min, dry_run, wait_ms) {
+                (Some(r), Some(d), Some(c), Some(m), Some(dry), _) if op == "request" => {
                     Some(Parsed::Request(r, d, c, m, dry))
                 }
-                (Some(r), Some(d), Some(c), Some(m), Some(_)) => Some(Parsed::Reserve(r, d, c, m)),
+                (Some(r), Some(d), Some(c), Some(m), Some(_), Some(w)) => {
+                    Some(Parsed::Reserve(r, d, c, m, w))
+                }
                 _ => None,
             }
         }
@@ -635,7 +702,9 @@ fn read_event(v: &Value) -> Result<(u64, String, Parsed), ConfigErrors> {
         Some("release") => {
             let hold = ev.hold();
             let copies = ev.count_or_one("copies");
-            hold.zip(copies).map(|(h, c)| Parsed::Op(Op::Release(h, c)))
+            let ready = ev.flag("result_ready");
+            hold.zip(copies)
+                .map(|(h, c)| Parsed::Op(Op::Release(h, c, ready)))
         }
         Some("transfer") => {
             let hold = ev.hold();
@@ -741,4 +810,8 @@ fn echo(v: Option<&Value>) -> Value {
         Some(v @ (Value::Number(_) | Value::String(_) | Value::Bool(_))) => v.clone(),
         _ => Value::Null,
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -369,7 +369,7 @@ fn run(config: ThrottleConfig, picks: Vec<Pick>) -> (Vec<Value>, Vec<Value>) {
         let line = serde_json::to_vec(&event).expect("encode");
         real.extend(runtime.block_on(sim.lines(&line)));
     }
-    real.extend(sim.end());
+    real.extend(runtime.block_on(sim.end()));
     naive.advance(1 << 50, &mut model);
     (real, model)
 }

@@ -12,6 +12,7 @@ mod error;
 mod holds;
 pub mod memory;
 pub mod redis;
+mod wait;
 
 /// The `tracing` target of the spans meant for OpenTelemetry (a decision,
 /// a Redis call): `TRACE` spans that no log filter enables, so they cost
@@ -35,6 +36,7 @@ pub use clock::SystemClock;
 pub use error::StoreError;
 pub use holds::{HoldSnapshot, HoldSource};
 pub use memory::MemoryStore;
+pub use wait::{Reserved, Ticket, WaitOptions};
 
 /// What decides one operation of a [`Store::meters`] batch: any rate-like
 /// kind, so that Envoy's descriptors may name any of them and still be
@@ -214,7 +216,60 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Gives back `copies` held under `hold`. The caller has checked that
     /// its session holds them.
-    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError>;
+    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {
+        self.release_ready(hold, copies, false).await
+    }
+
+    /// [`Store::release`], then serves the resource's waiters (SPEC §14);
+    /// with `result_ready` (the resource's `wait_mode: shared_result`),
+    /// every waiter of `hold`'s (resource, domain) is first answered with
+    /// no copy and `result_ready`.
+    async fn release_ready(
+        &self,
+        hold: &Hold,
+        copies: u64,
+        result_ready: bool,
+    ) -> Result<CopyStatus, StoreError>;
+
+    /// A reserve that may wait (SPEC §14): it joins the resource's queue of
+    /// waiters, which is served; answered at once if it got copies, if
+    /// `wait.wait_ms` is 0 or if the queue is full (`queue_full`), else it
+    /// waits under the returned ticket until it is served or rejected at
+    /// its deadline (`wait_ms` after now). Every waiter must be followed up
+    /// by [`Store::wait_outcome`] until it has its answer, or by
+    /// [`Store::leave_queue`].
+    #[allow(clippy::too_many_arguments)]
+    async fn reserve_or_wait(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: &CopyLimits,
+        amount: Amount,
+        enforcement: Enforcement,
+        wait: WaitOptions,
+    ) -> Result<Reserved, StoreError>;
+
+    /// The answer to waiter `ticket` if it has one (rejected if its
+    /// deadline has passed by the store's clock), taken: it is given once.
+    async fn wait_outcome(&self, ticket: &Ticket) -> Result<Option<ReserveReply>, StoreError>;
+
+    /// Waits until the store may have decided for `ticket`, or `at_most`
+    /// has passed: a wake-up hint only, the answer is
+    /// [`Store::wait_outcome`]'s.
+    async fn woken(&self, ticket: &Ticket, at_most: std::time::Duration);
+
+    /// Takes waiter `ticket` out of the queue (its session ended) and
+    /// serves the queue. Returns its answer if it had one already (copies
+    /// granted to it are the caller's to give back).
+    async fn leave_queue(&self, ticket: &Ticket) -> Result<Option<ReserveReply>, StoreError>;
+
+    /// Runs what time alone does to `resource`'s copies (staged transfers
+    /// expire, waiters reach their deadline) and serves its queue: the
+    /// simulator's clock calls it at those instants.
+    async fn tick(&self, resource: &str) -> Result<(), StoreError>;
+
+    /// Callers waiting for copies, by resource (for metrics).
+    async fn queue_lengths(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// Moves `copies` held under `hold` into the staging area for `ttl`
     /// milliseconds and returns the transfer id. Staged copies stay counted

@@ -159,6 +159,10 @@ pub struct CopyResource {
     /// Per-domain overrides of `domain_limit`.
     pub domains: BTreeMap<String, u64>,
     pub groups: Vec<Group>,
+    /// The most callers that may wait for copies at once (SPEC §14).
+    pub queue_limit: u64,
+    /// What a waiter gets when a holder releases with its result ready.
+    pub wait_mode: crate::copy::WaitMode,
     /// domain → indexes into `groups`, built on load.
     membership: HashMap<String, Vec<usize>>,
 }
@@ -192,6 +196,8 @@ impl CopyResource {
             global_limit,
             domains,
             groups,
+            queue_limit: crate::copy::DEFAULT_QUEUE_LIMIT,
+            wait_mode: crate::copy::WaitMode::default(),
             membership: HashMap::new(),
         };
         r.reindex();

@@ -83,6 +83,8 @@ const COPY_FIELDS: &[&str] = &[
     "global_limit",
     "domains",
     "groups",
+    "queue_limit",
+    "wait_mode",
 ];
 const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
 const NAMESPACE_FIELDS: &[&str] = &["allow_unconfigured", "ignore_configured"];
@@ -649,6 +651,32 @@ fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
     let domain_limit = required(map, "domain_limit", path, issues)
         .and_then(|v| count(v, &path.key("domain_limit"), issues));
     let global_limit = optional_count(map, "global_limit", path, issues);
+    let queue_limit = optional_count(map, "queue_limit", path, issues);
+    if let Some(q) = queue_limit.filter(|&q| q > crate::copy::MAX_QUEUE_LIMIT) {
+        issues.push(
+            &path.key("queue_limit"),
+            format!(
+                "{q} is more than the {} waiters a resource may have",
+                crate::copy::MAX_QUEUE_LIMIT
+            ),
+        );
+    }
+    let wait_mode = match map.get("wait_mode") {
+        None | Some(Value::Null) => Some(crate::copy::WaitMode::default()),
+        Some(v) => one_of(
+            v,
+            &["exclusive", "shared_result"],
+            &path.key("wait_mode"),
+            issues,
+        )
+        .map(|m| {
+            if m == "shared_result" {
+                crate::copy::WaitMode::SharedResult
+            } else {
+                crate::copy::WaitMode::Exclusive
+            }
+        }),
+    };
     let domains = overrides(
         map,
         path,
@@ -697,12 +725,15 @@ fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option
         }
     }
     (issues.len() == before).then(|| {
-        CopyResource::new(
+        let mut r = CopyResource::new(
             domain_limit.unwrap_or_default(),
             global_limit,
             domains,
             groups,
-        )
+        );
+        r.queue_limit = queue_limit.unwrap_or(crate::copy::DEFAULT_QUEUE_LIMIT);
+        r.wait_mode = wait_mode.unwrap_or_default();
+        r
     })
 }
 

@@ -193,6 +193,12 @@ fn copy_fields(c: &CopyResource, m: &mut Map<String, Value>) {
             .collect();
         m.insert("groups".into(), Value::Array(gs));
     }
+    if c.queue_limit != crate::copy::DEFAULT_QUEUE_LIMIT {
+        m.insert("queue_limit".into(), c.queue_limit.into());
+    }
+    if c.wait_mode == crate::copy::WaitMode::SharedResult {
+        m.insert("wait_mode".into(), "shared_result".into());
+    }
 }
 
 pub(super) fn to_yaml(v: &Value) -> String {

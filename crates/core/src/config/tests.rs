@@ -1644,3 +1644,32 @@ fn bad_lease_fields_are_errors_at_their_path() {
         assert_any(&e, want);
     }
 }
+
+#[test]
+fn copy_waiting_fields_are_checked_and_rendered() {
+    let e = one("{ name: a, kind: copy, domain_limit: 1, queue_limit: -1, wait_mode: any }");
+    assert_any(&e, "resources[0].queue_limit:");
+    assert_any(
+        &e,
+        "resources[0].wait_mode: expected exclusive or shared_result, found the string \"any\"",
+    );
+    let e = one("{ name: a, kind: copy, domain_limit: 1, queue_limit: 1000001 }");
+    assert_any(
+        &e,
+        "resources[0].queue_limit: 1000001 is more than the 1000000",
+    );
+    let yaml = "resources:\n  - { name: a, kind: copy, domain_limit: 1, queue_limit: 7, wait_mode: shared_result }\n  - { name: b, kind: copy, domain_limit: 1 }\n";
+    let c = Config::from_yaml(yaml).expect("valid").0;
+    let (a, _) = c.copy("a", "reserve").expect("a copy resource");
+    assert_eq!(
+        (a.queue_limit, a.wait_mode),
+        (7, crate::copy::WaitMode::SharedResult)
+    );
+    let (b, _) = c.copy("b", "reserve").expect("a copy resource");
+    assert_eq!(
+        (b.queue_limit, b.wait_mode),
+        (100, crate::copy::WaitMode::Exclusive)
+    );
+    let again = Config::from_yaml(&c.to_yaml()).expect("renders valid").0;
+    assert_eq!(again, c);
+}

@@ -12,8 +12,13 @@ use crate::request::Amount;
 use crate::{ClientError, UNBOUNDED};
 
 mod state;
+mod wait;
 
 pub use state::{CopyState, ShortCounts, expire, release, reserve, seize, stage};
+pub use wait::{
+    Arrival, DEFAULT_QUEUE_LIMIT, Decided, Joined, MAX_QUEUE_LIMIT, WaitAsk, WaitMode, WaitQueue,
+    Waiter, arrive, expire_waiters, leave, result_ready, serve,
+};
 
 /// Copies held now, as a store reports them for one reserve: by the domain,
 /// by all domains, and by each group of the domain (aligned with
@@ -100,6 +105,18 @@ pub struct ReserveReply {
     /// in JSON only when set.
     #[serde(skip_serializing_if = "crate::wire::is_false")]
     pub ignored: bool,
+    /// Rejected at once: the resource's queue of waiters is full (SPEC
+    /// §14); in JSON only when set.
+    #[serde(skip_serializing_if = "crate::wire::is_false")]
+    pub queue_full: bool,
+    /// Answered without a copy because a holder released with its result
+    /// ready (`wait_mode: shared_result`); in JSON only when set.
+    #[serde(skip_serializing_if = "crate::wire::is_false")]
+    pub result_ready: bool,
+    /// How long a reserve that was allowed to wait waited (0: answered at
+    /// once); absent for a reserve that could not wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
 }
 
 impl ReserveReply {
@@ -128,6 +145,9 @@ impl ReserveReply {
                 })
                 .collect(),
             ignored: enforcement == Enforcement::Ignore,
+            queue_full: false,
+            result_ready: false,
+            waited_ms: None,
         }
     }
 

@@ -252,7 +252,15 @@ async fn copy_lane(
     while let Some((id, op, permit)) = ops.recv().await {
         let before = session.held_copies();
         let span = copy_span(&op);
-        let result = copy_op(&state, &mut session, op, &span)
+        // A reserve waiting for copies leaves the queue when the client
+        // goes away or the server shuts down.
+        let gone = async {
+            tokio::select! {
+                () = tx.closed() => {}
+                () = state.shutdown.wait() => {}
+            }
+        };
+        let result = copy_op(&state, &mut session, op, &span, gone)
             .instrument(span.clone())
             .await;
         metrics::copies_held(session.held_copies() as i64 - before as i64);
@@ -279,6 +287,7 @@ async fn copy_op(
     session: &mut Session,
     op: Op,
     span: &tracing::Span,
+    gone: impl Future<Output = ()>,
 ) -> Reply {
     let started = Instant::now();
     if let Err(e) = state.check_configured() {
@@ -289,7 +298,9 @@ async fn copy_op(
     }
     let (operation, resource, domain, asked, result) = match op {
         Op::Reserve(req) => {
-            let r = ops::reserve::run(session, &req).await.map(Reply::Reserve);
+            let r = ops::reserve::run(session, &req, gone)
+                .await
+                .map(Reply::Reserve);
             let asked = req.copies.unwrap_or(1);
             ("reserve", req.resource, req.domain, asked, r)
         }

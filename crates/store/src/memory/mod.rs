@@ -11,6 +11,7 @@
 mod copies;
 mod meters;
 mod shards;
+mod waits;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -29,7 +30,7 @@ use charon_core::{ClientError, Clock, Millis};
 use self::copies::{CopyTable, TransferIds};
 use self::meters::{MeterTable, Stored, Write};
 use self::shards::{Hashed, Shards};
-use crate::{Batch, Limit, MeterOp, OpReply, Store, StoreError};
+use crate::{Batch, Limit, MeterOp, OpReply, Reserved, Store, StoreError, Ticket, WaitOptions};
 
 /// How often [`Store::maintain`] sweeps idle state.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -461,6 +462,27 @@ impl Store for MemoryStore {
         amount: Amount,
         enforcement: Enforcement,
     ) -> Result<ReserveReply, StoreError> {
+        let wait = WaitOptions::default();
+        match self
+            .reserve_or_wait(resource, domain, limits, amount, enforcement, wait)
+            .await?
+        {
+            Reserved::Now(reply) => Ok(reply),
+            Reserved::Waiting(_) => Err(StoreError::BadData(
+                "a reserve that may not wait waits".into(),
+            )),
+        }
+    }
+
+    async fn reserve_or_wait(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: &CopyLimits,
+        amount: Amount,
+        enforcement: Enforcement,
+        wait: WaitOptions,
+    ) -> Result<Reserved, StoreError> {
         let now = self.now();
         let hash = self.hasher.hash_one(resource);
         self.copies
@@ -471,17 +493,52 @@ impl Store for MemoryStore {
                 limits,
                 amount,
                 enforcement,
+                wait,
                 now,
                 &self.transfers,
             )
             .map_err(StoreError::Refused)
     }
 
-    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {
+    async fn release_ready(
+        &self,
+        hold: &Hold,
+        copies: u64,
+        result_ready: bool,
+    ) -> Result<CopyStatus, StoreError> {
         let now = self.now();
         let hash = self.hasher.hash_one(hold.resource.as_str());
         self.copies
-            .release(hash, hold, copies, now, &self.transfers)
+            .release(hash, hold, copies, result_ready, now, &self.transfers)
+    }
+
+    async fn wait_outcome(&self, ticket: &Ticket) -> Result<Option<ReserveReply>, StoreError> {
+        let hash = self.hasher.hash_one(ticket.resource.as_str());
+        Ok(self
+            .copies
+            .outcome(hash, ticket, self.now(), &self.transfers))
+    }
+
+    async fn woken(&self, ticket: &Ticket, at_most: std::time::Duration) {
+        if let Some(wake) = self.copies.wake(ticket) {
+            let _ = tokio::time::timeout(at_most, wake.notified()).await;
+        }
+    }
+
+    async fn leave_queue(&self, ticket: &Ticket) -> Result<Option<ReserveReply>, StoreError> {
+        let hash = self.hasher.hash_one(ticket.resource.as_str());
+        Ok(self.copies.leave(hash, ticket, self.now(), &self.transfers))
+    }
+
+    async fn tick(&self, resource: &str) -> Result<(), StoreError> {
+        let hash = self.hasher.hash_one(resource);
+        self.copies
+            .tick(hash, resource, self.now(), &self.transfers);
+        Ok(())
+    }
+
+    async fn queue_lengths(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok(self.copies.queue_lengths())
     }
 
     async fn transfer(&self, hold: &Hold, copies: u64, ttl: Millis) -> Result<String, StoreError> {

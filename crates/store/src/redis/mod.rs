@@ -1028,7 +1028,58 @@ impl Store for RedisStore {
         Ok(ReserveReply::new(granted, limits, &after, enforcement))
     }
 
-    async fn release(&self, hold: &Hold, copies: u64) -> Result<CopyStatus, StoreError> {
+    async fn reserve_or_wait(
+        &self,
+        resource: &str,
+        domain: &str,
+        limits: &CopyLimits,
+        amount: Amount,
+        enforcement: Enforcement,
+        wait: crate::WaitOptions,
+    ) -> Result<crate::Reserved, StoreError> {
+        if wait.wait_ms > 0 {
+            return Err(StoreError::Refused(charon_core::ClientError::invalid(
+                "wait_ms needs the in-memory store: the Redis store does not queue waiters yet",
+            )));
+        }
+        let reply = self
+            .reserve(resource, domain, limits, amount, enforcement)
+            .await?;
+        Ok(crate::Reserved::Now(reply))
+    }
+
+    async fn wait_outcome(
+        &self,
+        _ticket: &crate::Ticket,
+    ) -> Result<Option<ReserveReply>, StoreError> {
+        Ok(None)
+    }
+
+    async fn woken(&self, _ticket: &crate::Ticket, at_most: Duration) {
+        tokio::time::sleep(at_most).await;
+    }
+
+    async fn leave_queue(
+        &self,
+        _ticket: &crate::Ticket,
+    ) -> Result<Option<ReserveReply>, StoreError> {
+        Ok(None)
+    }
+
+    async fn tick(&self, _resource: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn queue_lengths(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn release_ready(
+        &self,
+        hold: &Hold,
+        copies: u64,
+        _result_ready: bool,
+    ) -> Result<CopyStatus, StoreError> {
         let mut args = Vec::with_capacity(2 + hold.groups.len());
         args.push(hold.domain.clone());
         args.push(copies.to_string());

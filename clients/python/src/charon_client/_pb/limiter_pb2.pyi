@@ -235,10 +235,15 @@ class ReserveRequest(_message.Message):
     DOMAIN_FIELD_NUMBER: _builtins.int
     COPIES_FIELD_NUMBER: _builtins.int
     MIN_COPIES_FIELD_NUMBER: _builtins.int
+    WAIT_MS_FIELD_NUMBER: _builtins.int
     resource: _builtins.str
     domain: _builtins.str
     copies: _builtins.int
     min_copies: _builtins.int
+    wait_ms: _builtins.int
+    """How long to wait in the resource's queue when no copy is free (0 or
+    unset: answered at once). At most one hour.
+    """
     def __init__(
         self,
         *,
@@ -246,19 +251,24 @@ class ReserveRequest(_message.Message):
         domain: _builtins.str = ...,
         copies: _builtins.int | None = ...,
         min_copies: _builtins.int | None = ...,
+        wait_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_copies", b"_copies", "_min_copies", b"_min_copies", "copies", b"copies", "min_copies", b"min_copies"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_copies", b"_copies", "_min_copies", b"_min_copies", "_wait_ms", b"_wait_ms", "copies", b"copies", "min_copies", b"min_copies", "wait_ms", b"wait_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_copies", b"_copies", "_min_copies", b"_min_copies", "copies", b"copies", "domain", b"domain", "min_copies", b"min_copies", "resource", b"resource"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_copies", b"_copies", "_min_copies", b"_min_copies", "_wait_ms", b"_wait_ms", "copies", b"copies", "domain", b"domain", "min_copies", b"min_copies", "resource", b"resource", "wait_ms", b"wait_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__copies: _TypeAlias = _typing.Literal["copies"]  # noqa: Y015
     _WhichOneofArgType__copies: _TypeAlias = _typing.Literal["_copies", b"_copies"]  # noqa: Y015
     _WhichOneofReturnType__min_copies: _TypeAlias = _typing.Literal["min_copies"]  # noqa: Y015
     _WhichOneofArgType__min_copies: _TypeAlias = _typing.Literal["_min_copies", b"_min_copies"]  # noqa: Y015
+    _WhichOneofReturnType__wait_ms: _TypeAlias = _typing.Literal["wait_ms"]  # noqa: Y015
+    _WhichOneofArgType__wait_ms: _TypeAlias = _typing.Literal["_wait_ms", b"_wait_ms"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__copies) -> _WhichOneofReturnType__copies | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__min_copies) -> _WhichOneofReturnType__min_copies | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__wait_ms) -> _WhichOneofReturnType__wait_ms | None: ...
 
 Global___ReserveRequest: _TypeAlias = ReserveRequest  # noqa: Y015
 
@@ -301,6 +311,9 @@ class ReserveReply(_message.Message):
     GLOBAL_HOLDS_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
     IGNORED_FIELD_NUMBER: _builtins.int
+    QUEUE_FULL_FIELD_NUMBER: _builtins.int
+    RESULT_READY_FIELD_NUMBER: _builtins.int
+    WAITED_MS_FIELD_NUMBER: _builtins.int
     granted: _builtins.int
     domain_limit: _builtins.int
     """Unset when unbounded (allow_unconfigured)."""
@@ -308,6 +321,18 @@ class ReserveReply(_message.Message):
     domain_holds: _builtins.int
     global_holds: _builtins.int
     ignored: _builtins.bool
+    queue_full: _builtins.bool
+    """Rejected at once: too many callers already wait for this resource
+    (run the fallback, e.g. serve a stale cache entry).
+    """
+    result_ready: _builtins.bool
+    """wait_mode shared_result: a holder released with its result ready;
+    nothing granted, read the shared result instead of computing it.
+    """
+    waited_ms: _builtins.int
+    """Set when the reserve was allowed to wait: how long it waited (0:
+    answered at once).
+    """
     @_builtins.property
     def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupHolds]:
         """Every group the domain belongs to: their names are the group set to
@@ -324,19 +349,26 @@ class ReserveReply(_message.Message):
         global_holds: _builtins.int = ...,
         groups: _abc.Iterable[Global___GroupHolds] | None = ...,
         ignored: _builtins.bool = ...,
+        queue_full: _builtins.bool = ...,
+        result_ready: _builtins.bool = ...,
+        waited_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_domain_limit", b"_domain_limit", "_global_limit", b"_global_limit", "domain_limit", b"domain_limit", "global_limit", b"global_limit"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_domain_limit", b"_domain_limit", "_global_limit", b"_global_limit", "_waited_ms", b"_waited_ms", "domain_limit", b"domain_limit", "global_limit", b"global_limit", "waited_ms", b"waited_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_domain_limit", b"_domain_limit", "_global_limit", b"_global_limit", "domain_holds", b"domain_holds", "domain_limit", b"domain_limit", "global_holds", b"global_holds", "global_limit", b"global_limit", "granted", b"granted", "groups", b"groups", "ignored", b"ignored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_domain_limit", b"_domain_limit", "_global_limit", b"_global_limit", "_waited_ms", b"_waited_ms", "domain_holds", b"domain_holds", "domain_limit", b"domain_limit", "global_holds", b"global_holds", "global_limit", b"global_limit", "granted", b"granted", "groups", b"groups", "ignored", b"ignored", "queue_full", b"queue_full", "result_ready", b"result_ready", "waited_ms", b"waited_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__domain_limit: _TypeAlias = _typing.Literal["domain_limit"]  # noqa: Y015
     _WhichOneofArgType__domain_limit: _TypeAlias = _typing.Literal["_domain_limit", b"_domain_limit"]  # noqa: Y015
     _WhichOneofReturnType__global_limit: _TypeAlias = _typing.Literal["global_limit"]  # noqa: Y015
     _WhichOneofArgType__global_limit: _TypeAlias = _typing.Literal["_global_limit", b"_global_limit"]  # noqa: Y015
+    _WhichOneofReturnType__waited_ms: _TypeAlias = _typing.Literal["waited_ms"]  # noqa: Y015
+    _WhichOneofArgType__waited_ms: _TypeAlias = _typing.Literal["_waited_ms", b"_waited_ms"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__domain_limit) -> _WhichOneofReturnType__domain_limit | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__global_limit) -> _WhichOneofReturnType__global_limit | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__waited_ms) -> _WhichOneofReturnType__waited_ms | None: ...
 
 Global___ReserveReply: _TypeAlias = ReserveReply  # noqa: Y015
 
@@ -350,9 +382,14 @@ class ReleaseRequest(_message.Message):
     DOMAIN_FIELD_NUMBER: _builtins.int
     COPIES_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
+    RESULT_READY_FIELD_NUMBER: _builtins.int
     resource: _builtins.str
     domain: _builtins.str
     copies: _builtins.int
+    result_ready: _builtins.bool
+    """wait_mode shared_result: the work is done, answer every waiter of this
+    (resource, domain) with result_ready instead of a copy.
+    """
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -362,10 +399,11 @@ class ReleaseRequest(_message.Message):
         domain: _builtins.str = ...,
         copies: _builtins.int = ...,
         groups: _abc.Iterable[_builtins.str] | None = ...,
+        result_ready: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copies", b"copies", "domain", b"domain", "groups", b"groups", "resource", b"resource"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copies", b"copies", "domain", b"domain", "groups", b"groups", "resource", b"resource", "result_ready", b"result_ready"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -8,8 +8,9 @@ pub async fn run(
     req: v1::ReleaseRequest,
 ) -> Result<v1::ReleaseReply, LimitError> {
     let copies = req.copies;
+    let ready = req.result_ready;
     let hold = hold(req.resource, req.domain, req.groups)?;
-    let status = session.release(&hold, copies).await?;
+    let status = session.release_ready(&hold, copies, ready).await?;
     Ok(v1::ReleaseReply {
         released: copies,
         domain_holds: status.domain_holds,

@@ -1,14 +1,23 @@
+use charon_core::ClientError;
 use charon_limiter::{LimitError, Session};
 use charon_proto::v1;
 
 use super::{amount, limit};
 
+/// A reserve; with `wait_ms` it may wait for copies (SPEC §14) until
+/// `gone` (the client left): then it has left the queue and the reply is
+/// an error nobody reads.
 pub async fn run(
     session: &mut Session,
     req: &v1::ReserveRequest,
+    gone: impl Future<Output = ()>,
 ) -> Result<v1::ReserveReply, LimitError> {
     let amount = amount(req.copies, req.min_copies)?;
-    let r = session.reserve(&req.resource, &req.domain, amount).await?;
+    let wait_ms = req.wait_ms.unwrap_or(0);
+    let r = session
+        .reserve_waiting(&req.resource, &req.domain, amount, wait_ms, gone)
+        .await?
+        .ok_or_else(|| ClientError::invalid("the session ended while the reserve waited"))?;
     Ok(v1::ReserveReply {
         granted: r.granted,
         domain_limit: limit(r.domain_limit),
@@ -25,5 +34,8 @@ pub async fn run(
             })
             .collect(),
         ignored: r.ignored,
+        queue_full: r.queue_full,
+        result_ready: r.result_ready,
+        waited_ms: r.waited_ms,
     })
 }

@@ -1,0 +1,225 @@
+//! Waiting for a copy (SPEC §14) through a whole server in this process:
+//! `wait_ms` on a session's reserve, the copy handed over on a release in
+//! arrival order, `waited_ms`, `queue_full`, `result_ready` in
+//! `wait_mode: shared_result`, the rejection at the deadline, and a waiter
+//! whose client goes away leaving the queue (the copy goes to the next).
+
+use std::time::Duration;
+
+use charon_proto::v1;
+use charon_proto::v1::limiter_client::LimiterClient;
+use charon_proto::v1::session_reply::Result as Reply;
+use charon_proto::v1::session_request::Op;
+use charon_testkit::InProcessServer;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+const LIMITS: &str = r#"
+resources:
+  - name: page
+    kind: copy
+    domain_limit: 5
+    global_limit: 1
+    queue_limit: 2
+  - name: hot
+    kind: copy
+    domain_limit: 1
+    wait_mode: shared_result
+"#;
+
+/// One session stream.
+struct Session {
+    tx: mpsc::Sender<v1::SessionRequest>,
+    rx: tonic::Streaming<v1::SessionReply>,
+    next: u64,
+}
+
+impl Session {
+    async fn open(c: &mut LimiterClient<Channel>) -> Self {
+        let (tx, rx) = mpsc::channel(16);
+        let rx = c
+            .session(ReceiverStream::new(rx))
+            .await
+            .expect("a session")
+            .into_inner();
+        Self { tx, rx, next: 0 }
+    }
+
+    async fn send(&mut self, op: Op) {
+        self.next += 1;
+        self.tx
+            .send(v1::SessionRequest {
+                id: self.next,
+                op: Some(op),
+            })
+            .await
+            .expect("sent");
+    }
+
+    async fn reply(&mut self) -> Reply {
+        self.rx
+            .next()
+            .await
+            .expect("a reply")
+            .expect("not a status")
+            .result
+            .expect("a result")
+    }
+
+    async fn call(&mut self, op: Op) -> Reply {
+        self.send(op).await;
+        self.reply().await
+    }
+}
+
+fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
+    Op::Reserve(v1::ReserveRequest {
+        resource: resource.to_owned(),
+        domain: domain.to_owned(),
+        copies: None,
+        min_copies: None,
+        wait_ms: Some(wait_ms),
+    })
+}
+
+fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
+    Op::Release(v1::ReleaseRequest {
+        resource: resource.to_owned(),
+        domain: domain.to_owned(),
+        copies: 1,
+        groups: vec![],
+        result_ready,
+    })
+}
+
+fn reserved(r: Reply) -> v1::ReserveReply {
+    match r {
+        Reply::Reserve(r) => r,
+        other => panic!("a reserve reply, not {other:?}"),
+    }
+}
+
+/// Waits until `n` callers wait for `resource` on `server`.
+async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
+    for _ in 0..400 {
+        let lengths = server
+            .limiter()
+            .store()
+            .queue_lengths()
+            .await
+            .expect("lengths");
+        let now = lengths
+            .iter()
+            .find(|(r, _)| r == resource)
+            .map_or(0, |(_, l)| *l);
+        if now == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} callers never waited for {resource}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_copies_go_to_waiters_in_arrival_order() {
+    let server = InProcessServer::start(LIMITS).await;
+    let mut c = LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut holder = Session::open(&mut c).await;
+    let first = reserved(holder.call(reserve("page", "a", 0)).await);
+    assert_eq!((first.granted, first.waited_ms), (1, None));
+
+    let mut w1 = Session::open(&mut c).await;
+    w1.send(reserve("page", "b", 60_000)).await;
+    until_waiting(&server, "page", 1).await;
+    let mut w2 = Session::open(&mut c).await;
+    w2.send(reserve("page", "c", 60_000)).await;
+    until_waiting(&server, "page", 2).await;
+
+    // The queue holds its limit: a third would-be waiter is told at once.
+    let mut w3 = Session::open(&mut c).await;
+    let full = reserved(w3.call(reserve("page", "d", 60_000)).await);
+    assert_eq!(
+        (full.granted, full.queue_full, full.waited_ms),
+        (0, true, Some(0))
+    );
+    // A reserve that may not wait is not served ahead of the waiters.
+    let now = reserved(w3.call(reserve("page", "d", 0)).await);
+    assert_eq!((now.granted, now.queue_full), (0, false));
+
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    holder.call(release("page", "a", false)).await;
+    let got = reserved(w1.reply().await);
+    assert_eq!((got.granted, got.global_holds), (1, 1));
+    assert!(got.waited_ms.expect("waited") >= 30, "{got:?}");
+    // w1 goes away holding its copy: its session's end releases it, and the
+    // copy goes on to w2.
+    drop(w1);
+    let got = reserved(w2.reply().await);
+    assert_eq!(got.granted, 1);
+    until_waiting(&server, "page", 0).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
+    let server = InProcessServer::start(LIMITS).await;
+    let mut c = LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut holder = Session::open(&mut c).await;
+    assert_eq!(
+        reserved(holder.call(reserve("page", "a", 0)).await).granted,
+        1
+    );
+    let mut w = Session::open(&mut c).await;
+    let r = reserved(w.call(reserve("page", "b", 50)).await);
+    assert_eq!((r.granted, r.queue_full), (0, false));
+    assert!(r.waited_ms.expect("waited") >= 50, "{r:?}");
+
+    // A waiter whose client goes away leaves the queue: the released copy
+    // goes to the one behind it.
+    let mut gone = Session::open(&mut c).await;
+    gone.send(reserve("page", "g", 60_000)).await;
+    until_waiting(&server, "page", 1).await;
+    let mut next = Session::open(&mut c).await;
+    next.send(reserve("page", "n", 60_000)).await;
+    until_waiting(&server, "page", 2).await;
+    drop(gone);
+    until_waiting(&server, "page", 1).await;
+    holder.call(release("page", "a", false)).await;
+    let got = reserved(next.reply().await);
+    assert_eq!((got.granted, got.global_holds), (1, 1));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_result_answers_every_waiter_of_the_pair() {
+    let server = InProcessServer::start(LIMITS).await;
+    let mut c = LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut holder = Session::open(&mut c).await;
+    assert_eq!(
+        reserved(holder.call(reserve("hot", "x", 0)).await).granted,
+        1
+    );
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        let mut s = Session::open(&mut c).await;
+        s.send(reserve("hot", "x", 60_000)).await;
+        until_waiting(&server, "hot", i).await;
+        waiters.push(s);
+    }
+    let released = holder.call(release("hot", "x", true)).await;
+    assert!(matches!(released, Reply::Release(_)), "{released:?}");
+    for s in &mut waiters {
+        let r = reserved(s.reply().await);
+        assert_eq!((r.granted, r.result_ready), (0, true), "{r:?}");
+    }
+    until_waiting(&server, "hot", 0).await;
+    server.stop().await;
+}

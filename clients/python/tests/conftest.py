@@ -16,8 +16,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+import shells
 
 HERE = Path(__file__).resolve().parent
 
@@ -246,6 +248,13 @@ def charon_redis():
     yield c
     c.close()
     r.close()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def make_client(request: pytest.FixtureRequest) -> Iterator[shells.MakeClient]:
+    """Makes clients of the sync shell, then (second run) of the asyncio
+    one shown as sync: a test taking it is run on both."""
+    yield from shells.shell(request.param)
 
 
 @pytest.fixture(params=["memory", "redis"])

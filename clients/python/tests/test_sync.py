@@ -1,4 +1,5 @@
-"""The sync client against real `charon serve` processes."""
+"""The client against real `charon serve` processes: the tests taking
+`make_client` run on the sync shell and again on the asyncio one."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import time
 
 import pytest
 from conftest import Charon, free_port
+from shells import MakeClient
 
 from charon_client import Client, ClientError, ServerError, Source, aio
 
 
-def test_request_rate_grants_then_rejects_with_context(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_request_rate_grants_then_rejects_with_context(
+    charon: Charon, make_client: MakeClient
+) -> None:
+    client = make_client(charon.target)
     assert client.request_rate("api/search", "t", copies=3).granted == 3
     two = client.request_rate("api/search", "t", copies=3)
     assert (two.granted, two.source) == (2, Source.SERVER)
@@ -29,8 +33,8 @@ def test_request_rate_grants_then_rejects_with_context(charon: Charon) -> None:
     assert client.stats().rejections == 2
 
 
-def test_dry_run_records_nothing(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_dry_run_records_nothing(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target)
     for _ in range(3):
         dry = client.request_rate("api/keys", "t", copies=3, dry_run=True)
         assert dry.granted == 3
@@ -38,8 +42,10 @@ def test_dry_run_records_nothing(charon: Charon) -> None:
     assert client.request_rate("api/keys", "t", dry_run=True).granted == 0
 
 
-def test_charge_goes_into_debt_and_refund_pays_back(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_charge_goes_into_debt_and_refund_pays_back(
+    charon: Charon, make_client: MakeClient
+) -> None:
+    client = make_client(charon.target)
     assert client.charge("llm/tokens", "t", 150).granted == 150
     assert client.request_rate("llm/tokens", "t").granted == 0
     refund = client.refund("llm/tokens", "t", 60)
@@ -49,8 +55,10 @@ def test_charge_goes_into_debt_and_refund_pays_back(charon: Charon) -> None:
         client.refund("api/keys", "t", 1)  # only buckets take tokens back
 
 
-def test_client_errors_are_exceptions_and_never_degraded(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_client_errors_are_exceptions_and_never_degraded(
+    charon: Charon, make_client: MakeClient
+) -> None:
+    client = make_client(charon.target)
     with pytest.raises(ClientError, match="unknown resource"):
         client.request_rate("no/such", "t")
     with pytest.raises(ClientError):
@@ -63,15 +71,15 @@ def test_client_errors_are_exceptions_and_never_degraded(charon: Charon) -> None
         client.seize_copy("not-a-transfer")
     for bad in ("", "127.0.0.1", "ftp://127.0.0.1:1", "http://127.0.0.1:1/path", "h:port"):
         with pytest.raises(ClientError) as refused:
-            Client(bad)
+            make_client(bad)
         assert refused.value.kind == "settings", refused.value
     assert client.stats().degraded_grants == 0
     # The session survives bad operations.
     assert client.request_rate("api/search", "t").success
 
 
-def test_back_off_is_bounded_by_max_wait(charon: Charon) -> None:
-    client = Client(charon.target, backoff_base=0.1)
+def test_back_off_is_bounded_by_max_wait(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target, backoff_base=0.1)
     assert client.request_rate("api/slow", "t").success
     started = time.monotonic()
     res = client.request_rate("api/slow", "t", max_wait=1.0)
@@ -82,18 +90,18 @@ def test_back_off_is_bounded_by_max_wait(charon: Charon) -> None:
     assert 0.95 <= res.waited < 1.6
 
 
-def test_back_off_uses_retry_after(charon: Charon) -> None:
+def test_back_off_uses_retry_after(charon: Charon, make_client: MakeClient) -> None:
     # A base of 10 s would sleep 15-25 s after the first rejection; the
     # server says 300 ms.
-    client = Client(charon.target, backoff_base=10.0)
+    client = make_client(charon.target, backoff_base=10.0)
     assert client.request_rate("api/short", "t").success
     res = client.request_rate("api/short", "t", max_wait=5)
     assert res.success
     assert 0.2 <= res.waited < 2.5, res.waited
 
 
-def test_hold_released_on_leaving_the_block(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_hold_released_on_leaving_the_block(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target)
     with client.hold_copy("sandbox/vm", "t", copies=10) as hold:
         assert hold.success and hold.copies == 10
         hold.release(4)
@@ -103,8 +111,8 @@ def test_hold_released_on_leaving_the_block(charon: Charon) -> None:
         assert again.copies == 15
 
 
-def test_hold_released_on_an_exception(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_hold_released_on_an_exception(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target)
     with pytest.raises(RuntimeError, match="boom"):
         with client.hold_copy("sandbox/vm", "t", copies=15) as hold:
             assert hold.copies == 15
@@ -114,9 +122,9 @@ def test_hold_released_on_an_exception(charon: Charon) -> None:
         assert again.copies == 15
 
 
-def test_rejected_hold_and_waiting_for_copies(charon: Charon) -> None:
-    client = Client(charon.target, backoff_base=0.05)
-    other = Client(charon.target)
+def test_rejected_hold_and_waiting_for_copies(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target, backoff_base=0.05)
+    other = make_client(charon.target)
     held = other.hold_copy("gpu", "t", copies=3)
     rejected = client.hold_copy("gpu", "t")
     assert not rejected.success and rejected.copies == 0
@@ -125,8 +133,8 @@ def test_rejected_hold_and_waiting_for_copies(charon: Charon) -> None:
         assert waited.copies == 2 and waited.waited > 0.2
 
 
-def test_transfer_and_seize_in_one_process(charon: Charon) -> None:
-    a, b = Client(charon.target), Client(charon.target)
+def test_transfer_and_seize_in_one_process(charon: Charon, make_client: MakeClient) -> None:
+    a, b = make_client(charon.target), make_client(charon.target)
     with a.hold_copy("sandbox/vm", "t", copies=15) as mine:
         tid = mine.transfer(10, ttl=30)
         assert mine.copies == 5
@@ -138,8 +146,8 @@ def test_transfer_and_seize_in_one_process(charon: Charon) -> None:
             mine.transfer(6, ttl=30)  # only 5 held
 
 
-def test_kill_switch_turns_rejections_into_grants(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_kill_switch_turns_rejections_into_grants(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target)
     assert client.request_rate("api/slow", "t").success
     client.kill_switch = True
     res = client.request_rate("api/slow", "t", copies=3, min_copies=2, max_wait=5)
@@ -153,10 +161,12 @@ def test_kill_switch_turns_rejections_into_grants(charon: Charon) -> None:
     assert client.stats().kill_switch_grants == 2
 
 
-def test_degraded_mode_with_the_server_stopped_then_killed(charon: Charon) -> None:
-    client = Client(charon.target, request_timeout=0.3)
+def test_degraded_mode_with_the_server_stopped_then_killed(
+    charon: Charon, make_client: MakeClient
+) -> None:
+    client = make_client(charon.target, request_timeout=0.3)
     assert client.request_rate("api/slow", "t").success
-    strict = Client(charon.target, request_timeout=0.3, fail_open=False)
+    strict = make_client(charon.target, request_timeout=0.3, fail_open=False)
     assert strict.request_rate("api/search", "t").success
     charon.signal(signal.SIGSTOP)  # the port stays open; nothing answers
     try:
@@ -180,8 +190,8 @@ def test_degraded_mode_with_the_server_stopped_then_killed(charon: Charon) -> No
     assert stats.server_errors == 4
 
 
-def test_degraded_mode_with_no_server_at_all() -> None:
-    client = Client(f"127.0.0.1:{free_port()}", request_timeout=0.5)
+def test_degraded_mode_with_no_server_at_all(make_client: MakeClient) -> None:
+    client = make_client(f"127.0.0.1:{free_port()}", request_timeout=0.5)
     res = client.request_rate("api/search", "u", copies=10, min_copies=2)
     assert (res.granted, res.source) == (2, Source.DEGRADED)
     assert client.stats().degraded_grants == 1
@@ -213,8 +223,8 @@ def test_degraded_grants_are_logged_at_most_once_in_ten_seconds(
     assert len([r for r in caplog.records if "degraded grant" in r.getMessage()]) == 1
 
 
-def test_multi_resource_helper(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_multi_resource_helper(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target)
     with client.multi("t", ["db/conn", "gpu"], "api/render", max_copies=8) as grant:
         assert grant.copies == 2
         assert [h.copies for h in grant.holds] == [2, 2]
@@ -248,9 +258,9 @@ def test_32_threads_share_one_client(any_store: Charon) -> None:
     assert stats.degraded_grants == 0
 
 
-def test_a_late_grant_is_released(charon: Charon) -> None:
-    client = Client(charon.target, request_timeout=0.3)
-    other = Client(charon.target)
+def test_a_late_grant_is_released(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target, request_timeout=0.3)
+    other = make_client(charon.target)
     assert client.request_rate("api/search", "t").success  # the session is open
     charon.signal(signal.SIGSTOP)
     try:
@@ -271,8 +281,8 @@ def test_a_late_grant_is_released(charon: Charon) -> None:
     assert client.live_generation() is not None  # the same session, still open
 
 
-def test_unary_transport_gives_the_same_answers(charon: Charon) -> None:
-    client = Client(charon.target, rate_transport="unary")
+def test_unary_transport_gives_the_same_answers(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target, rate_transport="unary")
     assert client.request_rate("api/search", "t", copies=3).granted == 3
     assert client.request_rate("api/search", "t", copies=3).granted == 2
     assert not client.request_rate("api/search", "t").success
@@ -283,15 +293,15 @@ def test_unary_transport_gives_the_same_answers(charon: Charon) -> None:
     with pytest.raises(ClientError):
         client.refund("api/keys", "t", 1)
     with pytest.raises(ClientError):
-        Client(charon.target, rate_transport="carrier-pigeon")
+        make_client(charon.target, rate_transport="carrier-pigeon")
     assert client.live_generation() is None  # no session was needed
-    unreachable = Client(f"127.0.0.1:{free_port()}", rate_transport="unary")
+    unreachable = make_client(f"127.0.0.1:{free_port()}", rate_transport="unary")
     res = unreachable.request_rate("api/search", "t", copies=3, min_copies=2)
     assert (res.granted, res.source) == (2, Source.DEGRADED)
 
 
-def test_a_hold_dropped_without_with_is_released(charon: Charon) -> None:
-    client = Client(charon.target)
+def test_a_hold_dropped_without_with_is_released(charon: Charon, make_client: MakeClient) -> None:
+    client = make_client(charon.target)
     assert client.hold_copy("sandbox/vm", "t", copies=15).granted == 15  # dropped at once
     # Queued on the session before the next operation: back in time for it.
     with client.hold_copy("sandbox/vm", "t", copies=15) as again:

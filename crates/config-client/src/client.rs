@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use charon_config_service::wire::{AuditEntry, AuditLog, Changes, ErrorBody, ImportOutcome};
+use charon_config_wire::{AuditEntry, AuditLog, Changes, ErrorBody, ImportOutcome};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, IF_MATCH};
 use reqwest::{RequestBuilder, Response, Url};
 

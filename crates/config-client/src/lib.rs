@@ -9,8 +9,9 @@
 //!   service periodically and on demand by applying deltas, resynced from
 //!   a full snapshot now and then.
 //!
-//! The JSON bodies both ends exchange are `charon_config_service::wire`:
-//! the service defines its contract and this crate, above it, uses it.
+//! The JSON bodies both ends exchange are the crate `charon-config-wire`,
+//! which the service uses too; this crate does not depend on the service
+//! (only its tests run one).
 //!
 //! See `docs/config-service.md` for the feed's behaviour and choices.
 

@@ -31,7 +31,10 @@ mod auth;
 mod edit;
 mod error;
 mod store;
-pub mod wire;
+
+/// The JSON bodies of the API (the crate `charon-config-wire`, which the
+/// clients use without this one).
+pub use charon_config_wire as wire;
 
 use std::future::Future;
 use std::sync::Arc;

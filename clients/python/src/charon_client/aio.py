@@ -16,27 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
-import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Awaitable, Callable, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple, TypeVar, cast
 
 import grpc
 
 from . import _common as c
 from ._aio_session import AioSession
-from ._backoff import next_sleep
 from ._classify import diagnosed, from_rpc_error, is_ambiguous
+from ._core import Call, ClientCore, HoldCore, HoldFields, Sleep, Steps
 from ._lease import LeaseCore, LeaseMode, check_args, first_lease, released_of
 from ._pb import capacity_pb2 as cpb
 from ._pb import capacity_pb2_grpc as cpb_grpc
 from ._pb import limiter_pb2 as pb
 from ._pb import limiter_pb2_grpc as pb_grpc
 from ._transport import Pem
-from .client import _charge_op, _rate_grant, _retry_after
 from .errors import CharonError, ClientError, ServerError
-from .results import LeaseStatus, RateGrant, Source, Stats
+from .results import LeaseStatus, RateGrant, Stats
 
 if TYPE_CHECKING:
     from ._pb.capacity_pb2_grpc import CapacityAsyncStub
@@ -83,28 +80,21 @@ class Client:
             key=key,
             server_name=server_name,
         )
+        self._core: ClientCore[AioSession] = ClientCore(self.options)
         self._channel = c.open_channel(
             self.options, grpc.aio.insecure_channel, grpc.aio.secure_channel
         )
         self._metadata = self.options.transport.metadata()
-        self._degraded_log = c.DegradedLog()
         self._stub = pb_grpc.LimiterStub(self._channel)
         self._capacity = cpb_grpc.CapacityStub(self._channel)
-        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
-        self._session: Optional[AioSession] = None
-        self._generation = 0
         self._places = asyncio.Semaphore(self.options.max_in_flight)
-        self._kill_switch = False
-        self._counters = c.Counters()
-        self._closed = False
 
     async def close(self) -> None:
         """Gives back the leases still held, ends the session (the server
         releases its holds) and the channel."""
-        self._closed = True
-        for lease in list(self._leases):
+        leases, session = self._core.close()
+        for lease in leases:
             await lease.__aexit__(None, None, None)
-        session, self._session = self._session, None
         if session is not None:
             await session.close()
         await self._channel.close()
@@ -123,15 +113,17 @@ class Client:
     @property
     def kill_switch(self) -> bool:
         """While on, every rejection becomes a grant of ``min_copies``."""
-        return self._kill_switch
+        return self._core.kill_switch
 
     @kill_switch.setter
     def kill_switch(self, on: bool) -> None:
-        self._kill_switch = bool(on)
+        self._core.kill_switch = bool(on)
 
     def stats(self) -> Stats:
         """What this client has seen so far."""
-        return self._counters.snapshot()
+        return self._core.stats()
+
+    # -- operations (their rules are in ``_core``) ---------------------------
 
     async def request_rate(
         self,
@@ -143,39 +135,16 @@ class Client:
         dry_run: bool = False,
     ) -> RateGrant:
         """As ``charon_client.Client.request_rate``."""
-        c.check_amount(copies, min_copies)
-        c.check_max_wait(max_wait)
-        self._counters.add("requests")
-        started = time.monotonic()
-        req = c.rate_request(resource, domain, copies, min_copies, dry_run)
-
-        async def attempt() -> Tuple[bool, pb.RateReply]:
-            reply = await self._rate_call(pb.SessionRequest(request=req), "request")
-            assert isinstance(reply, pb.RateReply)
-            return reply.granted > 0, reply
-
-        ending, reply = await self._until_granted(max_wait, attempt, _retry_after)
-        return _rate_grant(ending, reply, min_copies, time.monotonic() - started)
+        steps = self._core.request_rate(resource, domain, copies, min_copies, max_wait, dry_run)
+        return await self._drive(steps)
 
     async def charge(self, resource: str, domain: str, copies: int) -> pb.RateReply:
         """As ``charon_client.Client.charge`` (never degraded)."""
-        return await self._charge_or_refund("charge", resource, domain, copies)
+        return await self._drive(self._core.charge_or_refund("charge", resource, domain, copies))
 
     async def refund(self, resource: str, domain: str, copies: int) -> pb.RateReply:
         """As ``charon_client.Client.refund`` (never degraded)."""
-        return await self._charge_or_refund("refund", resource, domain, copies)
-
-    async def _charge_or_refund(
-        self, op: str, resource: str, domain: str, copies: int
-    ) -> pb.RateReply:
-        req = c.charge_request(resource, domain, copies)
-        try:
-            reply = await self._rate_call(_charge_op(op, req), op)
-        except ServerError:
-            self._counters.add("server_errors")
-            raise
-        assert isinstance(reply, pb.RateReply)
-        return reply
+        return await self._drive(self._core.charge_or_refund("refund", resource, domain, copies))
 
     async def hold_copy(
         self,
@@ -187,56 +156,12 @@ class Client:
     ) -> Hold:
         """As ``charon_client.Client.hold_copy``; the ``Hold`` is an
         ``async with`` block that releases what it still holds on exit."""
-        c.check_amount(copies, min_copies)
-        c.check_max_wait(max_wait)
-        self._counters.add("reserves")
-        started = time.monotonic()
-        req = c.reserve_request(resource, domain, copies, min_copies)
-
-        async def attempt() -> Tuple[bool, Tuple[pb.ReserveReply, int]]:
-            reply, generation = await self._call(pb.SessionRequest(reserve=req), "reserve")
-            assert isinstance(reply, pb.ReserveReply)
-            return reply.granted > 0, (reply, generation)
-
-        ending, answer = await self._until_granted(max_wait, attempt, lambda _a: None)
-        waited = time.monotonic() - started
-        if ending == "granted" and answer is not None:
-            reply, generation = answer
-            groups = [g.name for g in reply.groups]
-            return Hold(
-                self,
-                resource,
-                domain,
-                groups,
-                reply.granted,
-                Source.SERVER,
-                generation,
-                reply,
-                waited,
-            )
-        reply_or_none = answer[0] if answer is not None else None
-        if ending == "rejected":
-            return Hold(self, resource, domain, [], 0, Source.SERVER, None, reply_or_none, waited)
-        source = Source.DEGRADED if ending == "degraded" else Source.KILL_SWITCH
-        return Hold(self, resource, domain, [], min_copies, source, None, reply_or_none, waited)
+        steps = self._core.hold_copy(resource, domain, copies, min_copies, max_wait)
+        return Hold(self, await self._drive(steps))
 
     async def seize_copy(self, transfer_id: str) -> Hold:
         """As ``charon_client.Client.seize_copy``."""
-        reply, generation = await self._call(
-            pb.SessionRequest(seize=pb.SeizeRequest(transfer_id=transfer_id)), "seize"
-        )
-        assert isinstance(reply, pb.SeizeReply)
-        return Hold(
-            self,
-            reply.resource,
-            reply.domain,
-            list(reply.groups),
-            reply.copies,
-            Source.SERVER,
-            generation,
-            None,
-            0.0,
-        )
+        return Hold(self, await self._drive(self._core.seize_copy(transfer_id)))
 
     async def multi(
         self,
@@ -248,36 +173,16 @@ class Client:
         max_wait: float = 0.0,
     ) -> MultiGrant:
         """As ``charon_client.Client.multi`` (paper §3.3, Figure 7)."""
-        c.check_amount(max_copies, min_copies)
-        c.check_max_wait(max_wait)
-        started = time.monotonic()
-        n = max_copies
-        holds: list[Hold] = []
-
-        def left() -> float:
-            return max(max_wait - (time.monotonic() - started), 0.0)
-
-        try:
-            for resource in copy_resources:
-                hold = await self.hold_copy(resource, domain, n, min_copies, left())
-                if not hold.success:
-                    await _release_all(holds)
-                    return MultiGrant(0, [], None)
-                holds.append(hold)
-                await _shrink(holds, hold.copies)
-                n = hold.copies
-            rate: Optional[RateGrant] = None
-            if rate_resource is not None:
-                rate = await self.request_rate(rate_resource, domain, n, min_copies, left())
-                if not rate.success:
-                    await _release_all(holds)
-                    return MultiGrant(0, [], None)
-                await _shrink(holds, rate.granted)
-                n = rate.granted
-            return MultiGrant(n, holds, rate)
-        except BaseException:
-            await _release_all(holds)
-            raise
+        steps = self._core.multi(
+            lambda fields: Hold(self, fields),
+            domain,
+            copy_resources,
+            rate_resource,
+            min_copies,
+            max_copies,
+            max_wait,
+        )
+        return MultiGrant(*await self._drive(steps))
 
     async def lease(
         self,
@@ -296,8 +201,7 @@ class Client:
                 await lease.acquire()
         """
         value, cid = check_args(resource, wants, client_id, mode)
-        if self._closed:
-            raise ClientError("the client is closed")
+        self._core.check_open()
         timeout = self.options.request_timeout
         core = LeaseCore(resource, cid, value, mode, bool(adaptive), self.options.transport)
         signal = _Signal()
@@ -307,48 +211,54 @@ class Client:
         if isinstance(error, ClientError):
             raise error
         lease = Lease(core, self._capacity, timeout, signal)
-        if self._closed:  # closed meanwhile
+        if not self._core.add_lease(lease):  # closed meanwhile
             await lease.__aexit__(None, None, None)
             raise ClientError("the client is closed")
-        self._leases.add(lease)
         return lease
+
+    # -- I/O: how the core's effects are carried out, awaited -----------------
 
     def live_generation(self) -> Optional[int]:
         """The generation of the live session, if any."""
-        if self._session is None or self._session.closed:
-            return None
-        return self._session.generation
+        return self._core.live_generation()
 
-    def _live_session(self) -> AioSession:
-        if self._closed:
-            raise ClientError("the client is closed")
-        if self._session is None or self._session.closed:
-            self._generation += 1
-            self._session = AioSession(self._stub, self._generation, self.options.transport)
-        return self._session
+    async def _drive(self, steps: Steps[_T]) -> _T:
+        """Runs an operation of the core: each effect it yields is awaited
+        here and its answer (or error) sent back."""
+        try:
+            effect = next(steps)
+            while True:
+                try:
+                    if isinstance(effect, Sleep):
+                        await asyncio.sleep(effect.seconds)
+                        answer: object = None
+                    elif isinstance(effect, Call):
+                        answer = await self._call(effect.request, effect.field)
+                    else:
+                        answer = await self._rate_call(effect.request, effect.field)
+                except BaseException as e:  # noqa: BLE001 - handed to the operation
+                    effect = steps.throw(e)
+                else:
+                    effect = steps.send(answer)
+        except StopIteration as stop:
+            return cast(_T, stop.value)
 
     async def _call(self, request: pb.SessionRequest, field: str) -> Tuple[object, int]:
         timeout = self.options.request_timeout
         try:
             await asyncio.wait_for(self._places.acquire(), timeout)
         except asyncio.TimeoutError:
-            raise self._no_place(timeout) from None
+            raise self._core.no_place(timeout) from None
         try:
-            session = self._live_session()
+            session = self._core.live_session(
+                lambda generation: AioSession(self._stub, generation, self.options.transport)
+            )
             reply = await session.call(request, timeout)
             return c.expect(reply, field, self.options.transport), session.generation
         except CharonError as e:
-            raise await self._diagnosed(e) from None
+            raise (await self._diagnosed(e)) from None
         finally:
             self._places.release()
-
-    def _no_place(self, timeout: float) -> ServerError:
-        return ServerError(
-            f"no place in flight within {timeout} s ({self.options.max_in_flight} operations "
-            f"already wait for {self.options.transport.address})",
-            kind="timeout",
-            address=self.options.transport.address,
-        )
 
     async def _diagnosed(self, error: CharonError) -> CharonError:
         """As the sync client's, with the look at the server in a thread."""
@@ -369,7 +279,7 @@ class Client:
         try:
             await asyncio.wait_for(self._places.acquire(), timeout)
         except asyncio.TimeoutError:
-            raise self._no_place(timeout) from None
+            raise self._core.no_place(timeout) from None
         md = self._metadata
         try:
             if field == "request":
@@ -382,117 +292,20 @@ class Client:
         finally:
             self._places.release()
 
-    async def _until_granted(
-        self,
-        max_wait: float,
-        attempt: Callable[[], Awaitable[Tuple[bool, _T]]],
-        retry_after: Callable[[_T], Optional[float]],
-    ) -> Tuple[str, Optional[_T]]:
-        """As the sync client's: retries with back-off, kill switch,
-        degraded mode."""
-        started = time.monotonic()
-        rejections = 0
-        while True:
-            try:
-                granted, answer = await attempt()
-            except ServerError as e:
-                self._counters.add("server_errors")
-                if not self.options.fail_open:
-                    raise
-                self._counters.add("degraded_grants")
-                self._degraded_log.note(e)
-                return "degraded", None
-            if granted:
-                return "granted", answer
-            if self._kill_switch:
-                self._counters.add("kill_switch_grants")
-                return "kill_switch", answer
-            rejections += 1
-            sleep = next_sleep(
-                self.options.backoff_base,
-                rejections,
-                max_wait,
-                time.monotonic() - started,
-                random.random(),
-                retry_after(answer),
-            )
-            if sleep is None:
-                self._counters.add("rejections")
-                return "rejected", answer
-            await asyncio.sleep(sleep)
 
-
-class Hold:
+class Hold(HoldCore):
     """As ``charon_client.Hold``, for asyncio: ``async with`` releases what
     is still held on leaving the block, also on an exception."""
 
-    def __init__(
-        self,
-        client: Client,
-        resource: str,
-        domain: str,
-        groups: Sequence[str],
-        copies: int,
-        source: Source,
-        generation: Optional[int],
-        reply: Optional[pb.ReserveReply],
-        waited: float,
-    ) -> None:
+    def __init__(self, client: Client, fields: HoldFields) -> None:
+        super().__init__(client._core, fields)
         self._client = client
-        self.resource = resource
-        self.domain = domain
-        self.groups: list[str] = list(groups)
-        self.granted = copies
-        self.copies = copies
-        self.source = source
-        self.reply = reply
-        self.waited = waited
-        self._generation = generation
         self._lock = asyncio.Lock()
-
-    @property
-    def success(self) -> bool:
-        """Whether the reserve was granted."""
-        return self.granted > 0
-
-    @property
-    def degraded(self) -> bool:
-        """Granted by the client alone: nothing is held on the server."""
-        return self.source is Source.DEGRADED
-
-    def _on_live_session(self) -> bool:
-        return self._generation is not None and self._client.live_generation() == self._generation
-
-    def __del__(self) -> None:
-        # A hold dropped without ``with`` nor release (as a Rust ``Hold``
-        # dropped): its copies are released in the background rather than
-        # held until the session ends. No lock is taken (this may run in
-        # the middle of any code); an attribute read is atomic.
-        try:
-            session = self._client._session
-            if (
-                self.copies > 0
-                and self._generation is not None
-                and session is not None
-                and not session.closed
-                and session.generation == self._generation
-            ):
-                release = c.release_request(self.resource, self.domain, self.copies, self.groups)
-                session.send_detached(release)
-        except Exception:  # noqa: BLE001, S110 - never raise from __del__
-            pass
 
     async def release(self, n: int) -> None:
         """Gives back ``n`` of the copies still held."""
         async with self._lock:
-            if n < 0 or n > self.copies:
-                raise ClientError(f"cannot release {n} copies; this hold has {self.copies}")
-            if n == 0:
-                return
-            if self._generation is not None and self._on_live_session():
-                req = c.release_request(self.resource, self.domain, n, self.groups)
-                await self._client._call(pb.SessionRequest(release=req), "release")
-            self.copies -= n
+            await self._client._drive(self._release_steps(n))
 
     async def release_all(self) -> None:
         """Gives back every copy still held."""
@@ -501,17 +314,7 @@ class Hold:
     async def transfer(self, n: int, ttl: float) -> str:
         """As ``charon_client.Hold.transfer``."""
         async with self._lock:
-            if n < 1 or n > self.copies:
-                raise ClientError(f"cannot transfer {n} copies; this hold has {self.copies}")
-            if not self._on_live_session():
-                raise ServerError(
-                    "these copies are not held on a live session (degraded, or the session ended)"
-                )
-            req = c.transfer_request(self.resource, self.domain, n, self.groups, ttl)
-            reply = (await self._client._call(pb.SessionRequest(transfer=req), "transfer"))[0]
-            assert isinstance(reply, pb.TransferReply)
-            self.copies -= n
-            return reply.transfer_id
+            return await self._client._drive(self._transfer_steps(n, ttl))
 
     async def __aenter__(self) -> Hold:
         return self
@@ -522,16 +325,8 @@ class Hold:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        try:
-            await self.release_all()
-        except Exception as e:  # noqa: BLE001 - never mask the block's own exception
-            log.warning(
-                "release of %d copies of %s on leaving the block failed (%s); "
-                "they go back when the session ends",
-                self.copies,
-                self.resource,
-                e,
-            )
+        async with self._lock:
+            await self._client._drive(self._exit_steps())
 
 
 class MultiGrant:
@@ -555,19 +350,8 @@ class MultiGrant:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        await _release_all(self.holds)
-
-
-async def _shrink(holds: Sequence[Hold], n: int) -> None:
-    for hold in holds:
-        extra = hold.copies - n
-        if extra > 0:
-            await hold.release(extra)
-
-
-async def _release_all(holds: Sequence[Hold]) -> None:
-    for hold in holds:
-        await hold.__aexit__(None, None, None)
+        for hold in self.holds:
+            await hold.__aexit__(None, None, None)
 
 
 class _Signal:

@@ -12,11 +12,7 @@ mod doc;
 pub(crate) mod extract;
 mod namespaces;
 mod resources;
-#[allow(
-    unused_qualifications,
-    reason = "utoipa's ToSchema derive qualifies the field types it names"
-)]
-pub(crate) mod schema;
+pub(crate) use charon_config_wire::schema;
 
 use std::sync::{Arc, LazyLock};
 

@@ -1,7 +1,7 @@
 //! The JSON bodies of the API that are more than a configuration document,
 //! shared by the server, the HTTP client, the feed and the CLI so that both
-//! ends agree by construction. Their `ToSchema` derives make the OpenAPI
-//! document served at `/openapi.json`, so it describes these very types;
+//! ends agree by construction. Their `ToSchema` derives (feature `openapi`)
+//! make the service's OpenAPI document, so it describes these very types;
 //! `docs/config-service.md` describes the same shapes.
 //!
 //! Problems and adjustments are core's own [`ConfigIssue`] and
@@ -9,55 +9,57 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "openapi")]
+use crate::schema;
 pub use charon_core::config::{Adjustment, ConfigIssue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
-
-use crate::api::schema;
 
 /// Every error answer of the API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// A stable code: `invalid`, `unauthorized`, `forbidden`, `not_found`,
     /// `already_exists`, `wrong_kind`, `version_conflict`,
     /// `unsupported_media_type`, `payload_too_large`, `method_not_allowed`,
     /// `unavailable`, `internal`.
-    #[schema(value_type = schema::ErrorCode)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::ErrorCode))]
     pub error: String,
     /// What went wrong, for a person.
     pub message: String,
     /// Every problem found (validation errors), possibly empty.
     #[serde(default)]
-    #[schema(required = true, value_type = Vec<schema::Problem>)]
+    #[cfg_attr(feature = "openapi", schema(required = true, value_type = Vec<schema::Problem>))]
     pub problems: Vec<ConfigIssue>,
     /// On `version_conflict`: the version the service is at now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub current_version: Option<u64>,
 }
 
 /// What a write to one resource (or a part of it) answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResourceCommit {
     /// The version the configuration is at after this request: the new
     /// version if something changed, the current one otherwise.
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     /// False when the request asked for what was already there (no commit).
     pub changed: bool,
     /// The whole resource as stored, normalized.
-    #[schema(value_type = schema::Resource)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Resource))]
     pub resource: Value,
     /// What normalization changed in what was sent.
-    #[schema(value_type = Vec<schema::Adjustment>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<schema::Adjustment>))]
     pub adjustments: Vec<Adjustment>,
 }
 
 /// What a write to a namespace answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NamespaceCommit {
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     pub changed: bool,
     pub namespace: String,
@@ -65,16 +67,18 @@ pub struct NamespaceCommit {
 }
 
 /// What a delete answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeleteCommit {
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     pub changed: bool,
 }
 
 /// The switches of one namespace (SPEC §4), as read back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
-#[schema(as = NamespaceState)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = NamespaceState))]
 pub struct NamespaceBody {
     pub allow_unconfigured: bool,
     pub ignore_configured: bool,
@@ -99,33 +103,36 @@ impl From<NamespaceBody> for charon_core::config::NamespaceSettings {
 }
 
 /// `GET /v1/resources`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResourceList {
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
-    #[schema(value_type = Vec<schema::Resource>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<schema::Resource>))]
     pub resources: Vec<Value>,
 }
 
 /// `GET /v1/namespaces`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NamespaceList {
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     pub namespaces: BTreeMap<String, NamespaceBody>,
 }
 
 /// `GET /v1/changes?since=V`: what changed after version V, or everything.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Changes {
     /// The random id of the database behind the service; a client that
     /// synced with another epoch must start over from a snapshot.
     pub epoch: String,
     /// The version this answer brings the client to.
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     /// The `since` that was asked for.
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub since: u64,
     /// True: `resources` and `namespaces` are the whole configuration and
     /// replace the client's view (asked for 0, history no longer kept,
@@ -133,7 +140,7 @@ pub struct Changes {
     /// upserts on top of the view at `since`.
     pub snapshot: bool,
     /// Resources created or changed (the whole normalized document).
-    #[schema(value_type = Vec<schema::Resource>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<schema::Resource>))]
     pub resources: Vec<Value>,
     /// Names of resources deleted (never on a snapshot).
     pub deleted_resources: Vec<String>,
@@ -144,7 +151,7 @@ pub struct Changes {
     /// The `envoy:` section (SPEC §11, normalized) when it changed, or on
     /// a snapshot when the configuration has one; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::EnvoySection>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<schema::EnvoySection>))]
     pub envoy: Option<Value>,
     /// True when the `envoy:` section was removed (never on a snapshot:
     /// there, no `envoy` means none).
@@ -154,50 +161,53 @@ pub struct Changes {
 
 /// One entry of the difference between the stored configuration and an
 /// imported one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiffEntry {
     /// `resource`, `namespace` or `envoy` (the whole section).
-    #[schema(value_type = schema::DiffKind)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::DiffKind))]
     pub kind: String,
     pub name: String,
     /// `add`, `change` or `remove`.
-    #[schema(value_type = schema::DiffOp)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::DiffOp))]
     pub op: String,
     /// The stored document (null on `add`).
     #[serde(default)]
-    #[schema(required = true, value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(required = true, value_type = Option<Object>))]
     pub before: Option<Value>,
     /// The imported document, normalized (null on `remove`).
     #[serde(default)]
-    #[schema(required = true, value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(required = true, value_type = Option<Object>))]
     pub after: Option<Value>,
 }
 
 /// `PUT /v1/config`: the difference and, unless a dry run, its commit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImportOutcome {
     pub dry_run: bool,
     /// Whether the configuration was (or, on a dry run, would be) changed.
     pub changed: bool,
     /// The version the difference was computed against; send it as
     /// `If-Match` to apply exactly this difference.
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub base_version: u64,
     /// The version after this request (`base_version` on a dry run or when
     /// nothing changed).
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     pub diff: Vec<DiffEntry>,
     /// What normalization changed in the imported document, with paths in it.
-    #[schema(value_type = Vec<schema::Adjustment>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<schema::Adjustment>))]
     pub adjustments: Vec<Adjustment>,
 }
 
 /// One commit in the audit trail (`GET /v1/audit`, `GET /v1/audit/{version}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     /// The version the commit made.
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     /// When it was committed: RFC 3339, UTC, milliseconds
     /// (`2026-11-26T12:00:00.123Z`).
@@ -214,16 +224,17 @@ pub struct AuditEntry {
 }
 
 /// `GET /v1/audit`: a page of the audit trail, newest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditLog {
     /// The configuration version now.
-    #[schema(value_type = schema::Version)]
+    #[cfg_attr(feature = "openapi", schema(value_type = schema::Version))]
     pub version: u64,
     /// Commits, newest first.
     pub entries: Vec<AuditEntry>,
     /// Pass as `before` to get the next (older) page; absent when this page
     /// holds the oldest entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::Version>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<schema::Version>))]
     pub next_before: Option<u64>,
 }

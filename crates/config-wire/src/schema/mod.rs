@@ -1,4 +1,5 @@
-//! Document-only types: how the OpenAPI document describes the bodies that
+//! Document-only types (feature `openapi`, for the service's OpenAPI
+//! document): how the OpenAPI document describes the bodies that
 //! charon-core parses by hand (resources with `kind`, tiers with durations
 //! as `"1s"`, overrides, groups, the whole configuration) and the few
 //! string sets the wire types carry as plain `String`s.
@@ -10,13 +11,14 @@
 //! only; `tests/api.rs` and schemathesis hold the two together.
 //!
 //! Every object in the document is closed (`additionalProperties: false`,
-//! added by [`super::doc`]): core refuses unknown fields in what it reads,
+//! added by the service's document builder): core refuses unknown fields in what it reads,
 //! and the service sends none. Size bounds (`MAX_TIERS`, …) are stated in
 //! descriptions only: as `maxItems` they made schemathesis generate huge
 //! bodies for `PUT /v1/config`.
 
-// Described, never constructed or read.
-#![allow(dead_code)]
+// Described, never constructed or read (so no `Debug`); the derive
+// qualifies the public field types it names.
+#![allow(dead_code, missing_debug_implementations, unused_qualifications)]
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +27,9 @@ use utoipa::openapi::schema::{
 };
 use utoipa::openapi::{RefOr, schema::Ref};
 use utoipa::{PartialSchema, ToSchema};
+
+mod envoy;
+pub use envoy::*;
 
 /// The largest count (2^53-1, the largest integer JSON numbers keep).
 const MAX_COUNT: u64 = charon_core::MAX_COUNT;
@@ -36,7 +41,7 @@ macro_rules! scalars {
     ($($name:ident: $description:literal = $schema:expr;)+) => {$(
         #[doc = $description]
         #[derive(PartialEq, Eq, PartialOrd, Ord)]
-        pub(crate) struct $name;
+        pub struct $name;
 
         impl PartialSchema for $name {
             fn schema() -> RefOr<Schema> {
@@ -67,12 +72,12 @@ scalars! {
 /// milliseconds). For `active`, also `infinite`.
 #[derive(ToSchema)]
 #[schema(value_type = String)]
-pub(crate) struct Duration(String);
+pub struct Duration(String);
 
 /// A burst tier (SPEC §2). Read back with every field explicit except an
 /// infinite `active`.
 #[derive(ToSchema)]
-pub(crate) struct Tier {
+pub struct Tier {
     limit: Count,
     window: Duration,
     /// Omitted or null: infinite.
@@ -88,12 +93,12 @@ pub(crate) struct Tier {
 /// limit in force.
 #[derive(ToSchema)]
 #[schema(value_type = String)]
-pub(crate) struct Percent(String);
+pub struct Percent(String);
 
 /// A per-domain override of a rate-limited resource: replaces H, the
 /// whole tier list, the soft limit and/or the ban.
 #[derive(ToSchema)]
-pub(crate) struct RateOverride {
+pub struct RateOverride {
     hard_limit: Option<Count>,
     /// At most 64 tiers (MAX_TIERS); a rate resource holds at most 100000
     /// tiers in all, its own and its overrides' (MAX_TIERS_PER_RESOURCE).
@@ -105,7 +110,7 @@ pub(crate) struct RateOverride {
 
 /// A per-domain override of a token bucket: replaces each field it names.
 #[derive(ToSchema)]
-pub(crate) struct BucketOverride {
+pub struct BucketOverride {
     burst: Option<PositiveCount>,
     count: Option<PositiveCount>,
     period: Option<Duration>,
@@ -116,7 +121,7 @@ pub(crate) struct BucketOverride {
 /// `algorithm` of a window (SPEC §8).
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum WindowAlgorithm {
+pub enum WindowAlgorithm {
     Fixed,
     SlidingCounter,
     FirstHit,
@@ -124,7 +129,7 @@ pub(crate) enum WindowAlgorithm {
 
 /// A per-domain override of a window: replaces each field it names.
 #[derive(ToSchema)]
-pub(crate) struct WindowOverride {
+pub struct WindowOverride {
     #[schema(inline)]
     algorithm: Option<WindowAlgorithm>,
     limit: Option<PositiveCount>,
@@ -135,7 +140,7 @@ pub(crate) struct WindowOverride {
 
 /// A per-domain override of a queue: replaces each field it names.
 #[derive(ToSchema)]
-pub(crate) struct QueueOverride {
+pub struct QueueOverride {
     rate: Option<PositiveCount>,
     period: Option<Duration>,
     size: Option<PositiveCount>,
@@ -145,14 +150,14 @@ pub(crate) struct QueueOverride {
 
 /// A per-domain override of a copy-limited resource.
 #[derive(ToSchema)]
-pub(crate) struct CopyOverride {
+pub struct CopyOverride {
     domain_limit: Count,
 }
 
 /// The override of one domain: its shape follows the resource's kind.
 /// An `anyOf`: `{}` or an override naming only `soft_limit` or `ban` fits
 /// several kinds.
-pub(crate) struct Override;
+pub struct Override;
 
 impl PartialSchema for Override {
     fn schema() -> RefOr<Schema> {
@@ -187,7 +192,7 @@ impl ToSchema for Override {
 
 /// A domain group as sent; `name`, if sent, must be the one in the URL.
 #[derive(ToSchema)]
-pub(crate) struct GroupBody {
+pub struct GroupBody {
     name: Option<Name>,
     limit: Count,
     /// At most 10000 memberships over all the groups of a resource
@@ -197,7 +202,7 @@ pub(crate) struct GroupBody {
 
 /// A domain group of a copy-limited resource.
 #[derive(ToSchema)]
-pub(crate) struct Group {
+pub struct Group {
     name: Name,
     limit: Count,
     /// At most 10000 memberships over all the groups of a resource
@@ -208,49 +213,49 @@ pub(crate) struct Group {
 /// `kind` of a rate-limited resource.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum RateKind {
+pub enum RateKind {
     Rate,
 }
 
 /// `kind` of a copy-limited resource.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum CopyKind {
+pub enum CopyKind {
     Copy,
 }
 
 /// `kind` of a token bucket.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum BucketKind {
+pub enum BucketKind {
     Bucket,
 }
 
 /// `kind` of a window.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum WindowKind {
+pub enum WindowKind {
     Window,
 }
 
 /// `kind` of a queue.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum QueueKind {
+pub enum QueueKind {
     Queue,
 }
 
 /// `kind` of a lease resource.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum LeaseKind {
+pub enum LeaseKind {
     Lease,
 }
 
 /// How a lease resource divides its capacity (SPEC §12, Doorman's).
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum LeaseAlgorithm {
+pub enum LeaseAlgorithm {
     None,
     Static,
     ProportionalShare,
@@ -261,7 +266,7 @@ pub(crate) enum LeaseAlgorithm {
 /// it for `lease_length`, refresh every `refresh_interval` (at most
 /// `lease_length`), and limit themselves locally. No domain overrides.
 #[derive(ToSchema)]
-pub(crate) struct LeaseResource {
+pub struct LeaseResource {
     name: Option<Name>,
     #[schema(inline)]
     kind: LeaseKind,
@@ -284,7 +289,7 @@ pub(crate) struct LeaseResource {
 /// A rate-limited resource (SPEC §2, §6). `name` may be omitted in a PUT
 /// body (it comes from the URL).
 #[derive(ToSchema)]
-pub(crate) struct RateResource {
+pub struct RateResource {
     name: Option<Name>,
     #[schema(inline)]
     kind: RateKind,
@@ -306,7 +311,7 @@ pub(crate) struct RateResource {
 /// A token bucket, GCRA (SPEC §7): `burst` tokens at most, `count` tokens
 /// back every `period` (1ms to 2^50 ms), a request's `copies` as its cost.
 #[derive(ToSchema)]
-pub(crate) struct BucketResource {
+pub struct BucketResource {
     name: Option<Name>,
     #[schema(inline)]
     kind: BucketKind,
@@ -323,7 +328,7 @@ pub(crate) struct BucketResource {
 /// A fixed or sliding-counter window (SPEC §8): at most `limit` hits per
 /// epoch-aligned `window` (1ms to 2^50 ms).
 #[derive(ToSchema)]
-pub(crate) struct WindowResource {
+pub struct WindowResource {
     name: Option<Name>,
     #[schema(inline)]
     kind: WindowKind,
@@ -341,7 +346,7 @@ pub(crate) struct WindowResource {
 /// A queue, the leaky bucket that delays (SPEC §9): units leave at `rate`
 /// per `period` (1ms to 2^50 ms), at most `size` wait.
 #[derive(ToSchema)]
-pub(crate) struct QueueResource {
+pub struct QueueResource {
     name: Option<Name>,
     #[schema(inline)]
     kind: QueueKind,
@@ -357,7 +362,7 @@ pub(crate) struct QueueResource {
 
 /// A copy-limited resource (SPEC §3, §6).
 #[derive(ToSchema)]
-pub(crate) struct CopyResource {
+pub struct CopyResource {
     name: Option<Name>,
     #[schema(inline)]
     kind: CopyKind,
@@ -381,7 +386,7 @@ pub(crate) struct CopyResource {
     ("queue" = "#/components/schemas/QueueResource"),
     ("lease" = "#/components/schemas/LeaseResource")
 )))]
-pub(crate) enum Resource {
+pub enum Resource {
     Rate(RateResource),
     Copy(CopyResource),
     Bucket(BucketResource),
@@ -392,7 +397,7 @@ pub(crate) enum Resource {
 
 /// A resource to create; its name is required (one of the kinds, with
 /// `name` required).
-pub(crate) struct NewResource;
+pub struct NewResource;
 
 impl NewResource {
     fn named<T: ToSchema>() -> Schema {
@@ -442,7 +447,7 @@ impl ToSchema for NewResource {
 
 /// The switches of SPEC §4, as sent. Omitted or null: false.
 #[derive(ToSchema)]
-pub(crate) struct NamespaceSettings {
+pub struct NamespaceSettings {
     allow_unconfigured: Option<bool>,
     ignore_configured: Option<bool>,
 }
@@ -450,7 +455,7 @@ pub(crate) struct NamespaceSettings {
 /// The whole configuration, the YAML file of SPEC §6 (as YAML or JSON).
 /// Resource names must be unique.
 #[derive(ToSchema)]
-pub(crate) struct ConfigDocument {
+pub struct ConfigDocument {
     /// At most 10000 namespaces (MAX_NAMESPACES).
     namespaces: Option<BTreeMap<String, NamespaceSettings>>,
     /// At most 100000 resources (MAX_RESOURCES).
@@ -461,7 +466,7 @@ pub(crate) struct ConfigDocument {
 
 /// The whole configuration as exported.
 #[derive(ToSchema)]
-pub(crate) struct ExportedConfig {
+pub struct ExportedConfig {
     #[serde(default)]
     namespaces: BTreeMap<String, crate::wire::NamespaceBody>,
     resources: Vec<Resource>,
@@ -469,225 +474,23 @@ pub(crate) struct ExportedConfig {
     envoy: Option<EnvoySection>,
 }
 
-/// The `envoy:` section (SPEC §11, docs/envoy.md): which Charon resource
-/// limits which of Envoy's rate-limit descriptors, and how calls are
-/// decided and answered. At most 10000 domains and 100000 nodes in all,
-/// trees at most 16 levels deep.
-#[derive(ToSchema)]
-pub(crate) struct EnvoySection {
-    /// Decide and record every descriptor, keep each status, and answer
-    /// every call OK. Default false.
-    shadow_mode: Option<bool>,
-    /// false (none), true (RateLimit-* and Retry-After when over),
-    /// `ratelimit` (RateLimit-*, as envoyproxy/ratelimit) or `x_ratelimit`
-    /// (X-RateLimit-*, as Limitador). Default false.
-    #[schema(value_type = Option<serde_json::Value>)]
-    headers: Option<bool>,
-    /// Other names for the limit, remaining and reset headers (only with
-    /// `headers:` set).
-    header_names: Option<EnvoyHeaderNames>,
-    /// The answer to a domain not named here: `ok` (default) or `error`.
-    #[schema(inline)]
-    unknown_domain: Option<EnvoyUnknownDomain>,
-    /// Which node of a descriptor's path applies: `deepest` (default) or
-    /// `whole` (the last entry's, if every entry matched).
-    #[schema(inline)]
-    r#match: Option<EnvoyMatch>,
-    /// `all_or_nothing` (default) or `every_hit` (each descriptor counted
-    /// on its own, hits over the limit too).
-    #[schema(inline)]
-    record: Option<EnvoyRecord>,
-    /// The window inline limits count in: `fixed` (default), `first_hit`
-    /// or `sliding`.
-    #[schema(inline)]
-    windows: Option<EnvoyWindows>,
-    /// What a descriptor's own limit override does: `ignore` (default) or
-    /// `apply`.
-    #[schema(inline)]
-    descriptor_limits: Option<EnvoyDescriptorLimits>,
-    /// Distinct domain names.
-    domains: Option<Vec<EnvoyDomain>>,
-}
-
-/// `header_names`: HTTP header names (1 to 128 token characters), no two
-/// alike, none `Retry-After`.
-#[derive(ToSchema)]
-pub(crate) struct EnvoyHeaderNames {
-    limit: Option<String>,
-    remaining: Option<String>,
-    reset: Option<String>,
-}
-
-/// `unknown_domain`.
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EnvoyUnknownDomain {
-    Ok,
-    Error,
-}
-
-/// `match`.
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EnvoyMatch {
-    Deepest,
-    Whole,
-}
-
-/// `record`.
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EnvoyRecord {
-    AllOrNothing,
-    EveryHit,
-}
-
-/// `windows`.
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EnvoyWindows {
-    Fixed,
-    FirstHit,
-    Sliding,
-}
-
-/// `descriptor_limits`.
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EnvoyDescriptorLimits {
-    Ignore,
-    Apply,
-}
-
-/// One Envoy domain (`RateLimitRequest.domain`): its descriptor tree and
-/// its `limits` (Limitador's kind: conditions over any descriptor).
-#[derive(ToSchema)]
-pub(crate) struct EnvoyDomain {
-    domain: Name,
-    /// Keep every count a call of this domain touches under one Redis hash
-    /// tag (one Redis Cluster slot); those counts are then the domain's
-    /// own. Default false.
-    same_slot: Option<bool>,
-    descriptors: Option<Vec<EnvoyNode>>,
-    /// At most 1000.
-    limits: Option<Vec<EnvoyLimit>>,
-}
-
-/// A descriptor node: matches the entry `key` (with `value`, only that
-/// value, `*` a wildcard; without, any value, each its own Charon domain).
-/// At most one of `resource`, `rate_limit` and `unlimited: true`.
-#[derive(ToSchema)]
-pub(crate) struct EnvoyNode {
-    /// 1 to 256 bytes, no control characters.
-    key: String,
-    /// 1 to 1024 bytes, no control characters; a string.
-    value: Option<String>,
-    /// Only on a node without a value.
-    mask: Option<EnvoyMask>,
-    /// A rate-like resource (rate, bucket, window or queue) of the same
-    /// configuration.
-    resource: Option<Name>,
-    rate_limit: Option<EnvoyRateLimit>,
-    unlimited: Option<bool>,
-    shadow_mode: Option<bool>,
-    /// How replies name the limit; what `replaces` of other nodes name.
-    name: Option<String>,
-    /// Names of limits this node's limit switches off in the same call.
-    replaces: Option<Vec<String>>,
-    /// A wildcard node: every matching value shares one count.
-    share_threshold: Option<bool>,
-    /// Metrics carry the descriptor's values.
-    detailed_metric: Option<bool>,
-    /// Metrics carry this node's value.
-    value_to_metric: Option<bool>,
-    /// Over, the call is over only when every quota descriptor is.
-    quota_mode: Option<bool>,
-    #[schema(no_recursion)]
-    descriptors: Option<Vec<EnvoyNode>>,
-}
-
-/// A limit over a whole call (Limitador's): every condition holds and every
-/// variable is set.
-#[derive(ToSchema)]
-pub(crate) struct EnvoyLimit {
-    name: Option<String>,
-    /// At most 64.
-    conditions: Option<Vec<EnvoyCondition>>,
-    /// At most 64.
-    variables: Option<Vec<EnvoyVariable>>,
-    resource: Option<Name>,
-    rate_limit: Option<EnvoyRateLimit>,
-}
-
-/// `descriptors[descriptor][key] == equals` (or `!= not_equals`).
-#[derive(ToSchema)]
-pub(crate) struct EnvoyCondition {
-    /// The descriptor's index in the call, 0 to 1023 (default 0).
-    #[schema(minimum = 0, maximum = 1023)]
-    descriptor: Option<u16>,
-    key: String,
-    equals: Option<String>,
-    not_equals: Option<String>,
-}
-
-/// `descriptors[descriptor][key]`: its value tells counts apart.
-#[derive(ToSchema)]
-pub(crate) struct EnvoyVariable {
-    #[schema(minimum = 0, maximum = 1023)]
-    descriptor: Option<u16>,
-    key: String,
-}
-
-/// The value is an IP address; the client is its network of these prefix
-/// lengths (defaults 32 and 48).
-#[derive(ToSchema)]
-pub(crate) struct EnvoyMask {
-    #[schema(minimum = 0, maximum = 32)]
-    ipv4: Option<u8>,
-    #[schema(minimum = 0, maximum = 128)]
-    ipv6: Option<u8>,
-}
-
-/// An inline limit of `requests_per_unit` per `unit` or per `window` (one
-/// of them); 0 refuses every hit.
-#[derive(ToSchema)]
-pub(crate) struct EnvoyRateLimit {
-    unit: Option<EnvoyUnit>,
-    window: Option<Duration>,
-    requests_per_unit: Count,
-}
-
-/// The length of an inline `rate_limit`'s window (a week, month and year
-/// are 7, 30 and 365 days).
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub(crate) enum EnvoyUnit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
 /// `GET /v1/resources/{name}/domains`.
 #[derive(ToSchema)]
-pub(crate) struct OverrideList {
+pub struct OverrideList {
     version: Version,
     domains: BTreeMap<String, Override>,
 }
 
 /// `GET /v1/resources/{name}/groups`.
 #[derive(ToSchema)]
-pub(crate) struct GroupList {
+pub struct GroupList {
     version: Version,
     groups: Vec<Group>,
 }
 
 /// One problem with a request (core's `ConfigIssue`).
 #[derive(ToSchema)]
-pub(crate) struct Problem {
+pub struct Problem {
     /// Field path in the body (`tiers[0].window`), a URL parameter name
     /// (`domain`), a header name, or empty for the body as a whole.
     path: String,
@@ -696,7 +499,7 @@ pub(crate) struct Problem {
 
 /// A change normalization made (core's `Adjustment`), at a field path.
 #[derive(ToSchema)]
-pub(crate) struct Adjustment {
+pub struct Adjustment {
     path: String,
     change: String,
 }
@@ -704,7 +507,7 @@ pub(crate) struct Adjustment {
 /// The stable code of an error answer.
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum ErrorCode {
+pub enum ErrorCode {
     Invalid,
     Unauthorized,
     Forbidden,
@@ -723,7 +526,7 @@ pub(crate) enum ErrorCode {
 /// whole `envoy:` section (named `envoy`).
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum DiffKind {
+pub enum DiffKind {
     Resource,
     Namespace,
     Envoy,
@@ -732,7 +535,7 @@ pub(crate) enum DiffKind {
 /// What a difference entry does.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum DiffOp {
+pub enum DiffOp {
     Add,
     Change,
     Remove,
@@ -741,7 +544,7 @@ pub(crate) enum DiffOp {
 /// How `GET /v1/config` writes the configuration.
 #[derive(ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum ExportFormat {
+pub enum ExportFormat {
     Json,
     Yaml,
 }

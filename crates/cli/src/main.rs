@@ -1,6 +1,7 @@
 //! `charon`: the limiting server, its simulator and its tools.
 
 mod bench;
+mod bench_null;
 mod client_cmd;
 mod config_cmd;
 mod config_remote;
@@ -63,6 +64,10 @@ enum Command {
     /// Load-test a running server's Request RPC; prints throughput and
     /// latency percentiles.
     Bench(bench::BenchArgs),
+    /// The benchmarks' transport floor: a `Limiter` service on the server's
+    /// gRPC stack answering every `Request` with a constant grant, deciding
+    /// nothing (`scripts/bench-kinds` compares the server's CPU to it).
+    BenchNull(bench_null::NullArgs),
     /// Show the busiest and most limited (resource, domain) pairs of a
     /// server's decision stream, refreshing in the terminal: from its live
     /// view (`--server`) or an events file it writes (`--events FILE`).
@@ -194,6 +199,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Sidecar(args) => sidecar::run(*args),
         Command::Bench(args) => bench::run(args),
+        Command::BenchNull(args) => bench_null::run(&args),
         Command::Top(args) => top::run(args),
         Command::Client { command } => client_cmd::run(command),
         Command::Simulate(args) => simulate::run(&args),

@@ -26,6 +26,7 @@ pub mod file_reload;
 mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod null;
 mod root;
 mod shutdown;
 pub mod tls;

@@ -308,6 +308,15 @@ async fn the_batch_differential_catches_a_broken_script() {
             "rejected = (op == 'r' or op == 'd')",
             "rejected = (op == 'r')",
         ),
+        // Meters alone (meters_lean.lua): a shadowed rejection stops the
+        // batch.
+        ("if ARGV[a] ~= '1' and (op == 'r'", "if (op == 'r'"),
+        // Meters alone: the states are written although a request was
+        // rejected.
+        (
+            "if out[1] == 1 then\n  for _, key in ipairs(order) do\n    lean_store",
+            "if true then\n  for _, key in ipairs(order) do\n    lean_store",
+        ),
         // Tiers: the rule itself, inside the batch only (one more hit fits
         // in the current tier).
         (

@@ -4,7 +4,7 @@
 //! `min_copies`, time jumps across refills, window turns, ban ends and
 //! forget times) through the in-memory store and the Redis store on one
 //! manual clock must give identical replies and identical client errors.
-//! This is what keeps `meter.lua` equal to `charon_core::meter::decide`.
+//! This is what keeps `drain.lua` or `window.lua` equal to `charon_core::meter::decide`.
 //!
 //! The shapes come from `charon_core::meter::testing`, the generator of
 //! core's naive-model property tests. `CHARON_DIFF_SEEDS=n` runs more
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use charon_core::ManualClock;
 use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op, Reply};
-use charon_store::{MemoryStore, Store, StoreError};
+use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, StoreError};
 use charon_testkit::RedisServer;
 use charon_testkit::stores::{Seeded, meter};
 use rand::rngs::StdRng;
@@ -96,7 +96,15 @@ fn kind_name(m: &Meter) -> &'static str {
     }
 }
 
-async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<String, usize>) {
+/// One seed; `Err` with the story when the stores disagree. `mutation`
+/// breaks the Redis store's scripts (see `RedisOptions::meters_mutation`).
+async fn run(
+    seed: u64,
+    steps: usize,
+    redis: &RedisServer,
+    mutation: Option<(&str, &str)>,
+    seen: &mut BTreeMap<String, usize>,
+) -> Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let start = if seed.is_multiple_of(2) {
         0
@@ -112,7 +120,23 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         .collect();
     let clock = Arc::new(ManualClock::new(start));
     let memory = MemoryStore::new(clock.clone());
-    let (store, maintain) = charon_testkit::stores::seed_store(redis, &clock, "mdiff", seed).await;
+    let (store, maintain) = match mutation {
+        None => charon_testkit::stores::seed_store(redis, &clock, "mdiff", seed).await,
+        Some((from, to)) => {
+            let options = RedisOptions {
+                key_prefix: format!("mdiffmut{seed}"),
+                meters_mutation: Some((from.to_owned(), to.to_owned())),
+                ..charon_testkit::stores::options(
+                    Some(clock.clone()),
+                    &format!("seed{seed}"),
+                    std::time::Duration::from_secs(10),
+                )
+            };
+            let store = RedisStore::connect(&redis.url(), options).await.unwrap();
+            let maintain = charon_testkit::stores::spawn_maintain(&store);
+            (store, maintain)
+        }
+    };
     let mut log: Vec<String> = Vec::new();
     for i in 0..steps {
         let r = rng.random_range(0..RESOURCES.len());
@@ -163,7 +187,8 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         log.push(format!("{what} -> {a}"));
         if a != b_text {
             let tail: Vec<&String> = log.iter().rev().take(30).rev().collect();
-            panic!(
+            maintain.abort();
+            return Err(format!(
                 "seed {seed}: the stores disagree at {what}\n  memory: {a}\n  redis:  {b_text}\n\
                  meters (unit {unit}):\n{}\nlast steps:\n{}\n\
                  replay with CHARON_DIFF_SEED={seed}",
@@ -177,7 +202,7 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
                     .map(|s| format!("  {s}"))
                     .collect::<Vec<_>>()
                     .join("\n"),
-            );
+            ));
         }
         *seen.entry(class(kind_name(m), &op, &b)).or_default() += 1;
         if stateless && b.is_err() {
@@ -185,6 +210,7 @@ async fn run(seed: u64, steps: usize, redis: &RedisServer, seen: &mut BTreeMap<S
         }
     }
     maintain.abort();
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +220,9 @@ async fn memory_and_redis_meters_give_identical_replies() {
     let replay = seeds.len() == 1;
     let mut seen = BTreeMap::new();
     for seed in seeds {
-        run(seed, 800, &redis, &mut seen).await;
+        if let Err(story) = run(seed, 800, &redis, None, &mut seen).await {
+            panic!("{story}");
+        }
     }
     charon_testkit::stores::print_outcomes(&seen);
     if replay {
@@ -232,4 +260,53 @@ async fn memory_and_redis_meters_give_identical_replies() {
         }
     }
     assert!(missing.is_empty(), "never reached: {missing:?}");
+}
+
+/// Each mutation breaks one rule of the lean scripts of single operations
+/// (`lean_drain.lua`, `lean_window.lua`); the differential must find every
+/// one within a few seeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_differential_catches_a_broken_lean_script() {
+    let redis = RedisServer::start();
+    for (from, to) in [
+        // Buckets and queues: one more unit fits than the level leaves.
+        (
+            "if d < FULL then room = math.floor((FULL - d) / P) end",
+            "if d < FULL then room = math.floor((FULL - d) / P) + 1 end",
+        ),
+        // Queues: the wait before a request's first unit one millisecond
+        // long.
+        (
+            "if kind == 'q' then delay = math.floor(d / C);",
+            "if kind == 'q' then delay = math.floor(d / C) + 1;",
+        ),
+        // A rejection while banned extends the ban (both kinds).
+        (
+            "if not banned and ban_ms > 0 then new_ban = now + ban_ms end",
+            "if ban_ms > 0 then new_ban = now + ban_ms end",
+        ),
+        // Windows: a sliding window forgets its current count a window
+        // early.
+        (
+            "if sliding and c ~= 0 then return (i + 2) * W end",
+            "if sliding and c ~= 0 then return (i + 1) * W end",
+        ),
+        // Windows: a fixed window's retry one millisecond late.
+        (
+            "if c + min <= LIMIT then retry = 0 else retry = to_next end",
+            "if c + min <= LIMIT then retry = 0 else retry = to_next + 1 end",
+        ),
+    ] {
+        let mut caught = false;
+        for seed in 1..=8 {
+            if run(seed, 400, &redis, Some((from, to)), &mut BTreeMap::new())
+                .await
+                .is_err()
+            {
+                caught = true;
+                break;
+            }
+        }
+        assert!(caught, "the mutation {from:?} -> {to:?} went unnoticed");
+    }
 }

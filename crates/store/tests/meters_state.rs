@@ -1,6 +1,6 @@
 //! What each store keeps for buckets, windows and queues: idle state is
 //! gone once its forget time has passed (the in-memory store's table
-//! shrinks; Redis keys expire by themselves at the time `meter.lua` set),
+//! shrinks; Redis keys expire by themselves at the time `drain.lua` or `window.lua` set),
 //! a rejection without a ban writes nothing, and Redis `MEMORY USAGE` of
 //! one key of each kind (printed). The in-memory store's bytes per pair are
 //! measured by `cargo bench -p charon-store --bench meter_footprint`.

@@ -1,8 +1,9 @@
-//! Batched decisions (issue 13, item 3): tiers and meter operations that
-//! arrive together for one hash slot go to Redis as one `batch.lua` call,
-//! which decides them in arrival order, each exactly as `rate.lua` or
-//! `meter.lua` would alone. One script call per decision capped
-//! throughput at Redis' cost per call; a batch pays it once.
+//! Batched decisions: tiers and meter operations that arrive together for
+//! one hash slot go to Redis as one call (`meter_batch.lua` for meters,
+//! `batch.lua` for burst tiers), which decides them in arrival order, each
+//! exactly as `rate.lua`, `drain.lua` or `window.lua` would alone. One
+//! script call per decision capped throughput at Redis' cost per call; a
+//! batch pays it once.
 //!
 //! The policy adds no wait at light load: per slot at most one call is in
 //! flight. An operation for a slot with nothing in flight is sent at once,
@@ -34,7 +35,7 @@ use tracing::Instrument;
 
 use super::conn::Conn;
 use super::decision_clock::DecisionClock;
-use super::scripts::Scripts;
+use super::scripts::{Script, Scripts};
 use crate::StoreError;
 
 /// The most operations one batch call carries.
@@ -50,7 +51,7 @@ const QUEUE: usize = 16_384;
 pub(crate) enum Step {
     /// Burst tiers: `rate.lua`'s keys and its arguments after the clock.
     Tiers,
-    /// A bucket, window or queue: `meter.lua`'s key and its arguments
+    /// A bucket, window or queue: `drain.lua` or `window.lua`'s key and its arguments
     /// after the clock.
     Meter,
 }
@@ -122,7 +123,7 @@ impl Batcher {
     }
 
     /// Decides `op` (alone or in a batch) and gives its script's reply, as
-    /// `rate.lua` or `meter.lua` answers it.
+    /// `rate.lua` or `drain.lua` or `window.lua` answers it.
     pub(crate) async fn run(&self, op: Operation) -> Result<Value, StoreError> {
         if let Some(shared) = &self.direct {
             return shared.alone(&op).await;
@@ -280,7 +281,10 @@ impl Shared {
     async fn alone(&self, op: &Operation) -> Result<Value, StoreError> {
         let script = match op.step {
             Step::Tiers => &self.scripts.rate,
-            Step::Meter => &self.scripts.meter,
+            // A meter's first argument is its kind: 'w' a window, 'b' or
+            // 'q' a bucket or queue (see `meter::args`).
+            Step::Meter if op.args.first().is_some_and(|k| k == "w") => &self.scripts.window,
+            Step::Meter => &self.scripts.drain,
         };
         let mut args = Vec::with_capacity(op.args.len() + 2);
         args.extend(self.clock_args());
@@ -289,21 +293,59 @@ impl Shared {
         self.conn.eval(script, &keys, &args, &[]).await
     }
 
-    /// Several operations in one `batch.lua` call: each one's reply, or
-    /// the error `batch.lua` caught for it alone.
+    /// Several operations: each one's reply, or the error the script
+    /// caught for it alone. Meter operations go in one lean
+    /// `meter_batch.lua` call (one read and one write per key), burst tiers
+    /// in one `batch.lua` call; a batch holding both (two resources of
+    /// different kinds in one slot) makes the two calls at once: they
+    /// share no key, so their order does not matter.
     async fn together(&self, jobs: &[Job]) -> Result<Vec<Result<Value, StoreError>>, StoreError> {
-        let mut args =
-            Vec::with_capacity(2 + jobs.iter().map(|j| j.op.args.len() + 1).sum::<usize>());
+        let meters: Vec<&Job> = jobs.iter().filter(|j| j.op.step == Step::Meter).collect();
+        let tiers: Vec<&Job> = jobs.iter().filter(|j| j.op.step == Step::Tiers).collect();
+        let (meter_replies, tier_replies) = match (meters.is_empty(), tiers.is_empty()) {
+            (false, true) => (
+                self.call(&self.scripts.meter_batch, &meters).await?,
+                Vec::new(),
+            ),
+            (true, false) => (Vec::new(), self.call(&self.scripts.batch, &tiers).await?),
+            _ => {
+                let (m, t) = tokio::join!(
+                    self.call(&self.scripts.meter_batch, &meters),
+                    self.call(&self.scripts.batch, &tiers)
+                );
+                (m?, t?)
+            }
+        };
+        let (mut m, mut t) = (meter_replies.into_iter(), tier_replies.into_iter());
+        let replies = jobs
+            .iter()
+            .map(|j| match j.op.step {
+                Step::Meter => m.next(),
+                Step::Tiers => t.next(),
+            })
+            .map(|r| {
+                r.map_or_else(
+                    || Err(StoreError::BadData("batch: no reply".into())),
+                    caught,
+                )
+            })
+            .collect();
+        self.counts.batches.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .batched
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        Ok(replies)
+    }
+
+    /// One call of `script` for `jobs`, all of one step: one reply each.
+    async fn call(&self, script: &Script, jobs: &[&Job]) -> Result<Vec<Value>, StoreError> {
+        let mut args = Vec::with_capacity(2 + jobs.iter().map(|j| j.op.args.len()).sum::<usize>());
         args.extend(self.clock_args());
         let mut keys: Vec<&str> = Vec::new();
         for job in jobs {
-            if job.op.step == Step::Tiers {
-                args.push("t".to_owned());
-            }
             args.extend(job.op.args.iter().cloned());
             keys.extend(job.op.keys.iter().map(String::as_str));
         }
-        let script = &self.scripts.batch;
         let reply = self.conn.eval(script, &keys, &args, &[]).await?;
         let Value::Array(replies) = reply else {
             return Err(StoreError::BadData(format!(
@@ -319,15 +361,11 @@ impl Shared {
                 jobs.len()
             )));
         }
-        self.counts.batches.fetch_add(1, Ordering::Relaxed);
-        self.counts
-            .batched
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        Ok(replies.into_iter().map(caught).collect())
+        Ok(replies)
     }
 }
 
-/// An operation's reply from `batch.lua`, or the error it caught for that
+/// An operation's reply from a batch script, or the error it caught for that
 /// operation (`{'error', message}`), as the error the operation's own
 /// script would have raised.
 fn caught(reply: Value) -> Result<Value, StoreError> {

@@ -86,7 +86,7 @@ impl Keys {
     }
 
     /// The key of a (resource, domain) pair's bucket, window or queue
-    /// state (see `meter.lua`).
+    /// state (see `drain.lua` or `window.lua`).
     pub(crate) fn meter(&self, resource: &str, domain: &str) -> String {
         format!("{}:m:{domain}", self.resource(resource))
     }

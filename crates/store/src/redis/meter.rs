@@ -1,7 +1,7 @@
 //! The bucket, window and queue operation of the Redis store: one
-//! `meter.lua` call per decision (see `lua/meter.lua` and `docs/redis.md`),
-//! and the encoding of the state it keeps, read back here only to let core
-//! word a refusal.
+//! `drain.lua` (buckets, queues) or `window.lua` call per decision (see
+//! `docs/redis.md`), and the encoding of the state it keeps, read back here
+//! only to let core word a refusal.
 
 use charon_core::drain::Mark;
 use charon_core::meter::{self, Level, Meter, MeterState, Op, Reply};

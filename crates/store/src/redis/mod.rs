@@ -900,7 +900,7 @@ impl Store for RedisStore {
         tiers_fields(&mut r, limits, enforcement)
     }
 
-    /// One `meter.lua` call. Errors that do not depend on the state (a
+    /// One `drain.lua` or `window.lua` call. Errors that do not depend on the state (a
     /// charge of 0, a refund on a window) are core's answer on the empty
     /// state, found before the call; a debt the script cannot keep exactly
     /// is worded by core on the state the script saw.
@@ -924,7 +924,7 @@ impl Store for RedisStore {
             .run(operation)
             .await
             .inspect_err(|e| self.on_error(e))?;
-        meter::reply(self.scripts.meter.name, meter, op, v)
+        meter::reply("meter", meter, op, v)
     }
 
     /// One `meters.lua` call for the whole batch: every operation decided
@@ -970,12 +970,18 @@ impl Store for RedisStore {
             }
         }
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // Without burst tiers the lean script decides the same batch.
+        let script = if ops.iter().all(|o| matches!(o.limit, Limit::Meter(_))) {
+            &self.scripts.meters_lean
+        } else {
+            &self.scripts.meters
+        };
         let v = self
             .conn
-            .eval(&self.scripts.meters, &key_refs, &args, &[])
+            .eval(script, &key_refs, &args, &[])
             .await
             .inspect_err(|e| self.on_error(e))?;
-        meter::batch_reply(self.scripts.meters.name, ops, v)
+        meter::batch_reply(script.name, ops, v)
     }
 
     async fn reserve(

@@ -5,9 +5,13 @@
 //! context and the operation (`rate_step.lua`), which the rate script runs
 //! once and the batch script once per tiers operation, so the rule is
 //! written once.
-//! The meter scripts (buckets, windows, queues: one operation, or an
-//! all-or-nothing batch) are four: the drain levels, the window level, the
-//! decision and the script body. The batch script (`meters.lua`) has the
+//! The meters' hot path (one bucket, window or queue operation; the
+//! batcher's batches and the all-or-nothing batches holding meters only)
+//! runs lean scripts: a flat decision per kind (`lean_drain.lua`,
+//! `lean_window.lua`), no generic prelude, one read and at most one write
+//! per key. Batches that hold burst tiers keep the general scripts: the
+//! meters' decision in four files (the drain levels, the window level, the
+//! decision, the body) beside the tiers' rule. The batch script (`meters.lua`) has the
 //! tiers' files too, and the overlay (`rate_overlay.lua`) that holds their
 //! writes until the batch commits.
 
@@ -32,17 +36,12 @@ impl Script {
     }
 }
 
-/// The decision of one bucket, window or queue operation, shared by the
-/// meter and meters scripts.
-macro_rules! meter_script {
-    ($file:literal) => {
-        concat!(
-            include_str!("lua/common.lua"),
-            include_str!("lua/meter_drain.lua"),
-            include_str!("lua/meter_window.lua"),
-            include_str!("lua/meter_op.lua"),
-            include_str!(concat!("lua/", $file))
-        )
+/// A lean script of the meters' hot path: only what its kinds need (the
+/// flat decision of `lean_drain.lua` and/or `lean_window.lua`, the clock and
+/// the one write of `lean_store.lua`), none of the generic prelude.
+macro_rules! lean_script {
+    ($($part:literal),+) => {
+        concat!($(include_str!(concat!("lua/", $part))),+)
     };
 }
 
@@ -72,8 +71,8 @@ macro_rules! meters_script {
     };
 }
 
-/// The meters' decision and the tiers' rule, as the two batch scripts
-/// (`meters.lua`, `batch.lua`) need both.
+/// The meters' decision and the tiers' rule, as the all-or-nothing batch
+/// script (`meters.lua`) needs both.
 macro_rules! every_rate_rule {
     () => {
         concat!(
@@ -86,12 +85,16 @@ macro_rules! every_rate_rule {
     };
 }
 
-/// The batcher's script (batch.rs): independent tiers and meter
-/// operations in arrival order, each decided by the functions the rate and
-/// meter scripts run, with direct writes (no overlay).
+/// The batcher's script for burst tiers (batch.rs): independent tiers
+/// operations in arrival order, each decided by the function the rate
+/// script runs, with direct writes (no overlay).
 macro_rules! batch_script {
     () => {
-        concat!(every_rate_rule!(), include_str!("lua/batch.lua"))
+        concat!(
+            include_str!("lua/common.lua"),
+            tiers_rule!(),
+            include_str!("lua/batch.lua")
+        )
     };
 }
 
@@ -119,7 +122,14 @@ macro_rules! membership_script {
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) rate: Script,
-    pub(crate) meter: Script,
+    /// One bucket or queue operation.
+    pub(crate) drain: Script,
+    /// One window operation.
+    pub(crate) window: Script,
+    /// The batcher's call for meter operations only.
+    pub(crate) meter_batch: Script,
+    /// `meters.lua` for batches of meter operations only.
+    pub(crate) meters_lean: Script,
     pub(crate) meters: Script,
     pub(crate) batch: Script,
     pub(crate) reserve: Script,
@@ -145,10 +155,11 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// The scripts; `mutation` (tests only) replaces the first occurrence
-    /// of its first text in the meters script and in the batcher's script
-    /// by its second, to show that the differential tests catch a script
-    /// that breaks a rule (of a meter, or of the tiers: the rate and meter
-    /// scripts keep their own copies of the rules, untouched).
+    /// of its first text in the meters scripts, the batcher's scripts and
+    /// the lean scripts of single meter operations by its second, to show
+    /// that the differential tests catch a script that breaks a rule (of a
+    /// meter, or of the tiers: the rate script keeps its own copy of the
+    /// tiers' rule, untouched).
     pub(crate) fn new(mutation: Option<&(String, String)>) -> Self {
         let mutated = |code: &'static str| -> Cow<'static, str> {
             match mutation {
@@ -165,7 +176,40 @@ impl Scripts {
                     include_str!("lua/rate.lua"),
                 ),
             ),
-            meter: Script::new("meter", meter_script!("meter.lua")),
+            drain: Script::new(
+                "drain",
+                mutated(lean_script!(
+                    "lean_drain.lua",
+                    "lean_store.lua",
+                    "drain.lua"
+                )),
+            ),
+            window: Script::new(
+                "window",
+                mutated(lean_script!(
+                    "lean_window.lua",
+                    "lean_store.lua",
+                    "window.lua"
+                )),
+            ),
+            meter_batch: Script::new(
+                "meter_batch",
+                mutated(lean_script!(
+                    "lean_drain.lua",
+                    "lean_window.lua",
+                    "lean_store.lua",
+                    "meter_batch.lua"
+                )),
+            ),
+            meters_lean: Script::new(
+                "meters_lean",
+                mutated(lean_script!(
+                    "lean_drain.lua",
+                    "lean_window.lua",
+                    "lean_store.lua",
+                    "meters_lean.lua"
+                )),
+            ),
             meters: Script::new("meters", mutated(meters_script!())),
             batch: Script::new("batch", mutated(batch_script!())),
             reserve: Script::new("reserve", copy_script!("reserve.lua")),
@@ -203,10 +247,13 @@ impl Scripts {
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 23] {
+    pub(crate) fn all(&self) -> [&Script; 26] {
         [
             &self.rate,
-            &self.meter,
+            &self.drain,
+            &self.window,
+            &self.meter_batch,
+            &self.meters_lean,
             &self.meters,
             &self.batch,
             &self.reserve,

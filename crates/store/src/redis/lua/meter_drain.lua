@@ -1,6 +1,6 @@
 -- The level of a bucket (kind 'b') and of a queue (kind 'q'): a port of
 -- charon_core::drain, bucket and queue (see docs/algorithms.md, "Buckets
--- and queues: ticks"). After common.lua; meter.lua calls it.
+-- and queues: ticks"). After common.lua; meter_op.lua uses it.
 --
 -- A level is a mark {ms, frac}, the time ms + frac / C; `d` is the ticks
 -- from `now` to it. Every value is an integer below 2^53 (the bounds of

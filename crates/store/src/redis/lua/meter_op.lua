@@ -1,8 +1,9 @@
 -- One decision of a bucket, window or queue on a state held in Lua: a
 -- line-by-line port of charon_core::meter::decide (SPEC §7-10) over the
 -- levels of meter_drain.lua and meter_window.lua. After those two;
--- meter.lua (one operation) and meters.lua (an all-or-nothing batch) call
--- it. The differential tests (crates/store/tests/meters_differential.rs,
+-- meters.lua (an all-or-nothing batch holding burst tiers) calls it;
+-- single operations and batches of meters alone run the lean port
+-- (lean_drain.lua, lean_window.lua). The differential tests (crates/store/tests/meters_differential.rs,
 -- meters_batch.rs) hold it to core.
 --
 -- An operation's arguments are 10 strings from ARGV[at]:
@@ -78,7 +79,7 @@ local function meter_encode(m, st)
   return value
 end
 
--- Decides m on st at now: the reply (8 values, as meter.lua returns them)
+-- Decides m on st at now: the reply (8 values, as drain.lua returns them)
 -- and the state to write ({kind, level, ban}, nil for no write); nil and
 -- nil when core refuses (a charge whose debt would not be kept exactly).
 local function meter_decide(m, st, now)
@@ -166,16 +167,4 @@ local function meter_store(key, m, write, now, redis_now, slack)
     if slack > 0 then value = value .. '@' .. fmt(forget) end
     redis.call('SET', key, value, 'PXAT', fmt(forget - now + redis_now + slack))
   end
-end
-
--- One operation alone, decided and stored: meter.lua's body, and each
--- meter operation of batch.lua. Its key is `key`, its arguments start at
--- ARGV[at]. Returns meter.lua's reply.
-local function meter_one(key, at, now, redis_now, slack)
-  local m = meter_args(at)
-  local st = meter_read(m, redis.call('GET', key), now)
-  local reply, write = meter_decide(m, st, now)
-  if not reply then return { 'refused', meter_encode(m, st), fmt(now) } end
-  if write then meter_store(key, m, write, now, redis_now, slack) end
-  return reply
 end

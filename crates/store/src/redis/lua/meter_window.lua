@@ -1,5 +1,5 @@
 -- The level of a window (kind 'w'): a port of charon_core::window (see
--- docs/algorithms.md, "Windows"). After common.lua; meter.lua calls it.
+-- docs/algorithms.md, "Windows"). After common.lua; meter_op.lua uses it.
 --
 -- A level is the counts {index, curr, prev} of the aligned window `index`
 -- (first_hit: index is the start of the window, its first hit).

@@ -19,7 +19,7 @@
 --     DORMANT_GRACE to the tiers' five values each); KEYS[k ..] rate.lua's
 --     4 + n keys
 --
--- Reply: {committed (1 or 0), then per operation 8 values as meter.lua
+-- Reply: {committed (1 or 0), then per operation 8 values as drain.lua or window.lua
 --        returns them, or 13 as rate.lua does}, or
 --        {'refused', i (from 0), state, now}: operation i is a charge
 --        whose debt would not be kept exactly, or

@@ -188,6 +188,17 @@ pub fn serve<S: BuildHasher>(
     queue: &mut WaitQueue,
     now: Millis,
 ) -> Vec<Decided> {
+    walk(state, queue, now).0
+}
+
+/// [`serve`], and where the walk stopped (the position of the waiter the
+/// global limit stopped at, or the queue's length): until the counts
+/// change, only that waiter's leaving can let anyone else through.
+fn walk<S: BuildHasher>(
+    state: &mut CopyState<S>,
+    queue: &mut WaitQueue,
+    now: Millis,
+) -> (Vec<Decided>, usize) {
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(w) = queue.waiters.get(i) {
@@ -226,11 +237,12 @@ pub fn serve<S: BuildHasher>(
             .global_limit
             .map_or(UNBOUNDED, |g| g.saturating_sub(counts.global));
         if own >= min && global < min {
-            break;
+            return (out, i);
         }
         i += 1;
     }
-    out
+    let end = queue.len();
+    (out, end)
 }
 
 /// Rejects, one at a time in order of deadline, every waiter whose
@@ -242,29 +254,39 @@ pub fn expire_waiters<S: BuildHasher>(
     queue: &mut WaitQueue,
     now: Millis,
 ) -> Vec<Decided> {
-    let mut out = Vec::new();
-    while let Some(i) = due(queue, now) {
-        let w = queue.waiters.remove(i).expect("found");
-        let reply = rejection(state, &w, now);
-        out.push(Decided {
-            ticket: w.ticket,
-            reply,
-        });
-        out.extend(serve(state, queue, now));
-    }
-    out
-}
-
-/// The position of the waiter due first at `now` (earliest deadline, then
-/// earliest arrival), if any is due.
-fn due(queue: &WaitQueue, now: Millis) -> Option<usize> {
-    queue
+    // Due first by deadline, then by place in the queue (places keep their
+    // order as waiters leave). Bounded cost: one sort, and a walk only
+    // when the waiter leaving is the one the walk stopped at.
+    let mut due: Vec<(Millis, usize, u64)> = queue
         .waiters
         .iter()
         .enumerate()
         .filter(|(_, w)| w.deadline <= now)
-        .min_by_key(|(i, w)| (w.deadline, *i))
-        .map(|(i, _)| i)
+        .map(|(i, w)| (w.deadline, i, w.ticket))
+        .collect();
+    if due.is_empty() {
+        return Vec::new();
+    }
+    due.sort_unstable();
+    let (mut out, mut stop) = walk(state, queue, now);
+    for (_, _, ticket) in due {
+        let Some(i) = queue.waiters.iter().position(|w| w.ticket == ticket) else {
+            continue; // served meanwhile
+        };
+        let w = queue.waiters.remove(i).expect("found");
+        out.push(Decided {
+            ticket: w.ticket,
+            reply: rejection(state, &w, now),
+        });
+        if i == stop {
+            let (served, at) = walk(state, queue, now);
+            out.extend(served);
+            stop = at;
+        } else if i < stop {
+            stop -= 1;
+        }
+    }
+    out
 }
 
 /// Answers every waiter of `domain` with `result_ready` and no copy

@@ -136,9 +136,12 @@ impl CopyTable {
     /// Releases `e`'s expired transfers and rejects its waiters past their
     /// deadline, serving the queue after each.
     fn pass_time(&self, e: &mut CopyEntry, now: Millis, ids: &TransferIds) -> Vec<Decided> {
+        // Deadlines first (a waiter whose wait ran out is not served by a
+        // copy that came back at the same instant); the queue was served
+        // after the last change, so rejecting is all they do until then.
+        let mut decided = copy::expire_waiters(&mut e.copies, &mut e.queue, now);
         let expired = copy::expire(&mut e.copies, now);
         ids.forget(&expired);
-        let mut decided = copy::expire_waiters(&mut e.copies, &mut e.queue, now);
         if !expired.is_empty() {
             decided.extend(copy::serve(&mut e.copies, &mut e.queue, now));
         }

@@ -255,3 +255,33 @@ async fn a_session_waiting_for_a_copy_may_release_another_meanwhile() {
     assert_eq!(granted, 1, "the waited copy was released with the session");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_waiters_than_a_session_may_have_in_flight_still_let_the_release_through() {
+    let options = charon_server::ServerOptions {
+        session_concurrency: 4,
+        ..charon_server::ServerOptions::default()
+    };
+    let server = InProcessServer::start_with_options(LIMITS, options).await;
+    let mut c = LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut s = Session::open(&mut c).await;
+    assert_eq!(reserved(s.call(reserve("hot", "x", 0)).await).granted, 1);
+    // Ten waiters on the one session, more than its 4 in flight.
+    for _ in 0..10 {
+        s.send(reserve("hot", "x", 60_000)).await;
+    }
+    until_waiting(&server, "hot", 10).await;
+    s.send(release("hot", "x", true)).await;
+    let mut ready = 0;
+    for _ in 0..11 {
+        match s.reply().await {
+            Reply::Reserve(r) if r.result_ready => ready += 1,
+            Reply::Release(_) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(ready, 10);
+    server.stop().await;
+}

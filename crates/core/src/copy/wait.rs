@@ -225,13 +225,10 @@ fn walk<S: BuildHasher>(
             });
             continue;
         }
-        let own = available(
-            &CopyLimits {
-                global_limit: None,
-                ..w.limits.clone()
-            },
-            &counts,
-        );
+        let mut own = w.limits.domain_limit.saturating_sub(counts.domain);
+        for (g, held) in w.limits.groups.iter().zip(&counts.groups) {
+            own = own.min(g.limit.saturating_sub(*held));
+        }
         let global = w
             .limits
             .global_limit

@@ -19,7 +19,10 @@
 //! reads no further until one is answered, and a client that does not read
 //! its replies stops the lane, hence the driver. What the client sends
 //! meanwhile waits in the stream's HTTP/2 window (see `STREAM_WINDOW` in
-//! the crate root), never in an unbounded queue.
+//! the crate root), never in an unbounded queue. A reserve waiting for a
+//! copy (SPEC §14) stops counting once it is parked in its resource's
+//! queue, which `queue_limit` bounds: the release that would serve it
+//! must still get through.
 //!
 //! The stream ends when the client closes it, when the connection breaks
 //! or stops answering keep-alive pings, or at shutdown; then the lane
@@ -258,6 +261,12 @@ async fn copy_lane(
                 let started = Instant::now();
                 match ops::reserve::join(&mut session, &req).await {
                     Ok(ops::reserve::Joined::Waiting(waiter)) => {
+                        // Parked in the store's queue (bounded by its
+                        // queue_limit), it no longer counts as in flight:
+                        // else a session with as many waiters as its
+                        // session_concurrency could not send the release
+                        // that would serve them.
+                        drop(permit);
                         let (state, tx) = (state.clone(), tx.clone());
                         tokio::spawn(async move {
                             let gone = async {
@@ -269,7 +278,6 @@ async fn copy_lane(
                             let r = ops::reserve::finish(&waiter, &req, gone).await;
                             let result = waited_reply(&state, &req, r, started);
                             let _ = tx.send(Ok(reply(id, result))).await;
-                            drop(permit);
                         });
                         continue;
                     }

@@ -161,7 +161,7 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
         ),
         (
             json!({"t": 5, "op": "request", "resource": "api", "domain": "d", "copys": 1}),
-            "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, dry_run, session)",
+            "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, dry_run, session, id)",
         ),
         (
             json!({"t": 5, "op": "fly"}),
@@ -185,7 +185,7 @@ fn odd_numbers_and_backwards_time_are_client_errors() {
     let reply = ask(json!({"t": -1, "op": "request", "domain": 7, "copys": 1}));
     assert_eq!(
         reply["message"],
-        "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, dry_run, session)\n\
+        "copys: unknown field (expected one of: t, op, resource, domain, copies, min_copies, dry_run, session, id)\n\
          t: -1 is negative; counts start at 0\n\
          resource: is required\n\
          domain: expected a string, found the number 7",

@@ -1342,6 +1342,25 @@ async fn every_documented_operation_is_served() {
     assert_eq!(count, 25, "operations documented");
 }
 
+/// Each kind's resource schema names exactly the fields the configuration
+/// parser accepts for that kind: a field added to one is added to both.
+#[test]
+fn each_resource_schema_lists_the_fields_the_parser_accepts() {
+    let doc: Value = serde_json::from_str(charon_config_service::openapi_json()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    for kind in charon_core::config::KINDS {
+        let name = format!("{}{}Resource", kind[..1].to_uppercase(), &kind[1..]);
+        let properties = schemas[&name]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no schema {name}"));
+        let mut documented: Vec<&str> = properties.keys().map(String::as_str).collect();
+        let mut parsed = charon_core::config::resource_fields(kind).unwrap().to_vec();
+        documented.sort_unstable();
+        parsed.sort_unstable();
+        assert_eq!(documented, parsed, "{name}");
+    }
+}
+
 /// Every `$ref` in `v`, with where it is.
 fn refs<'v>(v: &'v Value, out: &mut Vec<&'v str>) {
     match v {

@@ -223,11 +223,6 @@ async fn a_master_killed_under_load_gives_server_errors_never_an_extra_copy() {
                 {
                     Ok(r) => {
                         let total = acked.fetch_add(r.granted, Ordering::SeqCst) + r.granted;
-                        eprintln!(
-                            "DIAG ack {} total {total} doubt {}",
-                            r.granted,
-                            s.operations_in_doubt()
-                        );
                         assert!(total <= LIMIT, "{total} copies acknowledged, limit {LIMIT}");
                     }
                     Err(StoreError::Unavailable(_)) => {
@@ -270,7 +265,9 @@ async fn a_master_killed_under_load_gives_server_errors_never_an_extra_copy() {
     }
     assert!(
         recovered.is_some(),
-        "service recovered by itself: {acked:?} of {LIMIT}"
+        "service recovered by itself: {acked:?} of {LIMIT} acknowledged, {} in doubt, counts {:?}",
+        store.operations_in_doubt(),
+        store.copy_log(&name).await
     );
     assert!(errors.load(Ordering::Relaxed) > 0, "the failover was seen");
     settled(&store).await;

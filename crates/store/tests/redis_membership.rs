@@ -655,6 +655,59 @@ async fn copy_operations_whose_reply_was_lost_are_undone() {
     assert_eq!(s.copy_log("vm").await.unwrap().0, CopyLog::default());
 }
 
+/// An undo whose reply is lost too (during a failover: no replica yet to
+/// confirm it) ran anyway; run again, it finds its own `undone` mark. The
+/// operations in doubt after it must still be undone, not forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_whose_reply_was_lost_is_run_again_and_the_rest_still_undone() {
+    // As a server logs (on every thread: the housekeeping runs on the
+    // runtime's workers): the undo's warning is built only when enabled.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_test_writer()
+        .try_init();
+    let redis = RedisServer::start();
+    let s = RedisStore::connect(
+        &redis.url(),
+        RedisOptions {
+            op_timeout: Duration::from_millis(100),
+            ..options(None, "a", Duration::from_secs(3))
+        },
+    )
+    .await
+    .unwrap();
+    reserve(&s, "d1", 2).await;
+    let pause = |ms: u64| {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .query(&mut raw(&redis))
+            .unwrap();
+    };
+    pause(300);
+    let e = s
+        .reserve("vm", "d1", &limits(), amount(3), Enforcement::Enforce)
+        .await;
+    assert!(matches!(e, Err(StoreError::Unavailable(_))), "{e:?}");
+    let e = s.release(&hold("d1"), 1).await;
+    assert!(matches!(e, Err(StoreError::Unavailable(_))), "{e:?}");
+    assert_eq!(s.operations_in_doubt(), 2);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Both ran when the pause ended. The first round of undos starts with
+    // the housekeeping, inside a second pause: the first undo times out
+    // (and runs when it ends), the second waits behind it.
+    pause(300);
+    let _m = spawn_maintain(&s);
+    let settled = eventually(Duration::from_secs(6), async || {
+        s.operations_in_doubt() == 0
+            && s.copy_log("vm").await.ok()
+                == Some((log(2, &[("d1", 2)], 2), log(2, &[("d1", 2)], 2)))
+    })
+    .await;
+    assert!(settled.is_some(), "{:?}", s.copy_log("vm").await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_leaves_takes_its_contributions_and_registration_along() {
     let redis = RedisServer::start();

@@ -66,6 +66,18 @@ scalars! {
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0));
     AuditLimit: "How many audit entries a page holds, 1 to 1000." =
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(1000));
+    QueueLimit: "The most callers that may wait for a copy of the resource at once, 0 to 1000000 (default 100); a reserve that finds that many waiting is answered queue_full at once." =
+        ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(charon_core::copy::MAX_QUEUE_LIMIT));
+}
+
+/// `wait_mode` of a copy-limited resource: who a released copy goes to.
+/// `exclusive` (default): the first waiter gets it. `shared_result`: every
+/// waiter is answered at once, without a copy, that the result is ready.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitMode {
+    Exclusive,
+    SharedResult,
 }
 
 /// A human duration: `250ms`, `1s`, `15m`, `24h`, `1h 30m` (whole
@@ -368,6 +380,9 @@ pub struct CopyResource {
     kind: CopyKind,
     domain_limit: Count,
     global_limit: Option<Count>,
+    queue_limit: Option<QueueLimit>,
+    #[schema(inline)]
+    wait_mode: Option<WaitMode>,
     /// At most 10000 overrides (MAX_DOMAIN_OVERRIDES).
     domains: Option<BTreeMap<String, CopyOverride>>,
     /// At most 1000 groups (MAX_GROUPS).

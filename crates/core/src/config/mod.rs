@@ -24,7 +24,7 @@ use crate::{ClientError, UNBOUNDED, bucket, queue, window};
 
 pub use lease::LeaseResource;
 pub use normalize::{Adjustment, normalize_tiers};
-pub use parse::{parse_envoy, parse_namespace, parse_resource, parse_soft_limit};
+pub use parse::{parse_envoy, parse_namespace, parse_resource, parse_soft_limit, resource_fields};
 
 /// Bounds on the size of a configuration, checked by [`Config::from_yaml`],
 /// [`Config::from_value`] and [`parse_resource`] alike, so a file, the

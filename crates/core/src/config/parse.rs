@@ -76,6 +76,16 @@ const KIND_FIELDS: [&[&str]; 6] = [
     QUEUE_FIELDS,
     super::lease::LEASE_FIELDS,
 ];
+/// The fields a resource of `kind` may name (`None` for an unknown
+/// kind): the one list that the OpenAPI schema of the configuration API
+/// is checked against, so that a new field cannot be left out of it.
+pub fn resource_fields(kind: &str) -> Option<&'static [&'static str]> {
+    KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .map(|i| KIND_FIELDS[i])
+}
+
 const COPY_FIELDS: &[&str] = &[
     "name",
     "kind",

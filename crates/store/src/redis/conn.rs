@@ -183,6 +183,12 @@ impl Conn {
             .map(|(_, reply)| reply)
     }
 
+    /// Whether this is a Redis Cluster, where a master's slots can be
+    /// unserved for a whole failover.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
+
     /// [`Conn::eval`], also giving the replies of the `before` commands.
     pub(crate) async fn eval_after(
         &self,

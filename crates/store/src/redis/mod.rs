@@ -285,6 +285,7 @@ impl RedisStore {
             options.op_timeout,
             options.max_batch,
         );
+        let conn_is_cluster = conn.is_cluster();
         let store = RedisStore {
             conn,
             keys: Keys::new(&options.key_prefix),
@@ -297,7 +298,7 @@ impl RedisStore {
             clock,
             holds: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
-            record_ttl: (options.liveness_ttl * 2).max(options.op_timeout * 10),
+            record_ttl: record_ttl(options.liveness_ttl, options.op_timeout, conn_is_cluster),
             ops: AtomicU64::new(0),
             in_doubt: Mutex::new(Vec::new()),
             lease_locks: lease::Stripes::default(),
@@ -624,35 +625,20 @@ impl RedisStore {
                 // Redis lost its data since: the rebuild replaced it.
                 continue;
             }
-            let k = self.keys.copies(&op.resource, &self.member);
-            let [counts, contribution, staging, expiry] = k.all();
-            let keys = [counts, contribution, staging, expiry, op.record.as_str()];
-            let args = [self.clock_arg(), self.record_ttl.as_millis().to_string()];
-            // Replicated like the operation itself: an undo lost in a
-            // failover would leave the copies counted (it is retried).
-            let undo = self
-                .conn
-                .eval_replicated(&self.scripts.undo, &keys, &args, &[])
-                .await;
-            match undo.map(|(_, v)| v) {
-                Ok(v) => {
-                    let mut r = Reply::new(self.scripts.undo.name, v)?;
-                    match r.text()?.as_str() {
-                        "undone" => tracing::warn!(
-                            resource = %op.resource,
-                            operation = %r.text()?,
-                            "undid a copy operation whose reply was lost"
-                        ),
-                        "fenced" => {
-                            return Err(self.resign(
-                                "other servers considered this server dead and removed its contributions"
-                                    .into(),
-                            ));
-                        }
-                        _ => {}
-                    }
+            match self.undo(&op).await {
+                Ok(Undo::Settled) => {}
+                Ok(Undo::Fenced) => {
+                    // Every operation left is moot: a resigned member's
+                    // contributions are removed as a dead member's.
+                    return Err(self.resign(
+                        "other servers considered this server dead and removed its contributions"
+                            .into(),
+                    ));
                 }
                 Err(e) => {
+                    // Kept, with every operation after it: an undo that
+                    // failed (or whose reply could not be read) is tried
+                    // again, never forgotten (a forgotten one leaks copies).
                     left.push(op);
                     failure = Some(e);
                 }
@@ -660,6 +646,69 @@ impl RedisStore {
         }
         self.lock_in_doubt().extend(left);
         failure.map_or(Ok(()), Err)
+    }
+
+    /// Runs `undo.lua` for one operation in doubt. Running it again is
+    /// harmless: an undo whose confirmation was lost (no replica during a
+    /// failover) finds its own `undone` mark and answers just `undone`.
+    async fn undo(&self, op: &InDoubt) -> Result<Undo, StoreError> {
+        let k = self.keys.copies(&op.resource, &self.member);
+        let [counts, contribution, staging, expiry] = k.all();
+        let keys = [counts, contribution, staging, expiry, op.record.as_str()];
+        let args = [self.clock_arg(), self.record_ttl.as_millis().to_string()];
+        // Replicated like the operation itself: an undo lost in a
+        // failover would leave the copies counted (it is retried).
+        let (_, v) = self
+            .conn
+            .eval_replicated(&self.scripts.undo, &keys, &args, &[])
+            .await?;
+        let mut r = Reply::new(self.scripts.undo.name, v)?;
+        match r.text()?.as_str() {
+            "undone" => {
+                // The kind is there only on the run that reversed it.
+                if let Ok(kind) = r.text() {
+                    tracing::warn!(
+                        resource = %op.resource,
+                        operation = %kind,
+                        "undid a copy operation whose reply was lost"
+                    );
+                }
+                Ok(Undo::Settled)
+            }
+            "cancelled" => Ok(Undo::Settled),
+            "fenced" => Ok(Undo::Fenced),
+            other => Err(bad(
+                self.scripts.undo.name,
+                &format!("unknown status {other:?}"),
+            )),
+        }
+    }
+}
+
+/// What undoing one operation in doubt came to.
+enum Undo {
+    /// Reversed now, reversed before, or cancelled before it ran.
+    Settled,
+    /// Other servers fenced this one: it must resign.
+    Fenced,
+}
+
+/// On a Redis Cluster, operation records live at least this long: an
+/// operation in doubt at a master's death is undone on the promoted
+/// replica, which serves only after the failover (the cluster's node
+/// timeout, 15 s by default, plus the election). A record that expired
+/// first would make the undo a mere cancellation and leak the copies.
+const CLUSTER_RECORD_TTL: Duration = Duration::from_secs(60);
+
+/// How long the record of a copy operation lives: long enough for every
+/// retry of the operation and for its undo (see "Lost replies" in
+/// docs/redis.md).
+fn record_ttl(liveness_ttl: Duration, op_timeout: Duration, cluster: bool) -> Duration {
+    let ttl = (liveness_ttl * 2).max(op_timeout * 10);
+    if cluster {
+        ttl.max(CLUSTER_RECORD_TTL)
+    } else {
+        ttl
     }
 }
 

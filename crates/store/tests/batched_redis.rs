@@ -29,7 +29,7 @@ use charon_core::meter::{Meter, Op};
 use charon_core::request::Amount;
 use charon_store::{MemoryStore, MeterOp, RedisOptions, RedisStore, Store};
 use charon_testkit::RedisServer;
-use charon_testkit::stores::{Kind, Seeded, kind, single};
+use charon_testkit::stores::{Kind, Seeded, assert_each_mutation_caught, kind, single};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -180,37 +180,34 @@ async fn batched_decisions_equal_the_in_memory_stores_one_by_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batched_differential_catches_a_broken_batch_script() {
     let redis = RedisServer::start();
-    for (from, to) in [
-        // A tiers operation decided on the first operation's keys: replies
-        // and states of pairs mixed up.
-        ("pcall(rate_step, k - 1,", "pcall(rate_step, 0,"),
-        // The tiers' rule, inside the batch script only (one more hit fits
-        // in the current tier).
-        (
-            "local room = math.max(tiers[at].limit - tier_hits(st, at), 0)",
-            "local room = math.max(tiers[at].limit + 1 - tier_hits(st, at), 0)",
-        ),
-        // The next operation's arguments read one place too early.
-        ("a = a + 12 + 5 * n", "a = a + 11 + 5 * n"),
-        // Meters alone (meter_batch.lua): a later operation on a key does
-        // not see what the earlier ones of the batch left.
-        (
-            "held[key], pending[key], forgets[key] = value, value, forget",
-            "pending[key], forgets[key] = value, forget",
-        ),
-        // Meters alone: each operation reads Redis, where the batch has not
-        // written yet.
-        ("if raw == nil then", "if true then"),
-    ] {
-        let mut caught = false;
-        for seed in 1..=6 {
-            if run(seed, 40, &redis, Some((from, to))).await.is_err() {
-                caught = true;
-                break;
-            }
-        }
-        assert!(caught, "the mutation {from:?} -> {to:?} went unnoticed");
-    }
+    let redis = &redis;
+    assert_each_mutation_caught(
+        &[
+            // A tiers operation decided on the first operation's keys: replies
+            // and states of pairs mixed up.
+            ("pcall(rate_step, k - 1,", "pcall(rate_step, 0,"),
+            // The tiers' rule, inside the batch script only (one more hit fits
+            // in the current tier).
+            (
+                "local room = math.max(tiers[at].limit - tier_hits(st, at), 0)",
+                "local room = math.max(tiers[at].limit + 1 - tier_hits(st, at), 0)",
+            ),
+            // The next operation's arguments read one place too early.
+            ("a = a + 12 + 5 * n", "a = a + 11 + 5 * n"),
+            // Meters alone (meter_batch.lua): a later operation on a key does
+            // not see what the earlier ones of the batch left.
+            (
+                "held[key], pending[key], forgets[key] = value, value, forget",
+                "pending[key], forgets[key] = value, forget",
+            ),
+            // Meters alone: each operation reads Redis, where the batch has not
+            // written yet.
+            ("if raw == nil then", "if true then"),
+        ],
+        1..=6,
+        async |seed, mutation| run(seed, 40, redis, Some(mutation)).await.is_err(),
+    )
+    .await;
 }
 
 /// 200 requests at once, each on its own pair of one bucket (so one slot)

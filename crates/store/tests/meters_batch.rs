@@ -31,7 +31,7 @@ use charon_store::{
     Batch, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
 };
 use charon_testkit::RedisServer;
-use charon_testkit::stores::{Kind, Seeded, kind, single};
+use charon_testkit::stores::{Kind, Seeded, assert_each_mutation_caught, kind, single};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -293,53 +293,51 @@ async fn memory_and_redis_batches_agree_and_uncommitted_batches_change_nothing()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batch_differential_catches_a_broken_script() {
     let redis = RedisServer::start();
-    for (from, to) in [
-        // Writes even when a request was rejected: not all or nothing.
-        ("if out[1] == 1 then", "if true then"),
-        // Decides every operation on the stored state, ignoring the
-        // earlier operations of the same batch.
-        ("states[key] = write", "states[key] = st"),
-        // Forgets that a dry run that is rejected also stops the batch.
-        ("(m.op == 'r' or m.op == 'd')", "(m.op == 'r')"),
-        // Lets a shadowed rejection stop the batch.
-        ("if not shadow and", "if"),
-        // Tiers: forgets that a rejected dry run stops the batch.
-        (
-            "rejected = (op == 'r' or op == 'd')",
-            "rejected = (op == 'r')",
-        ),
-        // Meters alone (meters_lean.lua): a shadowed rejection stops the
-        // batch.
-        ("if ARGV[a] ~= '1' and (op == 'r'", "if (op == 'r'"),
-        // Meters alone: the states are written although a request was
-        // rejected.
-        (
-            "if out[1] == 1 then\n  for _, key in ipairs(order) do\n    lean_store",
-            "if true then\n  for _, key in ipairs(order) do\n    lean_store",
-        ),
-        // Tiers: the rule itself, inside the batch only (one more hit fits
-        // in the current tier).
-        (
-            "local room = math.max(tiers[at].limit - tier_hits(st, at), 0)",
-            "local room = math.max(tiers[at].limit + 1 - tier_hits(st, at), 0)",
-        ),
-        // Tiers: each operation reads the stored state, not what the
-        // earlier ones of the batch left.
-        ("if not e.str then", "if true then"),
-        // Tiers: a committed batch does not drop the hits its operations
-        // pruned from the front of the lists.
-        ("if e.off > 0 then", "if false then"),
-    ] {
-        let mut caught = false;
-        for seed in 1..=8 {
-            if run(seed, 300, &redis, Some((from, to)), &mut BTreeMap::new())
+    let redis = &redis;
+    assert_each_mutation_caught(
+        &[
+            // Writes even when a request was rejected: not all or nothing.
+            ("if out[1] == 1 then", "if true then"),
+            // Decides every operation on the stored state, ignoring the
+            // earlier operations of the same batch.
+            ("states[key] = write", "states[key] = st"),
+            // Forgets that a dry run that is rejected also stops the batch.
+            ("(m.op == 'r' or m.op == 'd')", "(m.op == 'r')"),
+            // Lets a shadowed rejection stop the batch.
+            ("if not shadow and", "if"),
+            // Tiers: forgets that a rejected dry run stops the batch.
+            (
+                "rejected = (op == 'r' or op == 'd')",
+                "rejected = (op == 'r')",
+            ),
+            // Meters alone (meters_lean.lua): a shadowed rejection stops the
+            // batch.
+            ("if ARGV[a] ~= '1' and (op == 'r'", "if (op == 'r'"),
+            // Meters alone: the states are written although a request was
+            // rejected.
+            (
+                "if out[1] == 1 then\n  for _, key in ipairs(order) do\n    lean_store",
+                "if true then\n  for _, key in ipairs(order) do\n    lean_store",
+            ),
+            // Tiers: the rule itself, inside the batch only (one more hit fits
+            // in the current tier).
+            (
+                "local room = math.max(tiers[at].limit - tier_hits(st, at), 0)",
+                "local room = math.max(tiers[at].limit + 1 - tier_hits(st, at), 0)",
+            ),
+            // Tiers: each operation reads the stored state, not what the
+            // earlier ones of the batch left.
+            ("if not e.str then", "if true then"),
+            // Tiers: a committed batch does not drop the hits its operations
+            // pruned from the front of the lists.
+            ("if e.off > 0 then", "if false then"),
+        ],
+        1..=8,
+        async |seed, mutation| {
+            run(seed, 300, redis, Some(mutation), &mut BTreeMap::new())
                 .await
                 .is_err()
-            {
-                caught = true;
-                break;
-            }
-        }
-        assert!(caught, "the mutation {from:?} -> {to:?} went unnoticed");
-    }
+        },
+    )
+    .await;
 }

@@ -20,7 +20,7 @@ use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op, Reply};
 use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, StoreError};
 use charon_testkit::RedisServer;
-use charon_testkit::stores::{Seeded, meter};
+use charon_testkit::stores::{Seeded, assert_each_mutation_caught, meter};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -268,45 +268,43 @@ async fn memory_and_redis_meters_give_identical_replies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_differential_catches_a_broken_lean_script() {
     let redis = RedisServer::start();
-    for (from, to) in [
-        // Buckets and queues: one more unit fits than the level leaves.
-        (
-            "if d < FULL then room = math.floor((FULL - d) / P) end",
-            "if d < FULL then room = math.floor((FULL - d) / P) + 1 end",
-        ),
-        // Queues: the wait before a request's first unit one millisecond
-        // long.
-        (
-            "if kind == 'q' then delay = math.floor(d / C);",
-            "if kind == 'q' then delay = math.floor(d / C) + 1;",
-        ),
-        // A rejection while banned extends the ban (both kinds).
-        (
-            "if not banned and ban_ms > 0 then new_ban = now + ban_ms end",
-            "if ban_ms > 0 then new_ban = now + ban_ms end",
-        ),
-        // Windows: a sliding window forgets its current count a window
-        // early.
-        (
-            "if sliding and c ~= 0 then return (i + 2) * W end",
-            "if sliding and c ~= 0 then return (i + 1) * W end",
-        ),
-        // Windows: a fixed window's retry one millisecond late.
-        (
-            "if c + min <= LIMIT then retry = 0 else retry = to_next end",
-            "if c + min <= LIMIT then retry = 0 else retry = to_next + 1 end",
-        ),
-    ] {
-        let mut caught = false;
-        for seed in 1..=8 {
-            if run(seed, 400, &redis, Some((from, to)), &mut BTreeMap::new())
+    let redis = &redis;
+    assert_each_mutation_caught(
+        &[
+            // Buckets and queues: one more unit fits than the level leaves.
+            (
+                "if d < FULL then room = math.floor((FULL - d) / P) end",
+                "if d < FULL then room = math.floor((FULL - d) / P) + 1 end",
+            ),
+            // Queues: the wait before a request's first unit one millisecond
+            // long.
+            (
+                "if kind == 'q' then delay = math.floor(d / C);",
+                "if kind == 'q' then delay = math.floor(d / C) + 1;",
+            ),
+            // A rejection while banned extends the ban (both kinds).
+            (
+                "if not banned and ban_ms > 0 then new_ban = now + ban_ms end",
+                "if ban_ms > 0 then new_ban = now + ban_ms end",
+            ),
+            // Windows: a sliding window forgets its current count a window
+            // early.
+            (
+                "if sliding and c ~= 0 then return (i + 2) * W end",
+                "if sliding and c ~= 0 then return (i + 1) * W end",
+            ),
+            // Windows: a fixed window's retry one millisecond late.
+            (
+                "if c + min <= LIMIT then retry = 0 else retry = to_next end",
+                "if c + min <= LIMIT then retry = 0 else retry = to_next + 1 end",
+            ),
+        ],
+        1..=8,
+        async |seed, mutation| {
+            run(seed, 400, redis, Some(mutation), &mut BTreeMap::new())
                 .await
                 .is_err()
-            {
-                caught = true;
-                break;
-            }
-        }
-        assert!(caught, "the mutation {from:?} -> {to:?} went unnoticed");
-    }
+        },
+    )
+    .await;
 }

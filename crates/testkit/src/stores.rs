@@ -339,3 +339,25 @@ pub fn redis_tls(pki: &crate::TestPki, client: bool) -> RedisTls {
         }),
     }
 }
+
+/// Asserts that a differential test catches each deliberate mutation of a
+/// Redis script: `fails(seed, (from, to))` runs the test with `from`
+/// replaced by `to` in the script and says whether it failed, for the
+/// `seeds` in turn until one does. A mutation no seed catches means the
+/// test cannot see the rule the mutation breaks.
+pub async fn assert_each_mutation_caught(
+    mutations: &[(&'static str, &'static str)],
+    seeds: std::ops::RangeInclusive<u64>,
+    mut fails: impl AsyncFnMut(u64, (&'static str, &'static str)) -> bool,
+) {
+    for &(from, to) in mutations {
+        let mut caught = false;
+        for seed in seeds.clone() {
+            if fails(seed, (from, to)).await {
+                caught = true;
+                break;
+            }
+        }
+        assert!(caught, "the mutation {from:?} -> {to:?} went unnoticed");
+    }
+}

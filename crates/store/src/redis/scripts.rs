@@ -179,34 +179,34 @@ impl Scripts {
             drain: Script::new(
                 "drain",
                 mutated(lean_script!(
-                    "lean_drain.lua",
                     "lean_store.lua",
+                    "lean_drain.lua",
                     "drain.lua"
                 )),
             ),
             window: Script::new(
                 "window",
                 mutated(lean_script!(
-                    "lean_window.lua",
                     "lean_store.lua",
+                    "lean_window.lua",
                     "window.lua"
                 )),
             ),
             meter_batch: Script::new(
                 "meter_batch",
                 mutated(lean_script!(
+                    "lean_store.lua",
                     "lean_drain.lua",
                     "lean_window.lua",
-                    "lean_store.lua",
                     "meter_batch.lua"
                 )),
             ),
             meters_lean: Script::new(
                 "meters_lean",
                 mutated(lean_script!(
+                    "lean_store.lua",
                     "lean_drain.lua",
                     "lean_window.lua",
-                    "lean_store.lua",
                     "meters_lean.lua"
                 )),
             ),

@@ -35,29 +35,15 @@ local function drain_op(raw, a, now, slack)
   local FULL = CAP * P
 
   -- The stored value: '<kind>:<ms>,<frac>' and ';<ban end>' when a ban is
-  -- kept; '@<forget time>' after them under a test clock only (the value
-  -- is no state from then on, as the key would be gone with Redis TIME).
+  -- kept; under a test clock only, '@<forget time>' (lean_value,
+  -- lean_store.lua).
   local ms, frac, ban, rms, rfrac, rban = nil, 0, nil, nil, 0, nil
-  if raw then
-    local k, rest = string.match(raw, '^(%a):(.*)$')
-    local body, written_forget = nil, nil
-    if rest and string.find(rest, '@', 1, true) then
-      body, written_forget = string.match(rest, '^(.*)@(%d+)$')
-    end
-    if body then
-      rest = body
-      if now >= tonumber(written_forget) then k = nil end
-    end
-    if k == kind then
-      local lv, b = string.match(rest, '^([^;]*);(%d+)$')
-      if not lv then lv = rest end
-      if b then ban = tonumber(b) end
-      if lv ~= '' then
-        local m, f = string.match(lv, '^(%d+),(%d+)$')
-        if not m then error({ err = 'CHARON bad data: meter state ' .. raw }) end
-        ms, frac = tonumber(m), tonumber(f)
-      end
-    end
+  local lv
+  lv, ban = lean_value(raw, kind, now)
+  if lv and lv ~= '' then
+    local m, f = string.match(lv, '^(%d+),(%d+)$')
+    if not m then error({ err = 'CHARON bad data: meter state ' .. raw }) end
+    ms, frac = tonumber(m), tonumber(f)
   end
   rms, rfrac, rban = ms, frac, ban
 

@@ -21,28 +21,14 @@ local function window_op(raw, a, now, slack)
   local copies, min = tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
 
   -- The stored value: 'w:<index>,<curr>,<prev>' and ';<ban end>'; under a
-  -- test clock only, '@<forget time>' (see lean_drain.lua).
+  -- test clock only, '@<forget time>' (lean_value, lean_store.lua).
   local si, sc, sp, ban = nil, 0, 0, nil
-  if raw then
-    local k, rest = string.match(raw, '^(%a):(.*)$')
-    local body, written_forget = nil, nil
-    if rest and string.find(rest, '@', 1, true) then
-      body, written_forget = string.match(rest, '^(.*)@(%d+)$')
-    end
-    if body then
-      rest = body
-      if now >= tonumber(written_forget) then k = nil end
-    end
-    if k == 'w' then
-      local lv, b = string.match(rest, '^([^;]*);(%d+)$')
-      if not lv then lv = rest end
-      if b then ban = tonumber(b) end
-      if lv ~= '' then
-        local i, c, p = string.match(lv, '^(%d+),(%d+),(%d+)$')
-        if not i then error({ err = 'CHARON bad data: meter state ' .. raw }) end
-        si, sc, sp = tonumber(i), tonumber(c), tonumber(p)
-      end
-    end
+  local lv
+  lv, ban = lean_value(raw, 'w', now)
+  if lv and lv ~= '' then
+    local i, c, p = string.match(lv, '^(%d+),(%d+),(%d+)$')
+    if not i then error({ err = 'CHARON bad data: meter state ' .. raw }) end
+    si, sc, sp = tonumber(i), tonumber(c), tonumber(p)
   end
   local ri, rc, rp, rban = si, sc, sp, ban
 

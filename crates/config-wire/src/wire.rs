@@ -75,7 +75,7 @@ pub struct DeleteCommit {
     pub changed: bool,
 }
 
-/// The switches of one namespace (SPEC §4), as read back.
+/// The switches of one namespace, as read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "openapi", schema(as = NamespaceState))]
@@ -148,7 +148,7 @@ pub struct Changes {
     pub namespaces: BTreeMap<String, NamespaceBody>,
     /// Names of namespaces deleted (never on a snapshot).
     pub deleted_namespaces: Vec<String>,
-    /// The `envoy:` section (SPEC §11, normalized) when it changed, or on
+    /// The `envoy:` section (normalized) when it changed, or on
     /// a snapshot when the configuration has one; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<schema::EnvoySection>))]

@@ -1,4 +1,4 @@
-"""What the sync and asyncio capacity leases share (SPEC §12, paper §5.1,
+"""What the sync and asyncio capacity leases share (paper §5.1,
 Doorman's client): argument checks, the wire messages, and the lease's
 state behind one lock — the capacity in force, the local pacing of units
 (the top half) and what each refresh (the bottom half) asks and learns.

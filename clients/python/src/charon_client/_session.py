@@ -5,7 +5,7 @@ gRPC reads the request iterator on a thread of its own; a reader thread
 takes replies off the stream and completes the waiting futures. When the
 stream breaks, every waiting operation fails as a server error and the
 client opens a new session on its next operation (the server released
-this one's holds when it ended, SPEC §3)."""
+this one's holds when it ended)."""
 
 from __future__ import annotations
 

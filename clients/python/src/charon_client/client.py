@@ -32,7 +32,7 @@ _T = TypeVar("_T")
 class Client:
     """A connection to Charon, safe to share between threads.
 
-    Every operation goes on one ``Session`` stream (SPEC §3), pipelined, so
+    Every operation goes on one ``Session`` stream, pipelined, so
     that holds belong to this client and go back when it ends or dies.
     Connects lazily: a client made while the server is down works
     (degraded) and recovers by itself.
@@ -154,7 +154,7 @@ class Client:
         max_wait: float = 0.0,
         dry_run: bool = False,
     ) -> RateGrant:
-        """A rate-limited request (SPEC §2, §10): at least ``min_copies`` and
+        """A rate-limited request: at least ``min_copies`` and
         at most ``copies`` hits, retried with back-off for up to ``max_wait``
         seconds. A rejection is a result with ``granted == 0``. ``dry_run``
         asks without recording anything."""
@@ -162,13 +162,13 @@ class Client:
         return self._drive(steps)
 
     def charge(self, resource: str, domain: str, copies: int) -> pb.RateReply:
-        """``charge`` (SPEC §10): a cost recorded after the fact, never
+        """``charge``: a cost recorded after the fact, never
         rejected (a bucket goes into debt). Not degradable: a server error
         is raised, since the cost could not be recorded."""
         return self._drive(self._core.charge_or_refund("charge", resource, domain, copies))
 
     def refund(self, resource: str, domain: str, copies: int) -> pb.RateReply:
-        """``refund`` (SPEC §10): tokens given back to a bucket; a client
+        """``refund``: tokens given back to a bucket; a client
         error on any other kind. Not degradable, as ``charge``."""
         return self._drive(self._core.charge_or_refund("refund", resource, domain, copies))
 
@@ -236,7 +236,7 @@ class Client:
         adaptive: bool = False,
     ) -> Lease:
         """Takes a capacity lease on ``resource`` (a ``kind: lease``
-        resource, SPEC §12) for ``wants`` units per second and keeps it
+        resource) for ``wants`` units per second and keeps it
         refreshed in a daemon thread until released. Use the ``Lease`` as a
         context manager: leaving the block gives it back.
 

@@ -1,4 +1,4 @@
-"""Capacity leases on the sync client (SPEC §12, paper §5.1, Doorman):
+"""Capacity leases on the sync client (paper §5.1, Doorman):
 instead of asking before every access, the client holds a share of a
 resource's capacity and limits itself locally::
 

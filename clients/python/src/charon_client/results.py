@@ -33,7 +33,7 @@ class RateGrant:
     granted: int
     source: Source
     reply: Optional[pb.RateReply]
-    """The server's last reply (its full context, SPEC §10), if there was one."""
+    """The server's last reply (its full context), if there was one."""
     waited: float
     """Seconds spent waiting for the grant, back-off included."""
 
@@ -57,7 +57,7 @@ class RateGrant:
 
     @property
     def delay(self) -> float:
-        """A queue's throttle (SPEC §9): seconds to wait before proceeding
+        """A queue's throttle: seconds to wait before proceeding
         with what was granted; 0 for other kinds."""
         if self.reply is None or not self.reply.HasField("delay_ms"):
             return 0.0
@@ -88,7 +88,7 @@ class Stats:
 
 
 class LeaseSource(enum.Enum):
-    """Where the capacity in force of a lease comes from (SPEC §12)."""
+    """Where the capacity in force of a lease comes from."""
 
     SERVER = "server"
     """A lease from the server, not expired."""

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::{Count, Duration, Name};
 
-/// The `envoy:` section (SPEC §11, docs/envoy.md): which Charon resource
+/// The `envoy:` section (docs/envoy.md): which Charon resource
 /// limits which of Envoy's rate-limit descriptors, and how calls are
 /// decided and answered. At most 10000 domains and 100000 nodes in all,
 /// trees at most 16 levels deep.

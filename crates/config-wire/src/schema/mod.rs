@@ -60,7 +60,7 @@ scalars! {
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(MAX_COUNT));
     PositiveCount: "A count of a bucket, window or queue, 1 to 2^53-1 (with the exactness bounds of docs/algorithms.md on top: a full bucket or queue at most 2^53-1 ticks and 2^50 ms; a sliding_counter's limit × window at most 2^53-1)." =
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(MAX_COUNT));
-    Capacity: "A capacity of a lease resource (SPEC §12): a number from 0 to 9007199254.740991, kept to the millionth (fractions allowed, as in the paper's tables)." =
+    Capacity: "A capacity of a lease resource: a number from 0 to 9007199254.740991, kept to the millionth (fractions allowed, as in the paper's tables)." =
         ObjectBuilder::new().schema_type(Type::Number).minimum(Some(0)).maximum(Some(9_007_199_254.740_991));
     Version: "A global configuration version." =
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0));
@@ -86,7 +86,7 @@ pub enum WaitMode {
 #[schema(value_type = String)]
 pub struct Duration(String);
 
-/// A burst tier (SPEC §2). Read back with every field explicit except an
+/// A burst tier. Read back with every field explicit except an
 /// infinite `active`.
 #[derive(ToSchema)]
 pub struct Tier {
@@ -101,7 +101,7 @@ pub struct Tier {
 }
 
 /// `soft_limit`: a whole percentage above 0% and at most 100%, such as
-/// `80%` (SPEC §10): replies warn once usage reaches that share of the
+/// `80%`: replies warn once usage reaches that share of the
 /// limit in force.
 #[derive(ToSchema)]
 #[schema(value_type = String)]
@@ -116,7 +116,7 @@ pub struct RateOverride {
     /// tiers in all, its own and its overrides' (MAX_TIERS_PER_RESOURCE).
     tiers: Option<Vec<Tier>>,
     soft_limit: Option<Percent>,
-    /// Ban a domain this long after a rejection (SPEC §10), 1ms to 2^50 ms.
+    /// Ban a domain this long after a rejection, 1ms to 2^50 ms.
     ban: Option<Duration>,
 }
 
@@ -130,7 +130,7 @@ pub struct BucketOverride {
     ban: Option<Duration>,
 }
 
-/// `algorithm` of a window (SPEC §8).
+/// `algorithm` of a window.
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WindowAlgorithm {
@@ -264,7 +264,7 @@ pub enum LeaseKind {
     Lease,
 }
 
-/// How a lease resource divides its capacity (SPEC §12, Doorman's).
+/// How a lease resource divides its capacity (Doorman's).
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseAlgorithm {
@@ -274,7 +274,7 @@ pub enum LeaseAlgorithm {
     FairShare,
 }
 
-/// A capacity shared as leases (SPEC §12): clients ask for a share, hold
+/// A capacity shared as leases: clients ask for a share, hold
 /// it for `lease_length`, refresh every `refresh_interval` (at most
 /// `lease_length`), and limit themselves locally. No domain overrides.
 #[derive(ToSchema)]
@@ -298,7 +298,7 @@ pub struct LeaseResource {
     learning_mode: Option<Duration>,
 }
 
-/// A rate-limited resource (SPEC §2, §6). `name` may be omitted in a PUT
+/// A rate-limited resource. `name` may be omitted in a PUT
 /// body (it comes from the URL).
 #[derive(ToSchema)]
 pub struct RateResource {
@@ -311,16 +311,16 @@ pub struct RateResource {
     /// tiers in all, its own and its overrides' (MAX_TIERS_PER_RESOURCE).
     tiers: Vec<Tier>,
     /// Warn (`warning: true`) once the current tier's hits reach this
-    /// share of its limit (SPEC §10).
+    /// share of its limit.
     soft_limit: Option<Percent>,
-    /// Ban a domain this long after a rejection (SPEC §10), 1ms to 2^50
+    /// Ban a domain this long after a rejection, 1ms to 2^50
     /// ms.
     ban: Option<Duration>,
     /// At most 10000 overrides (MAX_DOMAIN_OVERRIDES).
     domains: Option<BTreeMap<String, RateOverride>>,
 }
 
-/// A token bucket, GCRA (SPEC §7): `burst` tokens at most, `count` tokens
+/// A token bucket, GCRA: `burst` tokens at most, `count` tokens
 /// back every `period` (1ms to 2^50 ms), a request's `copies` as its cost.
 #[derive(ToSchema)]
 pub struct BucketResource {
@@ -331,13 +331,13 @@ pub struct BucketResource {
     count: PositiveCount,
     period: Duration,
     soft_limit: Option<Percent>,
-    /// Ban a domain this long after a rejection (SPEC §10), 1ms to 2^50 ms.
+    /// Ban a domain this long after a rejection, 1ms to 2^50 ms.
     ban: Option<Duration>,
     /// At most 10000 overrides (MAX_DOMAIN_OVERRIDES).
     domains: Option<BTreeMap<String, BucketOverride>>,
 }
 
-/// A fixed or sliding-counter window (SPEC §8): at most `limit` hits per
+/// A fixed or sliding-counter window: at most `limit` hits per
 /// epoch-aligned `window` (1ms to 2^50 ms).
 #[derive(ToSchema)]
 pub struct WindowResource {
@@ -349,13 +349,13 @@ pub struct WindowResource {
     limit: PositiveCount,
     window: Duration,
     soft_limit: Option<Percent>,
-    /// Ban a domain this long after a rejection (SPEC §10), 1ms to 2^50 ms.
+    /// Ban a domain this long after a rejection, 1ms to 2^50 ms.
     ban: Option<Duration>,
     /// At most 10000 overrides (MAX_DOMAIN_OVERRIDES).
     domains: Option<BTreeMap<String, WindowOverride>>,
 }
 
-/// A queue, the leaky bucket that delays (SPEC §9): units leave at `rate`
+/// A queue, the leaky bucket that delays: units leave at `rate`
 /// per `period` (1ms to 2^50 ms), at most `size` wait.
 #[derive(ToSchema)]
 pub struct QueueResource {
@@ -366,13 +366,13 @@ pub struct QueueResource {
     period: Duration,
     size: PositiveCount,
     soft_limit: Option<Percent>,
-    /// Ban a domain this long after a rejection (SPEC §10), 1ms to 2^50 ms.
+    /// Ban a domain this long after a rejection, 1ms to 2^50 ms.
     ban: Option<Duration>,
     /// At most 10000 overrides (MAX_DOMAIN_OVERRIDES).
     domains: Option<BTreeMap<String, QueueOverride>>,
 }
 
-/// A copy-limited resource (SPEC §3, §6).
+/// A copy-limited resource.
 #[derive(ToSchema)]
 pub struct CopyResource {
     name: Option<Name>,
@@ -460,14 +460,14 @@ impl ToSchema for NewResource {
     }
 }
 
-/// The switches of SPEC §4, as sent. Omitted or null: false.
+/// A namespace's switches, as sent. Omitted or null: false.
 #[derive(ToSchema)]
 pub struct NamespaceSettings {
     allow_unconfigured: Option<bool>,
     ignore_configured: Option<bool>,
 }
 
-/// The whole configuration, the YAML file of SPEC §6 (as YAML or JSON).
+/// The whole configuration, the configuration file's content (as YAML or JSON).
 /// Resource names must be unique.
 #[derive(ToSchema)]
 pub struct ConfigDocument {
@@ -475,7 +475,7 @@ pub struct ConfigDocument {
     namespaces: Option<BTreeMap<String, NamespaceSettings>>,
     /// At most 100000 resources (MAX_RESOURCES).
     resources: Option<Vec<NewResource>>,
-    /// Envoy's rate-limit descriptors (SPEC §11); omitted or null: none.
+    /// Envoy's rate-limit descriptors; omitted or null: none.
     envoy: Option<EnvoySection>,
 }
 

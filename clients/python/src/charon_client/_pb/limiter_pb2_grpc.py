@@ -67,7 +67,7 @@ class LimiterServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Charge(self, request, context):
-        """charge(resource, domain, copies) (SPEC §10): a cost recorded after the
+        """charge(resource, domain, copies): a cost recorded after the
         fact, never rejected (a bucket goes into debt). Buckets, windows and
         queues; kind rate answers INVALID_ARGUMENT (not supported yet).
         """
@@ -76,7 +76,7 @@ class LimiterServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Refund(self, request, context):
-        """refund(resource, domain, copies) (SPEC §10): tokens given back to a
+        """refund(resource, domain, copies): tokens given back to a
         bucket; any other kind is a client error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -84,7 +84,7 @@ class LimiterServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Session(self, request_iterator, context):
-        """The session of SPEC §3: every hold made or seized on this stream belongs
+        """A session: every hold made or seized on this stream belongs
         to it, and all are released when the stream ends for any reason. Each
         reply echoes the id of its operation, so operations can be pipelined.
         """

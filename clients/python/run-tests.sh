@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Python client's checks: builds and installs the package (a real,
 # non-editable `pip install`) with the pinned test requirements into a
-# virtualenv under the cargo target directory, then runs `mypy --strict`,
+# virtualenv in Charon's cache directory ($CHARON_CACHE_DIR or
+# ~/.cache/charon; the requirements are installed once per machine, the
+# package on every run), then runs `mypy --strict`,
 # `ruff check` and `ruff format --check` on it, then pytest against real
 # `charon serve` processes (and private redis-servers) started by fixtures.
 #
@@ -14,16 +16,17 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-venv=$target/python-client-venv
+cache=${CHARON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/charon}
+venv=$cache/venvs/python-client
 
 # No pytest, ruff or mypy cache nor __pycache__ in the tree.
 export PYTHONDONTWRITEBYTECODE=1
 export RUFF_CACHE_DIR=$target/python-client-ruff-cache
 
-mkdir -p "$target"
+mkdir -p "$target" "$cache/venvs"
 # One installation at a time; a venv whose requirements changed is rebuilt,
 # and the package is reinstalled on every run (it is what is tested).
-exec 9>"$target/python-client-venv.lock"
+exec 9>"$venv.lock"
 flock 9
 if ! cmp -s "$here/requirements-test.txt" "$venv/requirements-test.txt" 2>/dev/null; then
     echo "installing the Python client's test requirements into $venv" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # OpenAPI conformance of the configuration service: runs schemathesis (from
-# PyPI, installed here into a virtualenv under the cargo target directory)
-# against /openapi.json of a running service.
+# PyPI, installed here once per machine into a virtualenv in Charon's cache
+# directory, $CHARON_CACHE_DIR or ~/.cache/charon) against /openapi.json of
+# a running service.
 #
 #   crates/config-service/tests/schemathesis.sh            # builds and starts the dev_server example
 #   CHARON_CONFIG_URL=http://127.0.0.1:PORT \
@@ -14,18 +15,23 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-venv=$target/schemathesis-venv
+pins=('schemathesis==4.32.5' 'hypothesis==6.170.15')
+cache=${CHARON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/charon}
+venv=$cache/venvs/schemathesis-4.32.5-6.170.15
 max_examples=${SCHEMATHESIS_MAX_EXAMPLES:-25}
 seed=${SCHEMATHESIS_SEED:-1}
 
-mkdir -p "$target"
+mkdir -p "$target" "$cache/venvs"
 # One installation at a time (tests may run this script in parallel).
-exec 9>"$target/schemathesis-venv.lock"
+exec 9>"$venv.lock"
 flock 9
-if [ ! -x "$venv/bin/schemathesis" ]; then
+# The mark is written last: an installation cut short is made again.
+if [ ! -e "$venv/.installed" ]; then
     echo "installing schemathesis into $venv" >&2
+    rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check 'schemathesis==4.32.5' 'hypothesis==6.170.15'
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}"
+    touch "$venv/.installed"
 fi
 flock -u 9
 

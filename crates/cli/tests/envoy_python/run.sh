@@ -2,8 +2,8 @@
 # SPEC §11 through Envoy's own generated Python stubs (PyPI xds-protos):
 # a pytest suite against real `charon serve` processes, in the in-memory
 # store and on a private redis-server. Installs the pinned requirements
-# (requirements.txt) into a virtualenv under the cargo target directory
-# once, then runs pytest.
+# (requirements.txt) once per machine into a virtualenv in Charon's cache
+# directory ($CHARON_CACHE_DIR or ~/.cache/charon), then runs pytest.
 #
 #   crates/cli/tests/envoy_python/run.sh             # builds target/debug/charon first
 #   CHARON_BIN=/path/to/charon crates/cli/tests/envoy_python/run.sh [pytest args]
@@ -15,11 +15,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-venv=$target/envoy-python-venv
+cache=${CHARON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/charon}
+venv=$cache/venvs/envoy-python
 
-mkdir -p "$target"
+mkdir -p "$target" "$cache/venvs"
 # One installation at a time; a venv whose requirements changed is rebuilt.
-exec 9>"$target/envoy-python-venv.lock"
+exec 9>"$venv.lock"
 flock 9
 if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt" 2>/dev/null; then
     echo "installing xds-protos, grpcio, pytest, pyyaml into $venv" >&2

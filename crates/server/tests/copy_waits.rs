@@ -285,3 +285,82 @@ async fn more_waiters_than_a_session_may_have_in_flight_still_let_the_release_th
     assert_eq!(ready, 10);
     server.stop().await;
 }
+
+/// A waiter whose client never reads its replies: the copy handed over to
+/// it is its session's (counted, not lost); its flood of further requests
+/// is bounded by the stream's HTTP/2 window (the server stops reading it
+/// when its replies are not read); every other session is served
+/// meanwhile; and when the client dies (its process: here its runtime,
+/// with its connection) its copy goes on to the next waiter. While its
+/// connection lives, a client that stops reading keeps what it holds, as
+/// any session does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let server = InProcessServer::start(LIMITS).await;
+    let mut c = LimiterClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut holder = Session::open(&mut c).await;
+    assert_eq!(
+        reserved(holder.call(reserve("page", "a", 0)).await).granted,
+        1
+    );
+    // The deaf client: a process of its own (a runtime, its connection).
+    let deaf = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let taken = Arc::new(AtomicU64::new(0));
+    let (endpoint, counter) = (server.endpoint(), taken.clone());
+    deaf.spawn(async move {
+        let mut c = LimiterClient::connect(endpoint).await.expect("connect");
+        let mut s = Session::open(&mut c).await;
+        s.send(reserve("page", "deaf", 60_000)).await;
+        // Then it floods its stream with requests whose replies it never
+        // reads, as long as the server takes them.
+        loop {
+            s.send(reserve("hot", "flood", 0)).await;
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    until_waiting(&server, "page", 1).await;
+    let mut next = Session::open(&mut c).await;
+    next.send(reserve("page", "n", 60_000)).await;
+    until_waiting(&server, "page", 2).await;
+
+    holder.call(release("page", "a", false)).await;
+    // Handed over to the deaf waiter: the next one still waits.
+    until_waiting(&server, "page", 1).await;
+    let mut last = u64::MAX;
+    let mut stalled_at = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = taken.load(Ordering::Relaxed);
+        if now == last {
+            stalled_at = Some(now);
+            break;
+        }
+        last = now;
+    }
+    let stalled_at = stalled_at.expect("the server stopped taking the deaf stream's requests");
+    assert!(stalled_at < 500_000, "{stalled_at} requests taken unread");
+    // Everyone else is served meanwhile.
+    let mut other = Session::open(&mut c).await;
+    for _ in 0..20 {
+        let r = reserved(other.call(reserve("hot", "other", 0)).await);
+        assert_eq!(r.granted, 1);
+        other.call(release("hot", "other", false)).await;
+    }
+    // The deaf client dies: its connection closes, its session ends, and
+    // its copy goes on.
+    deaf.shutdown_background();
+    let got = reserved(next.reply().await);
+    assert_eq!((got.granted, got.global_holds), (1, 1), "{got:?}");
+    until_waiting(&server, "page", 0).await;
+    println!("the server stopped reading the deaf stream after {stalled_at} requests");
+    server.stop().await;
+}

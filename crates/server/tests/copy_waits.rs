@@ -122,15 +122,27 @@ async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
     panic!("{n} callers never waited for {resource}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn released_copies_go_to_waiters_in_arrival_order() {
+/// A server on [`LIMITS`] and a client of it.
+async fn start() -> (InProcessServer, LimiterClient<Channel>) {
     let server = InProcessServer::start(LIMITS).await;
-    let mut c = LimiterClient::connect(server.endpoint())
+    let c = LimiterClient::connect(server.endpoint())
         .await
         .expect("connect");
-    let mut holder = Session::open(&mut c).await;
-    let first = reserved(holder.call(reserve("page", "a", 0)).await);
-    assert_eq!((first.granted, first.waited_ms), (1, None));
+    (server, c)
+}
+
+/// A new session holding one copy of `resource` for `domain`.
+async fn holding(c: &mut LimiterClient<Channel>, resource: &str, domain: &str) -> Session {
+    let mut s = Session::open(c).await;
+    let r = reserved(s.call(reserve(resource, domain, 0)).await);
+    assert_eq!((r.granted, r.waited_ms), (1, None), "{r:?}");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_copies_go_to_waiters_in_arrival_order() {
+    let (server, mut c) = start().await;
+    let mut holder = holding(&mut c, "page", "a").await;
 
     let mut w1 = Session::open(&mut c).await;
     w1.send(reserve("page", "b", 60_000)).await;
@@ -166,15 +178,8 @@ async fn released_copies_go_to_waiters_in_arrival_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
-    let server = InProcessServer::start(LIMITS).await;
-    let mut c = LimiterClient::connect(server.endpoint())
-        .await
-        .expect("connect");
-    let mut holder = Session::open(&mut c).await;
-    assert_eq!(
-        reserved(holder.call(reserve("page", "a", 0)).await).granted,
-        1
-    );
+    let (server, mut c) = start().await;
+    let mut holder = holding(&mut c, "page", "a").await;
     let mut w = Session::open(&mut c).await;
     let r = reserved(w.call(reserve("page", "b", 50)).await);
     assert_eq!((r.granted, r.queue_full), (0, false));
@@ -198,15 +203,8 @@ async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_result_answers_every_waiter_of_the_pair() {
-    let server = InProcessServer::start(LIMITS).await;
-    let mut c = LimiterClient::connect(server.endpoint())
-        .await
-        .expect("connect");
-    let mut holder = Session::open(&mut c).await;
-    assert_eq!(
-        reserved(holder.call(reserve("hot", "x", 0)).await).granted,
-        1
-    );
+    let (server, mut c) = start().await;
+    let mut holder = holding(&mut c, "hot", "x").await;
     let mut waiters = Vec::new();
     for i in 1..=3 {
         let mut s = Session::open(&mut c).await;
@@ -226,12 +224,8 @@ async fn shared_result_answers_every_waiter_of_the_pair() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_waiting_for_a_copy_may_release_another_meanwhile() {
-    let server = InProcessServer::start(LIMITS).await;
-    let mut c = LimiterClient::connect(server.endpoint())
-        .await
-        .expect("connect");
-    let mut s = Session::open(&mut c).await;
-    assert_eq!(reserved(s.call(reserve("page", "a", 0)).await).granted, 1);
+    let (server, mut c) = start().await;
+    let mut s = holding(&mut c, "page", "a").await;
     // The same session waits for a second copy, then gives back its first:
     // the release is answered while the reserve waits, and frees the copy
     // the reserve then gets.
@@ -266,8 +260,7 @@ async fn more_waiters_than_a_session_may_have_in_flight_still_let_the_release_th
     let mut c = LimiterClient::connect(server.endpoint())
         .await
         .expect("connect");
-    let mut s = Session::open(&mut c).await;
-    assert_eq!(reserved(s.call(reserve("hot", "x", 0)).await).granted, 1);
+    let mut s = holding(&mut c, "hot", "x").await;
     // Ten waiters on the one session, more than its 4 in flight.
     for _ in 0..10 {
         s.send(reserve("hot", "x", 60_000)).await;
@@ -299,15 +292,8 @@ async fn a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let server = InProcessServer::start(LIMITS).await;
-    let mut c = LimiterClient::connect(server.endpoint())
-        .await
-        .expect("connect");
-    let mut holder = Session::open(&mut c).await;
-    assert_eq!(
-        reserved(holder.call(reserve("page", "a", 0)).await).granted,
-        1
-    );
+    let (server, mut c) = start().await;
+    let mut holder = holding(&mut c, "page", "a").await;
     // The deaf client: a process of its own (a runtime, its connection).
     let deaf = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

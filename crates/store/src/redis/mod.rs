@@ -29,12 +29,14 @@ mod batch;
 mod cluster;
 mod conn;
 mod copies;
+mod errors;
 mod in_doubt;
 mod member_state;
 mod options;
+mod redact;
 
-pub use self::conn::redacted;
 pub use self::membership::DEAD_SERVERS_REMOVED;
+pub use self::redact::redacted;
 mod decision_clock;
 mod keys;
 mod lease;

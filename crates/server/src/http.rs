@@ -215,7 +215,7 @@ async fn ready(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
         return unavailable("shutting down".to_owned());
     }
     if !config.loaded {
-        return unavailable("no configuration loaded yet".to_owned());
+        return unavailable(crate::NotConfigured.to_string());
     }
     if !state.is_ready() {
         return unavailable("not ready".to_owned());

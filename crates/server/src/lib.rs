@@ -173,7 +173,7 @@ impl ServerState {
         if self.config.load().loaded {
             return Ok(());
         }
-        Err(charon_store::StoreError::Unavailable("no configuration loaded yet".to_owned()).into())
+        Err(NotConfigured.into())
     }
 
     /// The metric handles of decisions under the configuration in force:
@@ -224,6 +224,27 @@ impl ServerState {
     /// Marks the server as not ready (while it cannot serve correctly).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+    }
+}
+
+/// A server that never loaded a configuration (fed by a configuration
+/// service it has not reached yet): its own error, so that every protocol
+/// and `/readyz` say it the same way. On the limiting APIs it is a server
+/// error (the store's "unavailable"), which lets a client degrade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotConfigured;
+
+impl std::fmt::Display for NotConfigured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no configuration loaded yet")
+    }
+}
+
+impl std::error::Error for NotConfigured {}
+
+impl From<NotConfigured> for charon_limiter::LimitError {
+    fn from(e: NotConfigured) -> Self {
+        charon_store::StoreError::Unavailable(e.to_string()).into()
     }
 }
 

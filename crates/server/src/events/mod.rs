@@ -285,10 +285,9 @@ struct EventCounters {
 impl EventCounters {
     fn register() -> Self {
         crate::metrics::install();
-        let dropped =
-            |reason: &'static str| counter!("charon_events_dropped_total", "reason" => reason);
+        let dropped = |reason: &'static str| counter!(crate::metrics::catalog::EVENTS_DROPPED.name, "reason" => reason);
         let c = Self {
-            written: counter!("charon_events_written_total"),
+            written: counter!(crate::metrics::catalog::EVENTS_WRITTEN.name),
             queue_full: dropped("queue_full"),
             rate_cap: dropped("rate_cap"),
             write_error: dropped("write_error"),

@@ -7,9 +7,13 @@
 //! longer affect a decision (`RateState::forget_at`): lazily when the pair
 //! is next used, and by [`MemoryStore::sweep`], which a server runs
 //! periodically so memory does not grow as domains come and go.
+//!
+//! The rate entries and a rate decision on them are in `rates.rs`, meters
+//! in `meters.rs`, copies in `copies.rs`, waiters in `waits.rs`.
 
 mod copies;
 mod meters;
+mod rates;
 mod shards;
 mod waits;
 
@@ -29,69 +33,12 @@ use charon_core::{ClientError, Clock, Millis};
 
 use self::copies::{CopyTable, TransferIds};
 use self::meters::{MeterTable, Stored, Write};
+use self::rates::{GlobalEntry, NEVER, PairEntry, pair_key};
 use self::shards::{Hashed, Shards};
 use crate::{Batch, Limit, MeterOp, OpReply, Reserved, Store, StoreError, Ticket, WaitOptions};
 
 /// How often [`Store::maintain`] sweeps idle state.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// State of one (resource, domain) pair.
-struct PairEntry {
-    /// `resource`, a NUL byte, `domain`: one allocation per pair. Names
-    /// never contain control characters (checked at the edge).
-    key: Box<str>,
-    resource_len: u32,
-    hash: u64,
-    state: RateState,
-    /// From when `state` is as good as none (see `RateState::forget_at`);
-    /// [`NEVER`] if never.
-    forget_at: Millis,
-}
-
-/// `forget_at` of state that must be kept.
-const NEVER: Millis = Millis::MAX;
-
-impl PairEntry {
-    fn is(&self, resource: &str, domain: &str) -> bool {
-        is_pair(&self.key, self.resource_len, resource, domain)
-    }
-}
-
-/// Whether `key` (`resource`, NUL, `domain`, with the resource's length)
-/// names this pair.
-fn is_pair(key: &str, resource_len: u32, resource: &str, domain: &str) -> bool {
-    resource_len as usize == resource.len()
-        && key.len() == resource.len() + 1 + domain.len()
-        && key.starts_with(resource)
-        && key.ends_with(domain)
-}
-
-/// `resource`, a NUL byte, `domain`: one allocation per pair. Names never
-/// contain control characters (checked at the edge).
-fn pair_key(resource: &str, domain: &str) -> (Box<str>, u32) {
-    // Names are at most 1024 bytes (checked at the edge).
-    let len = u32::try_from(resource.len()).unwrap_or(u32::MAX);
-    (format!("{resource}\0{domain}").into_boxed_str(), len)
-}
-
-impl Hashed for PairEntry {
-    fn hash(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// The last second of hits of one resource, across all domains.
-struct GlobalEntry {
-    resource: Box<str>,
-    hash: u64,
-    log: HitLog,
-}
-
-impl Hashed for GlobalEntry {
-    fn hash(&self) -> u64 {
-        self.hash
-    }
-}
 
 /// The in-memory [`Store`].
 pub struct MemoryStore {
@@ -215,61 +162,8 @@ impl Store for MemoryStore {
         op: Op,
         enforcement: Enforcement,
     ) -> Result<RateReply, StoreError> {
-        let now = self.now();
-        let pair_hash = self.hasher.hash_one((resource, domain));
-        let global_hash = self.hasher.hash_one(resource);
-        // Lock order: pair shard, then global shard. Nothing takes them the
-        // other way round.
-        let reply = self.pairs.with(
-            pair_hash,
-            |e| e.is(resource, domain),
-            || {
-                let (key, resource_len) = pair_key(resource, domain);
-                PairEntry {
-                    key,
-                    resource_len,
-                    hash: pair_hash,
-                    state: RateState::default(),
-                    forget_at: NEVER,
-                }
-            },
-            |pair| {
-                if now >= pair.forget_at {
-                    pair.state = RateState::default();
-                }
-                let reply = self.globals.with(
-                    global_hash,
-                    |g| &*g.resource == resource,
-                    || GlobalEntry {
-                        resource: resource.into(),
-                        hash: global_hash,
-                        log: HitLog::default(),
-                    },
-                    |global| {
-                        decide_op(
-                            limits,
-                            policy,
-                            &mut pair.state,
-                            &mut global.log,
-                            now,
-                            op,
-                            enforcement,
-                        )
-                    },
-                );
-                // A client error writes nothing in Redis, so it keeps the
-                // forget time there: keep it here too (the state it advanced
-                // decides the next operation exactly as the unadvanced one).
-                if reply.is_ok() {
-                    pair.forget_at = pair
-                        .state
-                        .forget_at(limits.tiers, DORMANT_GRACE)
-                        .unwrap_or(NEVER);
-                }
-                reply
-            },
-        );
-        reply.map_err(StoreError::Refused)
+        self.decide_rate(resource, domain, limits, policy, op, enforcement)
+            .map_err(StoreError::Refused)
     }
 
     async fn meter(

@@ -12,7 +12,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::{Cmd, RedisResult, Value};
 
 use super::RedisTls;
-use super::conn::{connect_error, install_crypto};
+use super::conn::install_crypto;
+use super::errors::connect_error;
 use super::scripts::Script;
 use crate::StoreError;
 
@@ -49,7 +50,7 @@ pub(crate) fn seed_nodes(url: &str) -> Option<Result<Vec<String>, StoreError>> {
     if nodes.is_empty() {
         return Some(Err(StoreError::Unavailable(format!(
             "invalid Redis URL {}: a cluster URL needs at least one host:port",
-            super::conn::redacted(url)
+            super::redact::redacted(url)
         ))));
     }
     Some(Ok(nodes))

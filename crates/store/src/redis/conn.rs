@@ -1,16 +1,18 @@
 //! One multiplexed connection to Redis, reconnected by itself, with a time
-//! limit on every operation and the mapping from Redis errors to
-//! [`StoreError`].
+//! limit on every operation (its errors mapped to [`StoreError`] by
+//! `errors.rs`).
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ServerError, ServerErrorKind, Value};
+use redis::{Cmd, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::cluster::{self, ClusterLink};
 
 use super::RedisTls;
+use super::errors::{acl_refusal, command_error, connect_error, server_error, unavailable};
+use super::redact::redacted;
 use super::scripts::Script;
 use crate::StoreError;
 
@@ -369,26 +371,6 @@ fn script_span(script: &Script, keys: usize) -> tracing::Span {
     )
 }
 
-/// A failed command: a refusal of the user is a denial, what waiting may
-/// fix is unavailability, the rest means a bug or foreign data.
-fn command_error(e: &redis::RedisError) -> StoreError {
-    if denial(e).is_some()
-        || e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.code().is_some_and(cannot_serve_now)
-        || matches!(
-            e.kind(),
-            redis::ErrorKind::ClusterConnectionNotFound
-                | redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
-        )
-    {
-        unavailable(e)
-    } else {
-        StoreError::BadData(format!("Redis answered: {e}"))
-    }
-}
-
 /// [`Conn::eval_after`] in a cluster. A pipeline must stay in one slot
 /// and the `before` commands are in the membership's slot, not the
 /// script's: they are sent first, one by one, and the script only once
@@ -521,53 +503,6 @@ async fn probe(
     }
 }
 
-/// A failed round trip: [`StoreError::Denied`] if Redis refuses this
-/// server for good (see [`denial`]), else unavailability.
-pub(crate) fn unavailable(e: &redis::RedisError) -> StoreError {
-    match denial(e) {
-        Some(why) => StoreError::Denied(format!("Redis {why}: {e}")),
-        None => StoreError::Unavailable(format!("Redis: {e}")),
-    }
-}
-
-/// An error reply. A refusal of the user's rights is a denial; replies
-/// that mean "Redis cannot serve now" are unavailability; the rest mean a
-/// bug or foreign data under our keys.
-/// `MISCONF` (it cannot persist: a full disk) and `NOREPLICAS` (too few
-/// replicas acknowledge writes) refuse writes until the operator acts.
-fn server_error(e: &ServerError, what: &str) -> StoreError {
-    if e.code() == "NOPERM" || acl_refusal(&e.to_string()) {
-        StoreError::Denied(format!(
-            "Redis refused {what} to the store URL's user (NOPERM: see the ACL rules in \
-             docs/redis.md): {e}"
-        ))
-    } else if matches!(e.code(), "NOAUTH" | "WRONGPASS") {
-        StoreError::Denied(format!(
-            "Redis refused {what}: the user name or password of the store URL is not accepted: {e}"
-        ))
-    } else if cannot_serve_now(e.code()) {
-        StoreError::Unavailable(format!("Redis cannot serve {what} now: {e}"))
-    } else {
-        StoreError::BadData(format!("Redis refused {what}: {e}"))
-    }
-}
-
-/// Whether an error code means "Redis cannot serve now" rather than a bug.
-fn cannot_serve_now(code: &str) -> bool {
-    matches!(
-        code,
-        "LOADING"
-            | "BUSY"
-            | "MASTERDOWN"
-            | "READONLY"
-            | "CLUSTERDOWN"
-            | "TRYAGAIN"
-            | "OOM"
-            | "MISCONF"
-            | "NOREPLICAS"
-    )
-}
-
 /// Makes ring rustls' process-wide crypto provider unless one is set:
 /// rustls cannot choose by itself when a build enables both of its
 /// providers (ring here, aws-lc-rs through some other crate), and would
@@ -575,161 +510,4 @@ fn cannot_serve_now(code: &str) -> bool {
 pub(crate) fn install_crypto() {
     // An error only says that a provider is installed already: fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// An error while connecting to Redis at `shown` (the URL without its
-/// password). What waiting cannot fix, the credentials or the
-/// certificates, is [`StoreError::Denied`], so that a server does not keep
-/// retrying at start-up; the rest is [`StoreError::Unavailable`].
-///
-/// A Redis that requires a client certificate none was shown for sends a
-/// TLS alert and closes; if the close overtakes the alert (a reset), only
-/// a dropped connection is seen, which waiting could fix as well: that
-/// stays unavailability, with the likely cause named.
-pub(crate) fn connect_error(
-    e: &redis::RedisError,
-    shown: &str,
-    no_client_cert: bool,
-) -> StoreError {
-    if let Some(why) = denial(e) {
-        return StoreError::Denied(format!("Redis at {shown} {why}: {e}"));
-    }
-    let hint = if no_client_cert && (e.is_io_error() || e.is_connection_dropped()) {
-        " (if this Redis requires a client certificate, tls-auth-clients yes, give one: \
-         see --redis-cert)"
-    } else {
-        ""
-    };
-    StoreError::Unavailable(format!("cannot connect to Redis at {shown}: {e}{hint}"))
-}
-
-/// Why `e` means that Redis refuses this server for good (until an
-/// operator changes the credentials, the rights or the certificates), if
-/// it does.
-///
-/// rustls' certificate errors reach us as I/O errors whose text is all
-/// that tells them apart, so those are recognised by rustls' wording
-/// ("invalid peer certificate", "received fatal alert"), which is stable
-/// across rustls 0.23.
-pub(crate) fn denial(e: &redis::RedisError) -> Option<&'static str> {
-    if e.kind() == redis::ErrorKind::AuthenticationFailed {
-        return Some("refused the user name or password of the store URL");
-    }
-    match e.code() {
-        Some("WRONGPASS" | "NOAUTH") => {
-            return Some("refused the user name or password of the store URL");
-        }
-        Some("NOPERM") => {
-            return Some(
-                "does not let the store URL's user run what Charon needs (NOPERM: see the ACL \
-                 rules in docs/redis.md)",
-            );
-        }
-        _ => {}
-    }
-    let text = e.to_string();
-    // A cluster's first connections fail as one I/O error that names the
-    // refusal of every node ("Password authentication failed").
-    if text.contains("AuthenticationFailed") || text.contains("WRONGPASS") {
-        return Some("refused the user name or password of the store URL");
-    }
-    if acl_refusal(&text) {
-        Some(
-            "does not let the store URL's user run what Charon needs (NOPERM: see the ACL rules \
-             in docs/redis.md)",
-        )
-    } else if text.contains("invalid peer certificate") {
-        Some("presented a certificate this server does not trust (see --redis-ca)")
-    } else if text.contains("received fatal alert") {
-        Some("ended the TLS handshake (does it require a client certificate? see --redis-cert)")
-    } else {
-        None
-    }
-}
-
-/// Whether an error's text is an ACL refusal inside a script: Redis
-/// reports those as plain `ERR` replies, not `NOPERM` ("The user executing
-/// the script can't run this command…" in Redis 7.0, "ACL failure in
-/// script: … no permissions …" from 7.2 and Valkey).
-fn acl_refusal(text: &str) -> bool {
-    let text = text.to_ascii_lowercase();
-    text.contains("the user executing the script can't")
-        || text.contains("acl failure in script")
-        || text.contains("no permissions to")
-}
-
-/// `url` with its password, if any, replaced by `***`: what messages,
-/// logs and metrics may show. Covers the password of the authority
-/// (`redis://user:pass@host`, `redis://:pass@host`) and the `pass` or
-/// `password` query parameter (`redis+unix:///path?pass=…`).
-pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return redacted_query(url);
-    };
-    // All before the last '@' is user information, '/', '?' and '@' in
-    // an unescaped password included, unless a query comes first (an
-    // '@' inside `?pass=…`).
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) if !userinfo.contains('?') || userinfo.contains(':') => {
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{}", redacted_query(host)),
-                None => format!("{scheme}://{userinfo}@{}", redacted_query(host)),
-            }
-        }
-        _ => format!("{scheme}://{}", redacted_query(rest)),
-    }
-}
-
-/// `text` with the values of its `pass` and `password` query parameters
-/// replaced by `***`.
-fn redacted_query(text: &str) -> String {
-    let Some((head, query)) = text.split_once('?') else {
-        return text.to_owned();
-    };
-    let params: Vec<String> = query
-        .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
-            _ => p.to_owned(),
-        })
-        .collect();
-    format!("{head}?{}", params.join("&"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redacted;
-
-    #[test]
-    fn redacted_hides_every_password() {
-        assert_eq!(
-            redacted("redis://charon:s3cr%40t@10.0.0.1:6380/2"),
-            "redis://charon:***@10.0.0.1:6380/2"
-        );
-        assert_eq!(redacted("rediss://:pw@h:1"), "rediss://:***@h:1");
-        // A password may hold '@' and ':' unescaped: all before the last
-        // '@' is user information.
-        assert_eq!(redacted("redis://u:a@b:c@h"), "redis://u:***@h");
-        assert_eq!(redacted("redis://user@h:1"), "redis://user@h:1");
-        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(
-            redacted("redis+unix:///run/redis.sock?db=1&pass=pw"),
-            "redis+unix:///run/redis.sock?db=1&pass=***"
-        );
-        assert_eq!(
-            redacted("redis+unix:///s?pass=a@b:c&db=1"),
-            "redis+unix:///s?pass=***&db=1"
-        );
-        assert_eq!(redacted("redis://u:p/w?x@h/0"), "redis://u:***@h/0");
-        assert_eq!(redacted("no url at all"), "no url at all");
-        // A cluster's seed list: one user information for every node.
-        assert_eq!(
-            redacted("redis+cluster://charon:pw@10.0.0.1:7000,10.0.0.2:7001"),
-            "redis+cluster://charon:***@10.0.0.1:7000,10.0.0.2:7001"
-        );
-        assert_eq!(
-            redacted("rediss+cluster://:p@w@h1:1,h2:2/?protocol=resp3"),
-            "rediss+cluster://:***@h1:1,h2:2/?protocol=resp3"
-        );
-    }
 }

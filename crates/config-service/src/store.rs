@@ -17,6 +17,7 @@
 //! a lock held too long or a lost database is a [`ConfigDbError::Unavailable`]
 //! (503), see [`classify`].
 
+mod assemble;
 mod classify;
 mod pools;
 mod sqlite_file;
@@ -31,6 +32,7 @@ use serde_json::Value;
 use sqlx::AnyConnection;
 use sqlx::migrate::Migrator;
 
+pub(crate) use assemble::assemble;
 pub use classify::Unavailability;
 use pools::Pools;
 use tx::Tx;
@@ -700,7 +702,7 @@ impl ReadTx {
         let resources = self.resources().await?;
         let namespaces = self.namespaces().await?;
         let envoy = self.envoy().await?;
-        crate::audit::build(resources, &namespaces, envoy)
+        assemble(resources, &namespaces, envoy)
             .map(|config| config.to_yaml())
             .map_err(|e| ConfigDbError::Corrupt(e.to_string()))
     }

@@ -48,10 +48,6 @@ fn shown(path: &Path) -> String {
 /// The circles not broken yet, as the check names them. The list only
 /// shrinks: a circle broken must leave it, and no other may appear.
 const STILL_CIRCLES: &[&str] = &[
-    "charon-core: {bucket, drain, meter, queue, window}",
-    "charon-core: {config, copy, envoy, fields}",
-    "charon-core: envoy::{parse, parse_limits}",
-    "charon-core: rate::{context, decide}",
     "charon-simulator-web: {api, input, meters, replay, throttle}",
     "charon-store: redis::{cluster, conn}",
 ];

@@ -16,6 +16,8 @@ use std::sync::LazyLock;
 
 use crate::envoy::{Action, Envoy, Node};
 use crate::fields::Path;
+pub use crate::fields::{ConfigErrors, ConfigIssue};
+pub use crate::limits::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 pub use crate::meter::Meter;
 use crate::meter::{FieldError, Policy};
 use crate::time::{Millis, SECOND};
@@ -61,34 +63,6 @@ pub const MAX_NAMESPACES: usize = 10_000;
 /// What an empty document (no bytes, only whitespace or comments) is told.
 pub const EMPTY_CONFIGURATION: &str =
     "the configuration is empty; write `resources: []` to mean no resources";
-
-/// One burst tier `(L, Tw, Ta, Tc, S)` of SPEC §2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tier {
-    /// L: the most hits its window may hold.
-    pub limit: u64,
-    /// Tw: the span of its sliding window, at least 1 ms.
-    pub window: Millis,
-    /// Ta: how long the tier stays active once entered; `None` is infinite.
-    pub active: Option<Millis>,
-    /// Tc: how long it cannot be entered after its active period.
-    pub cooldown: Millis,
-    /// S: whether a burst search may skip it while it is in cooldown (or has
-    /// a limit of zero).
-    pub skippable: bool,
-}
-
-/// The limits that decide one (rate-limited resource, domain) pair: the
-/// resource's H and G, and the tiers of the domain's override if it has one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimits<'a> {
-    /// H: most hits per domain in the last second.
-    pub hard_limit: Option<u64>,
-    /// G: most hits across all domains in the last second.
-    pub global_limit: Option<u64>,
-    /// The ordered tiers; tier `i` (one-indexed) is `tiers[i - 1]`.
-    pub tiers: &'a [Tier],
-}
 
 /// A domain-specific override of a rate-limited resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -165,22 +139,6 @@ pub struct CopyResource {
     pub wait_mode: crate::copy::WaitMode,
     /// domain → indexes into `groups`, built on load.
     membership: HashMap<String, Vec<usize>>,
-}
-
-/// A group as a reserve sees it: its name and limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupLimit {
-    pub name: String,
-    pub limit: u64,
-}
-
-/// The limits that decide a reserve for one domain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyLimits {
-    pub domain_limit: u64,
-    pub global_limit: Option<u64>,
-    /// Every group that contains the domain, in configuration order.
-    pub groups: Vec<GroupLimit>,
 }
 
 impl CopyResource {
@@ -583,14 +541,6 @@ pub struct NamespaceSettings {
     pub allow_unconfigured: bool,
 }
 
-/// Whether limits are enforced for a request (SPEC §4 `ignore_configured`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enforcement {
-    Enforce,
-    /// Grant everything asked for, but record the accesses.
-    Ignore,
-}
-
 /// The namespace of a resource name: the text before the first `/`, or
 /// `default` for a name without one (SPEC §1).
 pub fn namespace_of(resource: &str) -> &str {
@@ -624,43 +574,6 @@ pub struct Config {
     resources: Vec<Resource>,
     index: HashMap<String, usize>,
     envoy: Option<Envoy>,
-}
-
-/// One problem found in a configuration, with the exact place. The
-/// configuration service answers these as they are; its clients read them
-/// back (`Deserialize`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ConfigIssue {
-    /// Where: `resources[1].tiers[0].window`.
-    pub path: String,
-    /// What: `"1x" is not a duration`.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Every problem found in a configuration (never just the first).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigErrors(pub Vec<ConfigIssue>);
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, issue) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            write!(f, "{issue}")?;
-        }
-        Ok(())
-    }
 }
 
 impl Config {

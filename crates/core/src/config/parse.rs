@@ -15,12 +15,12 @@ use super::{
 };
 use crate::envoy::Envoy;
 use crate::fields::{
-    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
-    too_many, unknown_field,
+    Issues, Path, boolean, count, describe, each, field_message, list, name, object, one_of,
+    optional_count, required, span, too_many, unknown_field,
 };
-use crate::meter::{Ban, FieldError, Policy, SoftLimit};
+use crate::meter::{Ban, Policy, SoftLimit};
 use crate::request::check_name;
-use crate::time::{Millis, parse_span};
+use crate::time::Millis;
 use crate::window::Algorithm;
 
 const RATE_FIELDS: &[&str] = &[
@@ -98,45 +98,6 @@ const COPY_FIELDS: &[&str] = &[
 ];
 const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
 const NAMESPACE_FIELDS: &[&str] = &["allow_unconfigured", "ignore_configured"];
-
-pub(crate) fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
-    match v {
-        Value::String(s) => match parse_span(s) {
-            Ok(ms) => Some(ms),
-            Err(e) => {
-                issues.push(path, e);
-                None
-            }
-        },
-        other => {
-            issues.push(
-                path,
-                format!(
-                    "expected a duration such as \"1s\", found {}",
-                    describe(other)
-                ),
-            );
-            None
-        }
-    }
-}
-
-pub(crate) fn name(v: &Value, path: &Path, issues: &mut Issues, field: &str) -> Option<String> {
-    let Value::String(s) = v else {
-        issues.push(
-            path,
-            format!("expected a name (a string), found {}", describe(v)),
-        );
-        return None;
-    };
-    match check_name(field, s) {
-        Ok(()) => Some(s.clone()),
-        Err(e) => {
-            issues.push(path, e.to_string());
-            None
-        }
-    }
-}
 
 /// What a configuration document holds, parsed: namespaces, resources and
 /// the `envoy:` section (`None` when absent or null).
@@ -436,23 +397,6 @@ fn policy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Poli
         }
     };
     Policy { soft_limit, ban }
-}
-
-/// The message for a field error of a value written as `v`: `"0s" must be
-/// positive (at least 1ms)`, `0 must be at least 1`; messages that already
-/// say the value are kept as they are.
-pub(crate) fn field_message(v: Option<&Value>, e: &FieldError) -> String {
-    match v {
-        Some(v) if e.message.starts_with("must") => {
-            let written = match v {
-                Value::String(s) => format!("{s:?}"),
-                other => other.to_string(),
-            };
-            format!("{written} {}", e.message)
-        }
-        Some(_) => e.message.clone(),
-        None => e.to_string(),
-    }
 }
 
 /// An optional span field (`period`, `window`); its bounds are checked by

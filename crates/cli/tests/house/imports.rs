@@ -7,7 +7,10 @@
 //! `use crate::…`, `use super::…`, `use self::…` (use trees expanded) or a
 //! path `crate::b::…` / `super::b::…` written in code, `super` resolved
 //! from the module the code is in — gives the edge `a -> b` between the
-//! siblings `a` and `b`, children of the same parent `p`. Naming an item
+//! siblings `a` and `b`, children of the same parent `p`. A name that a
+//! `use` brought into a module's scope is followed to where it comes from:
+//! `crate::Client` is `crate::client::Client` when the root says
+//! `pub use client::Client`, so a re-export hides no edge. Naming an item
 //! that lives in the parent itself (`super::Thing`) is no edge, and
 //! neither is a parent naming its own children. Comments, strings, test
 //! code — items under `#[cfg(test)]` or `#[cfg(any(test, …))]`, modules
@@ -214,13 +217,28 @@ fn skip_item(toks: &[Token], mut i: usize) -> usize {
     i
 }
 
-/// The paths a use tree starting at `*i` names, each as its segments.
-fn use_tree(toks: &[Token], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+/// One leaf of a use tree: the path it names and the name it brings into
+/// scope (`None` for a glob).
+#[derive(Debug, Clone, PartialEq)]
+struct Leaf {
+    path: Vec<String>,
+    name: Option<String>,
+}
+
+/// The leaves of a use tree starting at `*i`.
+fn use_tree(toks: &[Token], i: &mut usize, prefix: &[String], out: &mut Vec<Leaf>) {
     let mut path = prefix.to_vec();
+    let mut name = None;
+    let mut glob = false;
     while let Some(t) = toks.get(*i) {
         match &t.tok {
             Tok::Colons => *i += 1,
-            Tok::Ident(s) if s == "as" => *i += 2,
+            Tok::Ident(s) if s == "as" => {
+                if let Some(Tok::Ident(alias)) = toks.get(*i + 1).map(|t| &t.tok) {
+                    name = Some(alias.clone());
+                }
+                *i += 2;
+            }
             Tok::Ident(s) => {
                 path.push(s.clone());
                 *i += 1;
@@ -236,11 +254,20 @@ fn use_tree(toks: &[Token], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<
                 *i += 1;
                 return;
             }
-            Tok::Punct('*') => *i += 1,
+            Tok::Punct('*') => {
+                glob = true;
+                *i += 1;
+            }
             _ => break,
         }
     }
-    out.push(path);
+    let name = match (glob, name, path.last()) {
+        (true, _, _) => None,
+        (false, Some(alias), _) => Some(alias),
+        (false, None, Some(last)) if last == "self" => path.iter().rev().nth(1).cloned(),
+        (false, None, last) => last.cloned(),
+    };
+    out.push(Leaf { path, name });
 }
 
 /// `segments` (starting with `crate`, `super` or `self`) as a path from
@@ -326,7 +353,7 @@ pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
 pub fn graph(src: &Path, shown: impl Fn(&Path) -> String) -> Graph {
     let mut graph = Graph::default();
     let mut test_modules = BTreeSet::new();
-    let mut named: Vec<(ModPath, ModPath, Seen)> = Vec::new();
+    let mut named: Vec<(Named, Seen)> = Vec::new();
     for file in rust_files(src) {
         let rel = file.strip_prefix(src).expect("under src");
         if is_test_file(rel) {
@@ -336,14 +363,55 @@ pub fn graph(src: &Path, shown: impl Fn(&Path) -> String) -> Graph {
         graph.modules.insert(module.clone());
         let text = std::fs::read_to_string(&file).expect("read a source file");
         let toks = tokens(&text);
-        for (here, target, line) in names(&module, &toks, &mut graph.modules, &mut test_modules) {
-            named.push((here, target, format!("{}:{line}", shown(&file))));
+        for n in names(&module, &toks, &mut graph.modules, &mut test_modules) {
+            let seen = format!("{}:{}", shown(&file), n.line);
+            named.push((n, seen));
         }
     }
     let in_tests = |m: &ModPath| test_modules.iter().any(|t| m.starts_with(t));
     graph.modules.retain(|m| !in_tests(m));
-    named.retain(|(here, _, _)| !in_tests(here));
-    for (here, target, seen) in named {
+    named.retain(|(n, _)| !in_tests(&n.here));
+    // A `use` path may also start at a child module (`pub use client::Client`).
+    let modules = &graph.modules;
+    let absolute = |n: &Named| -> Option<ModPath> {
+        resolve(&n.here, &n.path).or_else(|| {
+            let mut child = n.here.clone();
+            child.push(n.path.first()?.clone());
+            modules
+                .contains(&child)
+                .then(|| [&n.here[..], &n.path[..]].concat())
+        })
+    };
+    // What each module's `use`s bring into its scope: `crate::Client` is
+    // `crate::client::Client` when the root says `pub use client::Client`.
+    let mut scope: BTreeMap<(ModPath, String), ModPath> = BTreeMap::new();
+    for (n, _) in &named {
+        if let (Some(name), Some(target)) = (&n.imports, absolute(n)) {
+            scope.insert((n.here.clone(), name.clone()), target);
+        }
+    }
+    let through_uses = |mut target: ModPath| -> ModPath {
+        for _ in 0..8 {
+            let hop = (0..target.len()).find_map(|k| {
+                let key = (target[..k].to_vec(), target[k].clone());
+                let is_module = modules.contains(&target[..=k].to_vec());
+                (!is_module && modules.contains(&key.0))
+                    .then(|| scope.get(&key))
+                    .flatten()
+                    .map(|to| [&to[..], &target[k + 1..]].concat())
+            });
+            match hop {
+                Some(next) if next != target => target = next,
+                _ => break,
+            }
+        }
+        target
+    };
+    for (n, seen) in &named {
+        let Some(target) = absolute(n).map(through_uses) else {
+            continue;
+        };
+        let here = &n.here;
         let common = here.iter().zip(&target).take_while(|(a, b)| a == b).count();
         if common >= here.len() || common >= target.len() {
             continue;
@@ -359,13 +427,23 @@ pub fn graph(src: &Path, shown: impl Fn(&Path) -> String) -> Graph {
             from: here[common].clone(),
             to: target[common].clone(),
         };
-        graph.edges.entry(edge).or_insert(seen);
+        graph.edges.entry(edge).or_insert_with(|| seen.clone());
     }
     graph
 }
 
-/// Each path one file names from the crate's root, with the module the
-/// naming code is in and its line; inline modules go into `modules`, and
+/// A path one file names: the module the naming code is in, the path as
+/// written (`crate::a::B`, `super::c`, `d::E` in a `use`), its line, and
+/// for a `use` the name it brings into that module's scope.
+#[derive(Debug, Clone)]
+struct Named {
+    here: ModPath,
+    path: Vec<String>,
+    line: usize,
+    imports: Option<String>,
+}
+
+/// Each path one file names; inline modules go into `modules`, and
 /// modules declared test-only (`#[cfg(test)] mod fixtures;`) into
 /// `test_modules`.
 fn names(
@@ -373,7 +451,7 @@ fn names(
     toks: &[Token],
     modules: &mut BTreeSet<ModPath>,
     test_modules: &mut BTreeSet<ModPath>,
-) -> Vec<(ModPath, ModPath, usize)> {
+) -> Vec<Named> {
     let mut out = Vec::new();
     let mut here = file_module.clone();
     // The brace depth each open inline module closes at.
@@ -423,13 +501,16 @@ fn names(
             continue;
         } else if t.is_ident("use") && !toks.get(i + 1).is_some_and(|t| t.is_punct('<')) {
             let line = t.line;
-            let mut paths = Vec::new();
+            let mut leaves = Vec::new();
             i += 1;
-            use_tree(toks, &mut i, &[], &mut paths);
-            for path in paths {
-                if let Some(target) = resolve(&here, &path) {
-                    out.push((here.clone(), target, line));
-                }
+            use_tree(toks, &mut i, &[], &mut leaves);
+            for leaf in leaves {
+                out.push(Named {
+                    here: here.clone(),
+                    path: leaf.path,
+                    line,
+                    imports: leaf.name,
+                });
             }
             continue;
         } else if (t.is_ident("crate") || t.is_ident("super") || t.is_ident("self"))
@@ -447,9 +528,12 @@ fn names(
                     break;
                 }
             }
-            if let Some(target) = resolve(&here, &path) {
-                out.push((here.clone(), target, t.line));
-            }
+            out.push(Named {
+                here: here.clone(),
+                path,
+                line: t.line,
+                imports: None,
+            });
             i = j + 1;
             continue;
         }
@@ -581,7 +665,7 @@ fn the_scanner_reads_use_trees_super_and_inline_paths() {
     let mut test_modules = BTreeSet::new();
     let got: Vec<ModPath> = names(&here, &tokens(text), &mut modules, &mut test_modules)
         .into_iter()
-        .map(|(_, target, _)| target)
+        .filter_map(|n| resolve(&n.here, &n.path))
         .collect();
     let path = |s: &str| -> ModPath { s.split("::").map(String::from).collect() };
     assert_eq!(
@@ -597,4 +681,18 @@ fn the_scanner_reads_use_trees_super_and_inline_paths() {
     );
     assert!(modules.contains(&path("p::q::inner")));
     assert_eq!(test_modules, BTreeSet::from([path("p::q::fixtures")]));
+}
+
+#[test]
+fn a_re_export_hides_no_edge() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    write("lib.rs", "mod a;\nmod b;\npub use a::A;\n");
+    write("a.rs", "use crate::b::B;\npub struct A(B);\n");
+    write("b.rs", "pub struct B;\nfn f(_: crate::A) {}\n");
+    let graph = graph(dir.path(), |p| p.display().to_string());
+    let found = circles(&graph);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].members, ["a", "b"]);
 }

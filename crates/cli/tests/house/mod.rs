@@ -99,7 +99,6 @@ const MAX_LINES: usize = 600;
 /// over the limit.
 const STILL_OVER: &[&str] = &[
     "crates/cli/src/bench.rs",
-    "crates/client/src/client.rs",
     "crates/config-service/src/store.rs",
     "crates/core/src/config/mod.rs",
     "crates/core/src/config/parse.rs",

@@ -100,9 +100,6 @@ const MAX_LINES: usize = 600;
 const STILL_OVER: &[&str] = &[
     "crates/cli/src/bench.rs",
     "crates/config-service/src/store.rs",
-    "crates/core/src/config/mod.rs",
-    "crates/core/src/config/parse.rs",
-    "crates/core/src/throttle/config.rs",
     "crates/server/src/metrics.rs",
     "crates/server/src/root/mod.rs",
     "crates/simulate/src/lib.rs",

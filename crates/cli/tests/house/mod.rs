@@ -99,7 +99,6 @@ const MAX_LINES: usize = 600;
 /// over the limit.
 const STILL_OVER: &[&str] = &[
     "crates/cli/src/bench.rs",
-    "crates/config-service/src/store.rs",
     "crates/server/src/metrics.rs",
     "crates/server/src/root/mod.rs",
     "crates/store/src/memory/mod.rs",

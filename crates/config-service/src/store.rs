@@ -31,14 +31,16 @@ use std::time::Duration;
 
 use charon_core::config::NamespaceSettings;
 use serde_json::Value;
-use sqlx::AnyConnection;
 use sqlx::migrate::Migrator;
 
 pub(crate) use assemble::assemble;
 pub use classify::Unavailability;
 use pools::Pools;
 pub(crate) use rows::AuditEntry;
-use rows::*;
+use rows::{
+    AuditRow, changed_after, changed_namespaces, changed_resources, envoy, meta, namespace,
+    namespaces, resource, resources,
+};
 use tx::Tx;
 pub(crate) use write::{Committed, WriteTx};
 

@@ -1,7 +1,15 @@
 //! One event of a simulation's input read from its JSON line: the
 //! operation it asks for, each field checked with its path.
 
-use super::*;
+use charon_core::ClientError;
+use charon_core::config::ConfigErrors;
+use charon_core::copy::Hold;
+use charon_core::fields::{self, Issues, Path, describe};
+use charon_core::request::Amount;
+use charon_limiter::CapacityAsk;
+use serde_json::{Map, Value};
+
+use super::DEFAULT_SESSION;
 
 pub(crate) enum Op {
     /// The last field is `dry_run`.

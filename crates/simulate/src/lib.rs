@@ -36,18 +36,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use charon_core::config::{Config, ConfigErrors};
-use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
-use charon_core::fields::{self, Issues, Path, describe};
+use charon_core::copy::{CopyStatus, ReserveReply, Staged};
+use charon_core::fields::{self, Issues, Path};
 use charon_core::lease::LeaseReply;
 use charon_core::meter;
 use charon_core::rate::RateReply;
-use charon_core::request::Amount;
 use charon_core::throttle::ThrottleConfig;
 use charon_core::{ClientError, ManualClock};
-use charon_limiter::{CapacityAsk, Decision, LimitError, Limiter, RequestOptions, Session};
+use charon_limiter::{Decision, LimitError, Limiter, RequestOptions, Session};
 use charon_store::{MemoryStore, Store};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 mod event;
 mod throttle;

@@ -10,13 +10,14 @@
 //! siblings `a` and `b`, children of the same parent `p`. A name that a
 //! `use` brought into a module's scope is followed to where it comes from:
 //! `crate::Client` is `crate::client::Client` when the root says
-//! `pub use client::Client`, so a re-export hides no edge. Naming an item
-//! that lives in the parent itself (`super::Thing`) is no edge, and
-//! neither is a parent naming its own children. Comments, strings, test
-//! code — items under `#[cfg(test)]` or `#[cfg(any(test, …))]`, modules
-//! so declared (`#[cfg(test)] mod fixtures;`), `tests.rs` files and files
-//! under a `tests/` directory — are not read: test code may reach
-//! anywhere.
+//! `pub use client::Client`, so a re-export hides no edge (a glob import,
+//! `use super::*`, is not followed: outside tests, name what you use).
+//! Naming an item that lives in the parent itself (`super::Thing`) is no
+//! edge, and neither is a parent naming its own children. Comments,
+//! strings, test code — items under `#[cfg(test)]` or
+//! `#[cfg(any(test, …))]`, modules so declared (`#[cfg(test)] mod
+//! fixtures;`), `tests.rs` files and files under a `tests/` directory —
+//! are not read: test code may reach anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,13 @@
 //! The bearer token every call of a client carries, as a tonic
 //! interceptor on the channel.
 
-use super::*;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::Error;
+use crate::error::ErrorKind;
 
 /// The channel every call goes through: the connection, with the bearer
 /// token (if any) added to each call's metadata.

@@ -2,7 +2,17 @@
 //! ([`RateCall`]) and a reserve ([`ReserveCall`]), with what they ask for
 //! and their retries until granted.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use charon_proto::v1;
+use charon_proto::v1::session_reply::Result as Reply;
+use charon_proto::v1::session_request::Op;
+
+use super::hold::Hold;
+use super::{Answer, Client, Ending, unexpected};
+use crate::Error;
+use crate::grant::{RateGrant, Source};
+use crate::options::RateTransport;
 
 fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
     if copies == 0 || min_copies == 0 || min_copies > copies {

@@ -27,15 +27,10 @@ use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tracing::{debug, warn};
 
 use crate::backoff::next_sleep;
 use crate::error::ErrorKind;
-use crate::grant::{RateGrant, Source};
 use crate::options::RateTransport;
 use crate::{ClientOptions, Error};
 

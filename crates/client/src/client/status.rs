@@ -1,7 +1,9 @@
 //! A failed call in the client's error model: an `Error` reply on the
 //! session stream, or a status diagnosed further when it is ambiguous.
 
-use super::*;
+use charon_proto::v1;
+
+use crate::{ClientOptions, Error};
 
 /// An operation's `Error` reply on the session stream, from the server at
 /// `address`: its code (the one a unary call would get) picks the kind; a

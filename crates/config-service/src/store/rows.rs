@@ -1,7 +1,16 @@
 //! The rows as the database holds them and the queries that read them,
 //! shared by reads ([`super::ReadTx`]) and writes ([`super::WriteTx`]).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use charon_core::config::NamespaceSettings;
+use serde_json::Value;
+use sqlx::AnyConnection;
+
+use super::{
+    ConfigDbError, ENVOY, Entity, Meta, Result, StoredNamespace, StoredResource, parse_document,
+    to_i64, to_u64,
+};
 
 // Rows as the database holds them (integers for versions and flags, JSON
 // text for documents), read by `sqlx::FromRow`; `TryFrom` and `checked`

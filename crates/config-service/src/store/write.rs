@@ -1,7 +1,13 @@
 //! One commit in the making ([`WriteTx`]): the writes of the API, the
 //! audit record and the version bump, all in one transaction.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use charon_core::config::NamespaceSettings;
+use serde_json::Value;
+
+use super::rows::{changed_after, storable};
+use super::{ENVOY, Entity, ReadTx, Result, Statement, to_i64, wall_clock_ms};
 
 /// One commit in the making. Dropped without [`WriteTx::commit`], it rolls
 /// back and the version does not move.

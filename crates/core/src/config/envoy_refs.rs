@@ -2,7 +2,11 @@
 //! [`Config::with_envoy`]): each node's or limit's action names a
 //! configured rate-like resource, or derives a name no resource has.
 
-use super::*;
+use std::collections::HashMap;
+
+use super::{Resource, ResourceKind};
+use crate::envoy::{Action, Node};
+use crate::fields::{ConfigIssue, Path};
 
 /// Checks what a descriptor node refers to (see [`Config::with_envoy`]),
 /// and its children's; the tree's depth is bounded by the parser.

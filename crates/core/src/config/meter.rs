@@ -2,7 +2,14 @@
 //! kind's own fields, a resource with its overrides, and how a domain's
 //! fields resolve into the kind's parameters.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::over_policy;
+use crate::meter::{FieldError, Policy};
+use crate::time::Millis;
+use crate::window::Algorithm;
+use crate::{bucket, queue, window};
 
 /// The kind's own fields of a token bucket (SPEC §7), as written: all
 /// present on a resource, only those it replaces on an override.

@@ -13,18 +13,16 @@ pub(crate) mod parse;
 mod render;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::sync::LazyLock;
 
-use crate::envoy::{Action, Envoy, Node};
+use crate::envoy::Envoy;
 use crate::fields::Path;
 pub use crate::fields::{ConfigErrors, ConfigIssue};
 pub use crate::limits::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 pub use crate::meter::Meter;
-use crate::meter::{FieldError, Policy};
-use crate::time::{Millis, SECOND};
-use crate::window::Algorithm;
-use crate::{ClientError, UNBOUNDED, bucket, queue, window};
+use crate::meter::Policy;
+use crate::time::SECOND;
+use crate::{ClientError, UNBOUNDED};
 
 use envoy_refs::{check_action, check_node};
 pub use lease::LeaseResource;

@@ -1,7 +1,15 @@
 //! A copy-limited resource read from its value: its limits, overrides
 //! and groups, each problem with its path.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use super::overrides;
+use crate::config::{CopyResource, Group, MAX_GROUP_MEMBERS, MAX_GROUPS};
+use crate::fields::{
+    Issues, Path, count, list, name, object, one_of, optional_count, required, too_many,
+};
 
 pub(super) fn copy_at(
     map: &Map<String, Value>,

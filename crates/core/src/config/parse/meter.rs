@@ -1,7 +1,15 @@
 //! The rate-like kinds' own fields (bucket, window, queue) read from a
 //! resource's value, with their overrides, each problem with its path.
 
-use super::*;
+use serde_json::{Map, Value};
+
+use super::{overrides, policy_at};
+use crate::config::{
+    BucketFields, MeterFields, MeterResource, MeterSpec, QueueFields, WindowFields,
+};
+use crate::fields::{Issues, Path, field_message, one_of, optional_count, required, span};
+use crate::time::Millis;
+use crate::window::Algorithm;
 
 /// An optional span field (`period`, `window`); its bounds are checked by
 /// the kind's `Params::new`.

@@ -6,15 +6,14 @@
 mod copy;
 mod meter;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
 use super::{
-    BucketFields, ConfigErrors, CopyResource, EMPTY_CONFIGURATION, Group, KINDS,
-    MAX_DOMAIN_OVERRIDES, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_NAMESPACES, MAX_RESOURCES, MAX_TIERS,
-    MAX_TIERS_PER_RESOURCE, MeterFields, MeterResource, MeterSpec, NamespaceSettings, QueueFields,
-    RateOverride, RateResource, Resource, ResourceKind, Tier, WindowFields,
+    ConfigErrors, EMPTY_CONFIGURATION, KINDS, MAX_DOMAIN_OVERRIDES, MAX_NAMESPACES, MAX_RESOURCES,
+    MAX_TIERS, MAX_TIERS_PER_RESOURCE, NamespaceSettings, RateOverride, RateResource, Resource,
+    ResourceKind, Tier,
 };
 use crate::envoy::Envoy;
 use crate::fields::{
@@ -23,8 +22,6 @@ use crate::fields::{
 };
 use crate::meter::{Ban, Policy, SoftLimit};
 use crate::request::check_name;
-use crate::time::Millis;
-use crate::window::Algorithm;
 use copy::copy_at;
 use meter::{bucket_fields, meter_at, queue_fields, window_fields};
 

@@ -7,14 +7,11 @@ mod read;
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::Millis;
 use crate::config::ConfigErrors;
-use crate::fields::{
-    Issues, Path, count, describe, each, list, object, one_of, required, string, too_many,
-};
-use crate::time::parse_span;
+use crate::fields::{Issues, Path};
 use read::read;
 pub use read::{cost, parse_cost};
 

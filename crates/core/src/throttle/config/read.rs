@@ -1,7 +1,20 @@
 //! The readers of the `throttle:` section's fields, one a function, each
 //! problem with its path.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::{
+    CHARON_FIELDS, CLIENT_FIELDS, ClientKey, ClientLimit, Criticality, Degraded, Discipline,
+    FIELDS, Global, GlobalLease, LEASE_FIELDS, MAX_CLASSES, MAX_CLIENT_LIMITS, MAX_COST_US,
+    MAX_UNITS, MAX_WAIT, Reject, ThrottleConfig,
+};
+use crate::Millis;
+use crate::fields::{
+    Issues, Path, count, describe, each, list, object, one_of, required, string, too_many,
+};
+use crate::time::parse_span;
 
 pub(super) fn read(v: &Value, path: &Path, issues: &mut Issues) -> Option<ThrottleConfig> {
     let m = object(v, path, issues, "a throttle section", FIELDS)?;

@@ -1,8 +1,11 @@
 //! The `charon` binary's own behaviour: `config check`, `simulate` on
-//! hostile input, and the documentation held to the binary and the
-//! repository (`docs/`: links, paths, flags, transcripts).
+//! hostile input, the documentation held to the binary and the
+//! repository (`docs/`: links, paths, flags, transcripts), and the house
+//! check on the workspace's source (`house`: no import circles, no
+//! oversized files).
 
 mod docs;
+mod house;
 mod support;
 
 use std::io::Write;

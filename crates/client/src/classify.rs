@@ -16,6 +16,17 @@ use crate::error::{Error, ErrorKind};
 const PORTS_HINT: &str = "the gRPC port is 7070 and the HTTP port 7071 unless --listen and \
                           --http-listen say otherwise";
 
+impl Error {
+    /// A failed connection (`Endpoint::connect` of a tonic client of the
+    /// server at `address`, as `charon bench` makes them) in this model.
+    /// Here rather than in `error`, so that the model does not depend on
+    /// its translation from tonic.
+    pub fn from_connect_error(e: tonic::transport::Error, address: &str) -> Self {
+        let status = tonic::Status::from_error(Box::new(e));
+        from_status(&status, address)
+    }
+}
+
 /// `status` as an error of the client's model, from the server at
 /// `address`.
 pub(crate) fn from_status(status: &tonic::Status, address: &str) -> Error {

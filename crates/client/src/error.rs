@@ -171,13 +171,6 @@ impl Error {
         self
     }
 
-    /// A failed connection (`Endpoint::connect` of a tonic client of the
-    /// server at `address`, as `charon bench` makes them) in this model.
-    pub fn from_connect_error(e: tonic::transport::Error, address: &str) -> Self {
-        let status = tonic::Status::from_error(Box::new(e));
-        crate::classify::from_status(&status, address)
-    }
-
     /// What went wrong.
     pub fn kind(&self) -> ErrorKind {
         self.kind

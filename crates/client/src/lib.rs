@@ -183,19 +183,14 @@ mod client;
 mod diagnose;
 mod error;
 mod grant;
-mod hold;
 mod lease;
-mod multi;
 mod options;
-mod session;
 
 pub use backoff::{jitter, next_sleep};
 /// The wire types, for replies' full context.
 pub use charon_proto::v1 as proto;
-pub use client::{Bearer, Client, RateCall, ReserveCall, Stats};
+pub use client::{Bearer, Client, Hold, MultiCall, MultiGrant, RateCall, ReserveCall, Stats};
 pub use error::{Class, Error, ErrorKind, code_name};
 pub use grant::{RateGrant, Source};
-pub use hold::Hold;
 pub use lease::{Lease, LeaseMode, LeaseOptions, LeaseSource, LeaseStatus};
-pub use multi::{MultiCall, MultiGrant};
 pub use options::{ClientOptions, ClientTls, RateTransport, Token, endpoint};

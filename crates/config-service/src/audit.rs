@@ -1,44 +1,10 @@
-//! What the audit trail records of a commit: the whole configuration as
-//! normalized YAML (the form `GET /v1/config?format=yaml` exports and
-//! rollback imports) and a unified diff of it, before → after.
-
-use std::collections::BTreeMap;
-
-use charon_core::config::Config;
-use serde_json::{Map, Value, json};
-
-use crate::store::{StoredNamespace, StoredResource};
+//! What the audit trail records of a commit besides the whole
+//! configuration as normalized YAML (the form `GET /v1/config?format=yaml`
+//! exports and rollback imports, built by `store::assemble`): a
+//! unified diff of it, before → after.
 
 /// Lines of context around each change in a recorded diff.
 const CONTEXT: usize = 3;
-
-/// Builds the configuration from what is stored (validated again: what
-/// was stored was valid, so a failure means the database was edited by
-/// hand).
-pub(crate) fn build(
-    resources: BTreeMap<String, StoredResource>,
-    namespaces: &BTreeMap<String, StoredNamespace>,
-    envoy: Option<Value>,
-) -> Result<Config, charon_core::config::ConfigErrors> {
-    let nss: Map<String, Value> = namespaces
-        .iter()
-        .map(|(n, s)| {
-            (
-                n.clone(),
-                json!({
-                    "allow_unconfigured": s.settings.allow_unconfigured,
-                    "ignore_configured": s.settings.ignore_configured,
-                }),
-            )
-        })
-        .collect();
-    let docs: Vec<Value> = resources.into_values().map(|r| r.document).collect();
-    let mut doc = json!({ "namespaces": nss, "resources": docs });
-    if let Some(e) = envoy {
-        doc["envoy"] = e;
-    }
-    Config::from_value(&doc).map(|(config, _)| config)
-}
 
 /// A unified diff from `before` to `after` (`a/config.yaml` → `b/…`, with
 /// hunk headers), empty when they are equal.

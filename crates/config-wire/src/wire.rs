@@ -102,6 +102,21 @@ impl From<NamespaceBody> for charon_core::config::NamespaceSettings {
     }
 }
 
+// Document-only (described, never built: the export is core's own
+// rendering), kept with the wire types rather than in `schema` because it
+// holds `NamespaceBody`: the document-only types never name a wire type.
+/// The whole configuration as exported.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code, missing_debug_implementations)]
+pub struct ExportedConfig {
+    #[serde(default)]
+    namespaces: BTreeMap<String, NamespaceBody>,
+    resources: Vec<schema::Resource>,
+    /// Present when the configuration has an `envoy:` section.
+    envoy: Option<schema::EnvoySection>,
+}
+
 /// `GET /v1/resources`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -12,7 +12,46 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::MAX_COUNT;
-use crate::config::{ConfigErrors, ConfigIssue};
+use crate::meter::FieldError;
+use crate::request::check_name;
+use crate::time::{Millis, parse_span};
+
+/// One problem found in a configuration, with the exact place. The
+/// configuration service answers these as they are; its clients read them
+/// back (`Deserialize`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConfigIssue {
+    /// Where: `resources[1].tiers[0].window`.
+    pub path: String,
+    /// What: `"1x" is not a duration`.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in a configuration (never just the first).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigIssue>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, issue) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{issue}")?;
+        }
+        Ok(())
+    }
+}
 
 /// A field path such as `resources[1].tiers[0].window`; keys that are not
 /// plain names are quoted (`domains["a b"]`).
@@ -334,6 +373,64 @@ pub fn one_of<'a>(
     };
     issues.push(path, format!("expected {expected}, found {}", describe(v)));
     None
+}
+
+/// A duration field (`"1s"`), its problem recorded in `issues`.
+pub(crate) fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
+    match v {
+        Value::String(s) => match parse_span(s) {
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                issues.push(path, e);
+                None
+            }
+        },
+        other => {
+            issues.push(
+                path,
+                format!(
+                    "expected a duration such as \"1s\", found {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// A name field, checked as [`check_name`] checks `field`'s names.
+pub(crate) fn name(v: &Value, path: &Path, issues: &mut Issues, field: &str) -> Option<String> {
+    let Value::String(s) = v else {
+        issues.push(
+            path,
+            format!("expected a name (a string), found {}", describe(v)),
+        );
+        return None;
+    };
+    match check_name(field, s) {
+        Ok(()) => Some(s.clone()),
+        Err(e) => {
+            issues.push(path, e.to_string());
+            None
+        }
+    }
+}
+
+/// The message for a field error of a value written as `v`: `"0s" must be
+/// positive (at least 1ms)`, `0 must be at least 1`; messages that already
+/// say the value are kept as they are.
+pub(crate) fn field_message(v: Option<&Value>, e: &FieldError) -> String {
+    match v {
+        Some(v) if e.message.starts_with("must") => {
+            let written = match v {
+                Value::String(s) => format!("{s:?}"),
+                other => other.to_string(),
+            };
+            format!("{written} {}", e.message)
+        }
+        Some(_) => e.message.clone(),
+        None => e.to_string(),
+    }
 }
 
 #[cfg(test)]

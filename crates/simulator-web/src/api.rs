@@ -1,4 +1,5 @@
-//! The JSON API of the page: handlers and the one mapping of errors to HTTP.
+//! The JSON API of the page: handlers and the one mapping of errors
+//! ([`ApiError`]) to HTTP.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -8,43 +9,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use charon_core::config::ConfigIssue;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt;
 
+use crate::error::ApiError;
 use crate::input::{self, MAX_EVENT_TIERS, MAX_EVENTS};
 use crate::replay::{self, MAX_HIT_TIMES, MAX_LISTED_TIER_STATES};
 use crate::{BODY_LIMIT, MAX_CONCURRENT_REPLAYS, presets};
-
-/// Why a call got no answer. A rejected request is not an error: it is an
-/// ordinary reply inside a successful replay.
-#[derive(Debug)]
-pub(crate) enum ApiError {
-    /// The body is wrong; every issue with its path.
-    Invalid(Vec<ConfigIssue>),
-    /// More events than [`MAX_EVENTS`].
-    TooManyEvents(usize),
-    /// More events × tiers than [`MAX_EVENT_TIERS`].
-    TooMuchWork { events: usize, tiers: usize },
-    /// The tier snapshots would list more than [`MAX_HIT_TIMES`] hits.
-    TooManyHitTimes,
-    /// `detail: "full"` would list more than [`MAX_LISTED_TIER_STATES`]
-    /// tier states.
-    TooManyTierStates,
-    /// A body over [`BODY_LIMIT`] bytes.
-    TooLarge,
-    /// [`MAX_CONCURRENT_REPLAYS`] calls are running already.
-    Busy,
-    /// The replay task died (a bug; reported, not hidden).
-    Internal(String),
-}
-
-impl ApiError {
-    pub(crate) fn invalid(issues: Vec<ConfigIssue>) -> Self {
-        Self::Invalid(issues)
-    }
-}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

@@ -16,7 +16,7 @@ use charon_core::request::Amount;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// The most requests one replay may hold. Past it the page asks for a reset:
 /// at the generator's fastest this is several minutes of traffic.
@@ -452,4 +452,16 @@ fn issue(path: &str, message: impl Into<String>) -> ConfigIssue {
         path: path.to_owned(),
         message: message.into(),
     }
+}
+
+/// The resource as it will be enforced (SPEC §6 layout, normalized).
+pub(crate) fn resource_value(replay: &Replay) -> Value {
+    replay
+        .setup
+        .config
+        .to_value()
+        .get_mut("resources")
+        .and_then(|r| r.get_mut(0))
+        .map(Value::take)
+        .unwrap_or_default()
 }

@@ -18,6 +18,7 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 mod api;
+mod error;
 mod input;
 mod meters;
 mod presets;

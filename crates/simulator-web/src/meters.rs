@@ -12,9 +12,10 @@ use charon_core::meter::{Level, Meter, MeterState, Op, Reply, State, ban_left};
 use charon_core::window;
 use serde::Serialize;
 
-use crate::api::ApiError;
+use crate::error::ApiError;
+use crate::error::encoding;
+use crate::input::resource_value;
 use crate::input::{Event, EventHead, Replay};
-use crate::replay::{encoding, resource_value};
 
 /// Samples of the level spread evenly over `[report_from, at]`, so that a
 /// refill or a drain between events is drawn as it happens.

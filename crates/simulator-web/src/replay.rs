@@ -13,8 +13,8 @@ use charon_core::rate::{HitLog, Phase, RateReply, RateState, decide_op};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::ApiError;
-use crate::input::{Detail, EventHead, Replay};
+use crate::error::{ApiError, encoding};
+use crate::input::{Detail, EventHead, Replay, resource_value};
 
 /// The most `[time, hits]` entries one answer may list in its tier
 /// snapshots. Each snapshot lists a window's worth of hits, so long windows
@@ -128,10 +128,6 @@ struct NowOut {
     current_tier: usize,
     domain_hits_last_second: u64,
     tiers: Vec<TierSnapshot>,
-}
-
-pub(crate) fn encoding(e: serde_json::Error) -> ApiError {
-    ApiError::Internal(format!("cannot encode the answer: {e}"))
 }
 
 /// Replays `replay.events` from empty state; the answer as JSON. Each
@@ -269,18 +265,6 @@ pub(crate) fn run(replay: &Replay) -> Result<Vec<u8>, ApiError> {
     json.push(b',');
     json.extend_from_slice(rest.strip_prefix(b"{").unwrap_or(&rest));
     Ok(json)
-}
-
-/// The resource as it will be enforced (SPEC §6 layout, normalized).
-pub(crate) fn resource_value(replay: &Replay) -> Value {
-    replay
-        .setup
-        .config
-        .to_value()
-        .get_mut("resources")
-        .and_then(|r| r.get_mut(0))
-        .map(Value::take)
-        .unwrap_or_default()
 }
 
 /// Events whose answer space is reserved up front (the rest grows).

@@ -22,7 +22,7 @@ use charon_core::fields::{self, Issues, Path};
 use charon_core::throttle::{Admission, Criticality, Discipline, Event, Throttle, ThrottleConfig};
 use serde_json::{Map, Value, json};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// The most arrivals one run may generate.
 pub const MAX_ARRIVALS: f64 = 200_000.0;

@@ -12,14 +12,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::extract::{IfMatch, QueryParams, RawBody};
-use super::schema::{ConfigDocument, ExportFormat, ExportedConfig};
+use super::schema::{ConfigDocument, ExportFormat};
 use super::{Target, etag, precondition, snapshot, versioned};
 use crate::AppState;
-use crate::audit::build;
 use crate::auth::{Access, Reader, Role};
 use crate::error::ApiError;
-use crate::store::{ConfigDbError, ENVOY, Meta, StoredNamespace, StoredResource, WriteTx};
-use crate::wire::{DiffEntry, ImportOutcome, NamespaceBody};
+use crate::store::{self, ConfigDbError, ENVOY, Meta, StoredNamespace, StoredResource, WriteTx};
+use crate::wire::{DiffEntry, ExportedConfig, ImportOutcome, NamespaceBody};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ExportQuery {
@@ -70,7 +69,7 @@ fn assemble(
     namespaces: &BTreeMap<String, StoredNamespace>,
     envoy: Option<Value>,
 ) -> Result<Config, ApiError> {
-    build(resources, namespaces, envoy)
+    store::assemble(resources, namespaces, envoy)
         .map_err(|e| ApiError::from(ConfigDbError::Corrupt(e.to_string())))
 }
 
@@ -85,7 +84,7 @@ pub(super) async fn check_envoy(tx: &mut WriteTx) -> Result<(), ApiError> {
     };
     let resources = tx.resources().await?;
     let namespaces = tx.namespaces().await?;
-    build(resources, &namespaces, Some(envoy))
+    store::assemble(resources, &namespaces, Some(envoy))
         .map(|_| ())
         .map_err(ApiError::config)
 }

@@ -479,16 +479,6 @@ pub struct ConfigDocument {
     envoy: Option<EnvoySection>,
 }
 
-/// The whole configuration as exported.
-#[derive(ToSchema)]
-pub struct ExportedConfig {
-    #[serde(default)]
-    namespaces: BTreeMap<String, crate::wire::NamespaceBody>,
-    resources: Vec<Resource>,
-    /// Present when the configuration has an `envoy:` section.
-    envoy: Option<EnvoySection>,
-}
-
 /// `GET /v1/resources/{name}/domains`.
 #[derive(ToSchema)]
 pub struct OverrideList {

@@ -5,24 +5,31 @@
 //! [`Config::from_value`] or [`Config::new`], all of which validate and
 //! normalize, so every `Config` in the program is one the limiter may use.
 
+mod envoy_refs;
 mod lease;
+mod meter;
 mod normalize;
 pub(crate) mod parse;
 mod render;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::sync::LazyLock;
 
-use crate::envoy::{Action, Envoy, Node};
+use crate::envoy::Envoy;
 use crate::fields::Path;
+pub use crate::fields::{ConfigErrors, ConfigIssue};
+pub use crate::limits::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 pub use crate::meter::Meter;
-use crate::meter::{FieldError, Policy};
-use crate::time::{Millis, SECOND};
-use crate::window::Algorithm;
-use crate::{ClientError, UNBOUNDED, bucket, queue, window};
+use crate::meter::Policy;
+use crate::time::SECOND;
+use crate::{ClientError, UNBOUNDED};
 
+use envoy_refs::{check_action, check_node};
 pub use lease::LeaseResource;
+pub use meter::{
+    BucketFields, BucketResource, MeterError, MeterFields, MeterOverride, MeterResource, MeterSpec,
+    QueueFields, QueueResource, WindowFields, WindowResource,
+};
 pub use normalize::{Adjustment, normalize_tiers};
 pub use parse::{parse_envoy, parse_namespace, parse_resource, parse_soft_limit, resource_fields};
 
@@ -61,34 +68,6 @@ pub const MAX_NAMESPACES: usize = 10_000;
 /// What an empty document (no bytes, only whitespace or comments) is told.
 pub const EMPTY_CONFIGURATION: &str =
     "the configuration is empty; write `resources: []` to mean no resources";
-
-/// One burst tier `(L, Tw, Ta, Tc, S)` of SPEC §2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tier {
-    /// L: the most hits its window may hold.
-    pub limit: u64,
-    /// Tw: the span of its sliding window, at least 1 ms.
-    pub window: Millis,
-    /// Ta: how long the tier stays active once entered; `None` is infinite.
-    pub active: Option<Millis>,
-    /// Tc: how long it cannot be entered after its active period.
-    pub cooldown: Millis,
-    /// S: whether a burst search may skip it while it is in cooldown (or has
-    /// a limit of zero).
-    pub skippable: bool,
-}
-
-/// The limits that decide one (rate-limited resource, domain) pair: the
-/// resource's H and G, and the tiers of the domain's override if it has one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimits<'a> {
-    /// H: most hits per domain in the last second.
-    pub hard_limit: Option<u64>,
-    /// G: most hits across all domains in the last second.
-    pub global_limit: Option<u64>,
-    /// The ordered tiers; tier `i` (one-indexed) is `tiers[i - 1]`.
-    pub tiers: &'a [Tier],
-}
 
 /// A domain-specific override of a rate-limited resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -167,22 +146,6 @@ pub struct CopyResource {
     membership: HashMap<String, Vec<usize>>,
 }
 
-/// A group as a reserve sees it: its name and limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupLimit {
-    pub name: String,
-    pub limit: u64,
-}
-
-/// The limits that decide a reserve for one domain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyLimits {
-    pub domain_limit: u64,
-    pub global_limit: Option<u64>,
-    /// Every group that contains the domain, in configuration order.
-    pub groups: Vec<GroupLimit>,
-}
-
 impl CopyResource {
     /// Builds a copy resource and its membership index.
     pub fn new(
@@ -251,272 +214,6 @@ fn over_policy(over: Policy, base: Policy) -> Policy {
     }
 }
 
-/// The kind's own fields of a token bucket (SPEC §7), as written: all
-/// present on a resource, only those it replaces on an override.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BucketFields {
-    /// Capacity in tokens.
-    pub burst: Option<u64>,
-    /// Tokens added every `period`.
-    pub count: Option<u64>,
-    pub period: Option<Millis>,
-}
-
-/// The kind's own fields of a window (SPEC §8), as written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WindowFields {
-    pub algorithm: Option<Algorithm>,
-    pub limit: Option<u64>,
-    pub window: Option<Millis>,
-}
-
-/// The kind's own fields of a queue (SPEC §9), as written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueFields {
-    /// Units that leave the queue every `period`.
-    pub rate: Option<u64>,
-    pub period: Option<Millis>,
-    /// The most units waiting.
-    pub size: Option<u64>,
-}
-
-/// The fields of one rate-like kind with exact `Params` (bucket, window,
-/// queue): what is shared is written once ([`MeterResource`]), so an
-/// override means the same for every kind.
-pub trait MeterFields: Copy + Default + Eq + fmt::Debug {
-    /// The validated parameters the decision takes.
-    type Params: Copy + Eq + fmt::Debug;
-    /// `kind:` in the configuration file.
-    const KIND: &'static str;
-    /// The kind's own fields, in the order they are written.
-    const NAMES: &'static [&'static str];
-    /// These fields where set, else `base`'s.
-    fn or(self, base: Self) -> Self;
-    /// Whether `field` (one of [`Self::NAMES`]) is set.
-    fn names(&self, field: &str) -> bool;
-    /// The parameters, checked by the kind's `Params::new` (every
-    /// exactness bound, the field named); a missing field is an error
-    /// naming it.
-    fn params(&self, policy: Policy) -> Result<Self::Params, FieldError>;
-}
-
-fn given<T>(field: &'static str, v: Option<T>) -> Result<T, FieldError> {
-    v.ok_or_else(|| FieldError {
-        field,
-        message: "is required".to_owned(),
-    })
-}
-
-impl MeterFields for BucketFields {
-    type Params = bucket::Params;
-    const KIND: &'static str = "bucket";
-    const NAMES: &'static [&'static str] = &["burst", "count", "period"];
-
-    fn or(self, base: Self) -> Self {
-        Self {
-            burst: self.burst.or(base.burst),
-            count: self.count.or(base.count),
-            period: self.period.or(base.period),
-        }
-    }
-
-    fn names(&self, field: &str) -> bool {
-        match field {
-            "burst" => self.burst.is_some(),
-            "count" => self.count.is_some(),
-            "period" => self.period.is_some(),
-            _ => false,
-        }
-    }
-
-    fn params(&self, policy: Policy) -> Result<bucket::Params, FieldError> {
-        bucket::Params::new(
-            given("burst", self.burst)?,
-            given("count", self.count)?,
-            given("period", self.period)?,
-            policy,
-        )
-    }
-}
-
-impl MeterFields for WindowFields {
-    type Params = window::Params;
-    const KIND: &'static str = "window";
-    const NAMES: &'static [&'static str] = &["algorithm", "limit", "window"];
-
-    fn or(self, base: Self) -> Self {
-        Self {
-            algorithm: self.algorithm.or(base.algorithm),
-            limit: self.limit.or(base.limit),
-            window: self.window.or(base.window),
-        }
-    }
-
-    fn names(&self, field: &str) -> bool {
-        match field {
-            "algorithm" => self.algorithm.is_some(),
-            "limit" => self.limit.is_some(),
-            "window" => self.window.is_some(),
-            _ => false,
-        }
-    }
-
-    fn params(&self, policy: Policy) -> Result<window::Params, FieldError> {
-        window::Params::new(
-            given("algorithm", self.algorithm)?,
-            given("limit", self.limit)?,
-            given("window", self.window)?,
-            policy,
-        )
-    }
-}
-
-impl MeterFields for QueueFields {
-    type Params = queue::Params;
-    const KIND: &'static str = "queue";
-    const NAMES: &'static [&'static str] = &["rate", "period", "size"];
-
-    fn or(self, base: Self) -> Self {
-        Self {
-            rate: self.rate.or(base.rate),
-            period: self.period.or(base.period),
-            size: self.size.or(base.size),
-        }
-    }
-
-    fn names(&self, field: &str) -> bool {
-        match field {
-            "rate" => self.rate.is_some(),
-            "period" => self.period.is_some(),
-            "size" => self.size.is_some(),
-            _ => false,
-        }
-    }
-
-    fn params(&self, policy: Policy) -> Result<queue::Params, FieldError> {
-        queue::Params::new(
-            given("rate", self.rate)?,
-            given("period", self.period)?,
-            given("size", self.size)?,
-            policy,
-        )
-    }
-}
-
-/// One level of a bucket, window or queue as written: the kind's fields
-/// and the shared `soft_limit` and `ban` (SPEC §10).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MeterSpec<F> {
-    pub fields: F,
-    pub policy: Policy,
-}
-
-impl<F: MeterFields> MeterSpec<F> {
-    /// What applies to a domain with this override: every field it names
-    /// replaces the resource's (`base`), the rest is the resource's.
-    pub fn over(&self, base: &MeterSpec<F>) -> MeterSpec<F> {
-        MeterSpec {
-            fields: self.fields.or(base.fields),
-            policy: over_policy(self.policy, base.policy),
-        }
-    }
-}
-
-/// A per-domain override of a bucket, window or queue: what it names, and
-/// the parameters it resolves to with the resource's other fields.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MeterOverride<F: MeterFields> {
-    spec: MeterSpec<F>,
-    params: F::Params,
-}
-
-impl<F: MeterFields> MeterOverride<F> {
-    /// The fields the override names.
-    pub fn spec(&self) -> &MeterSpec<F> {
-        &self.spec
-    }
-
-    /// The parameters for its domain.
-    pub fn params(&self) -> F::Params {
-        self.params
-    }
-}
-
-/// A resource of `kind: bucket`, `window` or `queue`, validated: its
-/// parameters and every override's are built (and checked) once, when the
-/// resource is, so resolving a (resource, domain) pair cannot fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MeterResource<F: MeterFields> {
-    spec: MeterSpec<F>,
-    params: F::Params,
-    domains: BTreeMap<String, MeterOverride<F>>,
-}
-
-/// Why a [`MeterResource`] could not be built: the domain of the override
-/// (`None` for the resource itself) and the field error.
-pub type MeterError = (Option<String>, FieldError);
-
-impl<F: MeterFields> MeterResource<F> {
-    /// Checks the resource's fields and every override applied to them
-    /// with the kind's `Params::new`; every error is returned. Overrides
-    /// are only checked once the resource itself is valid.
-    pub fn new(
-        spec: MeterSpec<F>,
-        domains: BTreeMap<String, MeterSpec<F>>,
-    ) -> Result<Self, Vec<MeterError>> {
-        let params = spec
-            .fields
-            .params(spec.policy)
-            .map_err(|e| vec![(None, e)])?;
-        let mut errors = Vec::new();
-        let mut resolved = BTreeMap::new();
-        for (domain, o) in domains {
-            let merged = o.over(&spec);
-            match merged.fields.params(merged.policy) {
-                Ok(params) => {
-                    resolved.insert(domain, MeterOverride { spec: o, params });
-                }
-                Err(e) => errors.push((Some(domain), e)),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        Ok(Self {
-            spec,
-            params,
-            domains: resolved,
-        })
-    }
-
-    /// The resource's own fields.
-    pub fn spec(&self) -> &MeterSpec<F> {
-        &self.spec
-    }
-
-    /// The parameters of a domain without an override.
-    pub fn params(&self) -> F::Params {
-        self.params
-    }
-
-    /// The parameters for `domain`, its override applied.
-    pub fn params_for(&self, domain: &str) -> F::Params {
-        self.domains.get(domain).map_or(self.params, |o| o.params)
-    }
-
-    /// The overrides, by domain.
-    pub fn domains(&self) -> &BTreeMap<String, MeterOverride<F>> {
-        &self.domains
-    }
-}
-
-/// A token bucket resource (SPEC §7).
-pub type BucketResource = MeterResource<BucketFields>;
-/// A window resource (SPEC §8).
-pub type WindowResource = MeterResource<WindowFields>;
-/// A queue resource (SPEC §9).
-pub type QueueResource = MeterResource<QueueFields>;
-
 /// What a resource limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResourceKind {
@@ -583,14 +280,6 @@ pub struct NamespaceSettings {
     pub allow_unconfigured: bool,
 }
 
-/// Whether limits are enforced for a request (SPEC §4 `ignore_configured`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enforcement {
-    Enforce,
-    /// Grant everything asked for, but record the accesses.
-    Ignore,
-}
-
 /// The namespace of a resource name: the text before the first `/`, or
 /// `default` for a name without one (SPEC §1).
 pub fn namespace_of(resource: &str) -> &str {
@@ -624,43 +313,6 @@ pub struct Config {
     resources: Vec<Resource>,
     index: HashMap<String, usize>,
     envoy: Option<Envoy>,
-}
-
-/// One problem found in a configuration, with the exact place. The
-/// configuration service answers these as they are; its clients read them
-/// back (`Deserialize`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ConfigIssue {
-    /// Where: `resources[1].tiers[0].window`.
-    pub path: String,
-    /// What: `"1x" is not a duration`.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Every problem found in a configuration (never just the first).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigErrors(pub Vec<ConfigIssue>);
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, issue) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            write!(f, "{issue}")?;
-        }
-        Ok(())
-    }
 }
 
 impl Config {
@@ -899,84 +551,6 @@ impl Config {
             None if ns.allow_unconfigured => Ok((&PERMISSIVE_COPY, enforcement)),
             None => Err(ClientError::UnknownResource(resource.to_owned())),
         }
-    }
-}
-
-/// Checks what a descriptor node refers to (see [`Config::with_envoy`]),
-/// and its children's; the tree's depth is bounded by the parser.
-fn check_node(
-    node: &Node,
-    path: &Path,
-    resources: &[Resource],
-    index: &HashMap<String, usize>,
-    issues: &mut Vec<ConfigIssue>,
-) {
-    if let Some(a) = node.action() {
-        check_action(a, node.id(), path, resources, index, issues);
-    }
-    let children = path.key("descriptors");
-    for (j, c) in node.descriptors().iter().enumerate() {
-        check_node(c, &children.index(j), resources, index, issues);
-    }
-}
-
-/// Checks the action of a node or limit whose derived name is `id`: a
-/// configured resource must exist and be rate-like; an inline limit's
-/// derived name must be a valid resource name no configured resource has.
-fn check_action(
-    action: &Action,
-    id: &str,
-    path: &Path,
-    resources: &[Resource],
-    index: &HashMap<String, usize>,
-    issues: &mut Vec<ConfigIssue>,
-) {
-    let mut push = |at: Path, message: String| {
-        issues.push(ConfigIssue {
-            path: at.as_str().to_owned(),
-            message,
-        });
-    };
-    match action {
-        Action::Resource(name) => match index.get(name).map(|&i| &resources[i].kind) {
-            None => push(
-                path.key("resource"),
-                format!("unknown resource {name:?} (name a resource of this configuration)"),
-            ),
-            Some(kind @ (ResourceKind::Copy(_) | ResourceKind::Lease(_))) => push(
-                path.key("resource"),
-                format!(
-                    "resource {name:?} is {}; an Envoy descriptor needs a rate-like \
-                     one (rate, bucket, window or queue)",
-                    if kind.name() == "copy" {
-                        "copy-limited"
-                    } else {
-                        "a capacity lease"
-                    }
-                ),
-            ),
-            Some(_) => {}
-        },
-        Action::RateLimit(_) => {
-            if let Err(e) = crate::request::check_name("resource", id) {
-                push(
-                    path.key("rate_limit"),
-                    format!(
-                        "its resource name, derived from the domain, keys and values on its \
-                         path, cannot be used: {e}"
-                    ),
-                );
-            } else if let Some(&i) = index.get(id) {
-                push(
-                    path.key("rate_limit"),
-                    format!(
-                        "its resource name {id:?} is also the name of resources[{i}]; the two \
-                         would share counts, so rename that resource"
-                    ),
-                );
-            }
-        }
-        Action::Unlimited => {}
     }
 }
 

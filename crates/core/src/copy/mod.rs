@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::bound::{self, Kept};
-use crate::config::{CopyLimits, Enforcement};
+use crate::limits::{CopyLimits, Enforcement};
 use crate::request::Amount;
 use crate::{ClientError, UNBOUNDED};
 

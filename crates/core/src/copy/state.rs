@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
 use super::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged, check_bound, reserve_grant};
-use crate::config::{CopyLimits, Enforcement};
+use crate::limits::{CopyLimits, Enforcement};
 use crate::request::Amount;
 use crate::{ClientError, Millis};
 

@@ -23,7 +23,7 @@ use std::hash::BuildHasher;
 use serde::Serialize;
 
 use super::{CopyState, ReserveReply, available, check_bound, reserve};
-use crate::config::{CopyLimits, Enforcement};
+use crate::limits::{CopyLimits, Enforcement};
 use crate::request::Amount;
 use crate::{ClientError, Millis, UNBOUNDED};
 

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::config::Tier;
+use crate::limits::Tier;
 use crate::meter::{FieldError, Meter, Policy};
 use crate::time::Millis;
 use crate::window::{self, Algorithm};

@@ -29,7 +29,6 @@ mod inline;
 mod limits;
 mod node;
 pub(crate) mod parse;
-mod parse_limits;
 pub(crate) mod render;
 mod settings;
 

@@ -5,6 +5,10 @@
 //! ([`crate::bucket`]), windows ([`crate::window`]) and queues
 //! ([`crate::queue`]).
 //!
+//! The kinds are this module's children, so that [`Meter`] (one kind as
+//! a value) and the driver they plug into form no circle; they keep their
+//! paths at the crate's root.
+//!
 //! Each kind only says how its level behaves ([`Level`]): how much room
 //! there is at a time, what a grant or a charge leaves, when it would have
 //! room again and when its state becomes idle. [`decide`] does the rest, so
@@ -23,13 +27,17 @@ use serde::Serialize;
 use crate::request::{Amount, positive_count};
 use crate::{ClientError, MAX_COUNT, Millis};
 
+pub mod bucket;
+pub mod drain;
 #[cfg(test)]
 pub(crate) mod harness;
 mod kinds;
+pub mod queue;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 #[cfg(test)]
 mod tests;
+pub mod window;
 
 pub use kinds::{Meter, MeterState};
 

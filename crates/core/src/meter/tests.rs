@@ -180,5 +180,5 @@ fn states_are_compact() {
     // with an optional ban end.
     assert_eq!(size_of::<bucket::State>(), 40);
     assert_eq!(size_of::<queue::State>(), 40);
-    assert_eq!(size_of::<crate::window::State>(), 48);
+    assert_eq!(size_of::<window::State>(), 48);
 }

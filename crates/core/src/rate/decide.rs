@@ -1,15 +1,49 @@
-//! The decision for `request(r, d, copies, min_copies)`: SPEC §2 rules 3–6.
+//! The decision for `request(r, d, copies, min_copies)`: SPEC §2 rules 3–6,
+//! and the reply it makes with its context ([`TierContext`], filled in by
+//! `context`).
 
 use serde::Serialize;
 
-use super::context::TierContext;
 use super::log::HitLog;
 use super::state::{Phase, RateState};
 use crate::bound::{self, Kept};
-use crate::config::{Enforcement, RateLimits, Tier};
+use crate::limits::{Enforcement, RateLimits, Tier};
 use crate::request::Amount;
 use crate::time::{Millis, SECOND};
 use crate::{ClientError, UNBOUNDED};
+
+/// The reply context of SPEC §10 for the burst tiers, every value as of
+/// after the operation (for a dry run, as if it had been applied).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TierContext {
+    /// The current tier's limit (0 for tier 0; unbounded, `null` in JSON,
+    /// for the permissive tier of an unconfigured resource). The same value
+    /// as `tier_limit`, under the name every kind uses.
+    #[serde(serialize_with = "crate::wire::bound")]
+    pub limit: u64,
+    /// The largest n a request at the same instant would be granted,
+    /// bursts, H and G included (a dry run for "as many as possible, at
+    /// least 1"); 0 if none. Like every kind's, it ignores a ban (the reply
+    /// says `banned`).
+    #[serde(serialize_with = "crate::wire::bound")]
+    pub remaining: u64,
+    /// The wait until the pair is whole again if no other hit arrived
+    /// ([`RateState::whole_at`]: every counted hit at the end of its window,
+    /// no tier active or cooling down); 0 if it is; `null` if never (a tier
+    /// above the first with an infinite active period, once entered).
+    pub reset_after_ms: Option<Millis>,
+    /// The least wait after which a request for `min_copies` (1 after a
+    /// charge) would be granted if nothing else arrived from anyone; during
+    /// a ban, from the ban's end on. `null` if no instant ever grants it
+    /// (`min_copies` above H, or above what the tiers can ever hold).
+    pub retry_after_ms: Option<Millis>,
+    /// Hits in the current tier's window are at least the soft limit's share
+    /// of its limit (never in tier 0).
+    pub warning: bool,
+    /// The domain is banned from the resource (from this rejection on, or
+    /// earlier).
+    pub banned: bool,
+}
 
 /// The reply to a request (SPEC §2 rule 6), every value as of after the
 /// decision. A rejection is an ordinary reply with `granted = 0`.

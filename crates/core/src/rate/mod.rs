@@ -7,8 +7,8 @@ mod decide;
 mod log;
 mod state;
 
-pub use context::{TierContext, decide, decide_op, retry_after};
-pub use decide::RateReply;
+pub use context::{decide, decide_op, retry_after};
+pub use decide::{RateReply, TierContext};
 pub use log::HitLog;
 pub use state::{Phase, RateState, TierState};
 

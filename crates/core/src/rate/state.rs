@@ -2,7 +2,7 @@
 //! and the hits it holds, plus the domain's hits in the last second (for H).
 
 use super::log::HitLog;
-use crate::config::Tier;
+use crate::limits::Tier;
 use crate::time::{Millis, SECOND};
 
 /// Where a tier stands at a given time (SPEC §2 rule 2).

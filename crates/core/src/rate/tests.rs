@@ -1,7 +1,7 @@
 //! One test per rule of SPEC §2, each at its exact boundary.
 
 use super::*;
-use crate::config::{Enforcement, RateLimits, Tier};
+use crate::limits::{Enforcement, RateLimits, Tier};
 use crate::request::Amount;
 
 fn tier(limit: u64, window: u64, active: Option<u64>, cooldown: u64, skippable: bool) -> Tier {

@@ -2,6 +2,22 @@
 //! stream (rate requests optionally as unary calls), with back-pressure,
 //! back-off, degraded mode and the kill switch.
 
+mod bearer;
+mod calls;
+mod hold;
+mod multi;
+mod session;
+mod status;
+
+pub use bearer::Bearer;
+pub(crate) use bearer::Transport;
+use calls::Ask;
+pub use calls::{RateCall, ReserveCall};
+pub use hold::Hold;
+pub use multi::{MultiCall, MultiGrant};
+use session::SessionConn;
+pub(crate) use status::{classify, from_reply_error};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -11,19 +27,11 @@ use charon_proto::v1::limiter_client::LimiterClient;
 use charon_proto::v1::session_reply::Result as Reply;
 use charon_proto::v1::session_request::Op;
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tracing::{debug, warn};
 
 use crate::backoff::next_sleep;
 use crate::error::ErrorKind;
-use crate::grant::{RateGrant, Source};
-use crate::hold::Hold;
-use crate::multi::MultiCall;
 use crate::options::RateTransport;
-use crate::session::SessionConn;
 use crate::{ClientOptions, Error};
 
 /// A connection to Charon. Cheap to clone; clones share the connection,
@@ -111,61 +119,6 @@ pub struct Stats {
     pub in_flight: u64,
     /// The most operations ever waiting for an answer at once.
     pub peak_in_flight: u64,
-}
-
-fn check_amount(copies: u64, min_copies: u64) -> Result<(), Error> {
-    if copies == 0 || min_copies == 0 || min_copies > copies {
-        return Err(Error::invalid(format!(
-            "need 1 <= min_copies <= copies (got copies {copies}, min_copies {min_copies})"
-        )));
-    }
-    Ok(())
-}
-
-/// The channel every call goes through: the connection, with the bearer
-/// token (if any) added to each call's metadata.
-pub(crate) type Transport = InterceptedService<Channel, Bearer>;
-
-/// Adds `authorization: Bearer TOKEN` to every call (issue 16), or nothing:
-/// public so that a plain tonic client of the same server (`charon
-/// bench`'s unary clients) sends the token exactly as this one does.
-#[derive(Clone)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl std::fmt::Debug for Bearer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Bearer(…)")
-    }
-}
-
-impl Bearer {
-    /// The interceptor for `token` (none: calls go as they are); a token
-    /// that cannot be metadata is a client error.
-    pub fn new(token: Option<&crate::options::Token>) -> Result<Self, Error> {
-        token
-            .map(|t| {
-                MetadataValue::try_from(format!("Bearer {}", t.0)).map_err(|_| {
-                    Error::new(
-                        ErrorKind::Settings,
-                        "the token must be printable ASCII without line breaks",
-                    )
-                })
-            })
-            .transpose()
-            .map(Bearer)
-    }
-}
-
-impl Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            request.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(request)
-    }
 }
 
 impl Client {
@@ -598,40 +551,6 @@ impl Client {
     }
 }
 
-/// An operation's `Error` reply on the session stream, from the server at
-/// `address`: its code (the one a unary call would get) picks the kind; a
-/// server that predates the code gives only the class.
-pub(crate) fn from_reply_error(e: &v1::Error, address: &str) -> Error {
-    let client = e.class == v1::error::Class::Client as i32;
-    let code = tonic::Code::from_i32(e.code);
-    let code = match code {
-        tonic::Code::Ok if client => tonic::Code::InvalidArgument,
-        tonic::Code::Ok => tonic::Code::Unavailable,
-        code => code,
-    };
-    let class = if client { "client" } else { "server" };
-    let status = charon_proto::codec::with_class(tonic::Status::new(code, &e.message), class);
-    crate::classify::from_status(&status, address)
-}
-
-/// A failed call's status in the error model, for a client with
-/// `options`: see [`Client::classify`].
-pub(crate) async fn classify(
-    options: &ClientOptions,
-    status: &tonic::Status,
-    deadline: tokio::time::Instant,
-) -> Error {
-    let address = options.endpoint.as_str();
-    let error = crate::classify::from_status(status, address);
-    if !crate::classify::is_ambiguous(status, address) {
-        return error;
-    }
-    match crate::diagnose::diagnose(address, options.tls.as_ref(), deadline).await {
-        Some(cause) => cause.with_code(status.code()).at(address),
-        None => error,
-    }
-}
-
 /// One of the places in flight, given back (and uncounted) when dropped.
 struct Place<'a> {
     _permit: SemaphorePermit<'a>,
@@ -663,216 +582,4 @@ enum Ending<G, R> {
     Rejected(R),
     /// The server could not answer; degraded mode grants.
     Degraded,
-}
-
-/// What a call asks for, shared by requests and reserves.
-#[derive(Debug, Clone)]
-struct Ask {
-    resource: String,
-    domain: String,
-    copies: u64,
-    min_copies: u64,
-    max_wait: Duration,
-}
-
-macro_rules! ask_builder {
-    ($call:ident, $what:literal) => {
-        impl $call {
-            #[doc = concat!("Ask for up to `n` ", $what, " (default 1).")]
-            pub fn copies(mut self, n: u64) -> Self {
-                self.ask.copies = n;
-                self
-            }
-
-            #[doc = concat!("Accept no fewer than `n` ", $what, " (default 1).")]
-            pub fn min_copies(mut self, n: u64) -> Self {
-                self.ask.min_copies = n;
-                self
-            }
-
-            /// Retry rejections with back-off for at most this long
-            /// (default 0: no retry).
-            pub fn max_wait(mut self, d: Duration) -> Self {
-                self.ask.max_wait = d;
-                self
-            }
-        }
-    };
-}
-
-impl Ask {
-    fn new(resource: String, domain: String) -> Self {
-        Self {
-            resource,
-            domain,
-            copies: 1,
-            min_copies: 1,
-            max_wait: Duration::ZERO,
-        }
-    }
-}
-
-/// A rate-limited request being built: see [`Client::request`].
-#[derive(Debug)]
-#[must_use = "a request does nothing until it is sent"]
-pub struct RateCall {
-    client: Client,
-    ask: Ask,
-    dry_run: bool,
-}
-
-ask_builder!(RateCall, "hits");
-
-impl RateCall {
-    /// Ask without recording anything (SPEC §10): the answer is the one
-    /// the request would get, so a client can check before it spends work
-    /// whose cost it will [`Client::charge`]. Every rate-like kind.
-    pub fn dry_run(mut self, on: bool) -> Self {
-        self.dry_run = on;
-        self
-    }
-
-    /// Sends the request; see [`RateGrant`].
-    pub async fn send(self) -> Result<RateGrant, Error> {
-        let Self {
-            client,
-            ask,
-            dry_run,
-        } = self;
-        check_amount(ask.copies, ask.min_copies)?;
-        client.count(|c| &c.requests);
-        let started = Instant::now();
-        let req = v1::RateRequest {
-            resource: ask.resource,
-            domain: ask.domain,
-            copies: Some(ask.copies),
-            min_copies: Some(ask.min_copies),
-            dry_run,
-        };
-        let transport = client.inner.options.rate_transport;
-        let ending = client
-            .until_granted(ask.max_wait, || {
-                let (client, req) = (&client, req.clone());
-                async move {
-                    let reply = match transport {
-                        RateTransport::Session => {
-                            match client.session_call(Op::Request(req)).await? {
-                                (Reply::Request(r), _) => r,
-                                (other, _) => return Err(unexpected(&other)),
-                            }
-                        }
-                        RateTransport::Unary => {
-                            let mut grpc = client.inner.grpc.clone();
-                            client.unary(async move { grpc.request(req).await }).await?
-                        }
-                    };
-                    Ok(if reply.granted > 0 {
-                        Answer::Granted(reply)
-                    } else {
-                        Answer::Rejected(reply)
-                    })
-                }
-            })
-            .await?;
-        let (granted, source, reply) = match ending {
-            Ending::Granted(r) => (r.granted, Source::Server, Some(r)),
-            Ending::KillSwitch(r) => (ask.min_copies, Source::KillSwitch, Some(r)),
-            Ending::Rejected(r) => (0, Source::Server, Some(r)),
-            Ending::Degraded => (ask.min_copies, Source::Degraded, None),
-        };
-        Ok(RateGrant {
-            granted,
-            source,
-            reply,
-            waited: started.elapsed(),
-        })
-    }
-}
-
-/// A reserve being built: see [`Client::reserve`].
-#[derive(Debug)]
-#[must_use = "a reserve does nothing until it is sent"]
-pub struct ReserveCall {
-    client: Client,
-    ask: Ask,
-    wait: Duration,
-}
-
-ask_builder!(ReserveCall, "copies");
-
-impl ReserveCall {
-    /// Wait up to `d` in the resource's queue on the server when no copy
-    /// is free (default 0: answered at once). Unlike [`Self::max_wait`]'s
-    /// retries, a waiter keeps its place: released copies go to waiters in
-    /// arrival order. Whole milliseconds, at most one hour. The hold then
-    /// tells how it ended: [`Hold::waited_on_server`],
-    /// [`Hold::queue_full`], [`Hold::result_ready`].
-    pub fn wait(mut self, d: Duration) -> Self {
-        self.wait = d;
-        self
-    }
-
-    /// Sends the reserve. The result is a [`Hold`] in every case: check
-    /// [`Hold::is_granted`]; dropping it releases what it still holds.
-    pub async fn send(self) -> Result<Hold, Error> {
-        let Self { client, ask, wait } = self;
-        check_amount(ask.copies, ask.min_copies)?;
-        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        client.count(|c| &c.reserves);
-        let started = Instant::now();
-        let op = Op::Reserve(v1::ReserveRequest {
-            resource: ask.resource.clone(),
-            domain: ask.domain.clone(),
-            copies: Some(ask.copies),
-            min_copies: Some(ask.min_copies),
-            wait_ms: (wait_ms > 0).then_some(wait_ms),
-        });
-        let ending = client
-            .until_granted(ask.max_wait, || async {
-                match client.session_call_waiting(op.clone(), wait).await? {
-                    (Reply::Reserve(r), generation) if r.granted > 0 => {
-                        Ok(Answer::Granted((r, generation)))
-                    }
-                    (Reply::Reserve(r), _) => Ok(Answer::Rejected(r)),
-                    (other, _) => Err(unexpected(&other)),
-                }
-            })
-            .await?;
-        let waited = started.elapsed();
-        let (resource, domain) = (ask.resource, ask.domain);
-        Ok(match ending {
-            Ending::Granted((r, generation)) => {
-                let groups = r.groups.iter().map(|g| g.name.clone()).collect();
-                Hold::on_server(
-                    client.clone(),
-                    resource,
-                    domain,
-                    groups,
-                    r.granted,
-                    generation,
-                    Some(r),
-                    waited,
-                )
-            }
-            Ending::KillSwitch(r) => Hold::local(
-                client.clone(),
-                resource,
-                domain,
-                ask.min_copies,
-                Source::KillSwitch,
-                Some(r),
-                waited,
-            ),
-            Ending::Rejected(r) => Hold::rejected(client.clone(), resource, domain, r, waited),
-            Ending::Degraded => Hold::local(
-                client.clone(),
-                resource,
-                domain,
-                ask.min_copies,
-                Source::Degraded,
-                None,
-                waited,
-            ),
-        })
-    }
 }

@@ -3,25 +3,27 @@
 //! stopping at the first. Unknown fields are errors: a misspelt `limt`
 //! silently ignored is a limit that silently does not apply.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod copy;
+mod meter;
+
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
 use super::{
-    BucketFields, ConfigErrors, CopyResource, EMPTY_CONFIGURATION, Group, KINDS,
-    MAX_DOMAIN_OVERRIDES, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_NAMESPACES, MAX_RESOURCES, MAX_TIERS,
-    MAX_TIERS_PER_RESOURCE, MeterFields, MeterResource, MeterSpec, NamespaceSettings, QueueFields,
-    RateOverride, RateResource, Resource, ResourceKind, Tier, WindowFields,
+    ConfigErrors, EMPTY_CONFIGURATION, KINDS, MAX_DOMAIN_OVERRIDES, MAX_NAMESPACES, MAX_RESOURCES,
+    MAX_TIERS, MAX_TIERS_PER_RESOURCE, NamespaceSettings, RateOverride, RateResource, Resource,
+    ResourceKind, Tier,
 };
 use crate::envoy::Envoy;
 use crate::fields::{
-    Issues, Path, boolean, count, describe, each, list, object, one_of, optional_count, required,
-    too_many, unknown_field,
+    Issues, Path, boolean, count, describe, each, field_message, list, name, object, one_of,
+    optional_count, required, span, too_many, unknown_field,
 };
-use crate::meter::{Ban, FieldError, Policy, SoftLimit};
+use crate::meter::{Ban, Policy, SoftLimit};
 use crate::request::check_name;
-use crate::time::{Millis, parse_span};
-use crate::window::Algorithm;
+use copy::copy_at;
+use meter::{bucket_fields, meter_at, queue_fields, window_fields};
 
 const RATE_FIELDS: &[&str] = &[
     "name",
@@ -98,45 +100,6 @@ const COPY_FIELDS: &[&str] = &[
 ];
 const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
 const NAMESPACE_FIELDS: &[&str] = &["allow_unconfigured", "ignore_configured"];
-
-pub(crate) fn span(v: &Value, path: &Path, issues: &mut Issues) -> Option<Millis> {
-    match v {
-        Value::String(s) => match parse_span(s) {
-            Ok(ms) => Some(ms),
-            Err(e) => {
-                issues.push(path, e);
-                None
-            }
-        },
-        other => {
-            issues.push(
-                path,
-                format!(
-                    "expected a duration such as \"1s\", found {}",
-                    describe(other)
-                ),
-            );
-            None
-        }
-    }
-}
-
-pub(crate) fn name(v: &Value, path: &Path, issues: &mut Issues, field: &str) -> Option<String> {
-    let Value::String(s) = v else {
-        issues.push(
-            path,
-            format!("expected a name (a string), found {}", describe(v)),
-        );
-        return None;
-    };
-    match check_name(field, s) {
-        Ok(()) => Some(s.clone()),
-        Err(e) => {
-            issues.push(path, e.to_string());
-            None
-        }
-    }
-}
 
 /// What a configuration document holds, parsed: namespaces, resources and
 /// the `envoy:` section (`None` when absent or null).
@@ -438,126 +401,6 @@ fn policy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Poli
     Policy { soft_limit, ban }
 }
 
-/// The message for a field error of a value written as `v`: `"0s" must be
-/// positive (at least 1ms)`, `0 must be at least 1`; messages that already
-/// say the value are kept as they are.
-pub(crate) fn field_message(v: Option<&Value>, e: &FieldError) -> String {
-    match v {
-        Some(v) if e.message.starts_with("must") => {
-            let written = match v {
-                Value::String(s) => format!("{s:?}"),
-                other => other.to_string(),
-            };
-            format!("{written} {}", e.message)
-        }
-        Some(_) => e.message.clone(),
-        None => e.to_string(),
-    }
-}
-
-/// An optional span field (`period`, `window`); its bounds are checked by
-/// the kind's `Params::new`.
-fn optional_span(
-    map: &Map<String, Value>,
-    key: &str,
-    path: &Path,
-    issues: &mut Issues,
-) -> Option<Millis> {
-    match map.get(key) {
-        None | Some(Value::Null) => None,
-        Some(v) => span(v, &path.key(key), issues),
-    }
-}
-
-fn bucket_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> BucketFields {
-    BucketFields {
-        burst: optional_count(map, "burst", path, issues),
-        count: optional_count(map, "count", path, issues),
-        period: optional_span(map, "period", path, issues),
-    }
-}
-
-fn window_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> WindowFields {
-    let algorithm = match map.get("algorithm") {
-        None | Some(Value::Null) => None,
-        Some(v) => one_of(v, Algorithm::NAMES, &path.key("algorithm"), issues)
-            .and_then(Algorithm::from_name),
-    };
-    WindowFields {
-        algorithm,
-        limit: optional_count(map, "limit", path, issues),
-        window: optional_span(map, "window", path, issues),
-    }
-}
-
-fn queue_fields(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> QueueFields {
-    QueueFields {
-        rate: optional_count(map, "rate", path, issues),
-        period: optional_span(map, "period", path, issues),
-        size: optional_count(map, "size", path, issues),
-    }
-}
-
-/// A bucket, window or queue resource: the kind's fields (all required),
-/// `soft_limit`, `ban` and overrides naming any of them. Every exactness
-/// bound is checked by the kind's `Params::new`, its error prefixed with
-/// the path of the field (or of the override whose combination with the
-/// resource's fields fails).
-fn meter_at<F: MeterFields>(
-    map: &Map<String, Value>,
-    path: &Path,
-    issues: &mut Issues,
-    override_fields: &[&str],
-    read: fn(&Map<String, Value>, &Path, &mut Issues) -> F,
-) -> Option<MeterResource<F>> {
-    let before = issues.len();
-    for name in F::NAMES {
-        required(map, name, path, issues);
-    }
-    let fields = read(map, path, issues);
-    // Fields that did not parse cannot be checked against each other; a
-    // bad soft limit or ban does not keep the others from being checked.
-    let mut unread = issues.len() - before;
-    let spec = MeterSpec {
-        fields,
-        policy: policy_at(map, path, issues),
-    };
-    let domains = overrides(map, path, issues, override_fields, None, |om, p, issues| {
-        let at = issues.len();
-        let fields = read(om, p, issues);
-        unread += issues.len() - at;
-        Some(MeterSpec {
-            fields,
-            policy: policy_at(om, p, issues),
-        })
-    });
-    if unread > 0 {
-        return None;
-    }
-    let parsed = issues.len() == before;
-    match MeterResource::new(spec, domains) {
-        Ok(r) => parsed.then_some(r),
-        Err(errors) => {
-            for (domain, e) in errors {
-                let (at, written) = match &domain {
-                    None => (path.clone(), Some(map)),
-                    Some(d) => (
-                        path.key("domains").key(d),
-                        map.get("domains")
-                            .and_then(|ds| ds.get(d))
-                            .and_then(Value::as_object),
-                    ),
-                };
-                match written.and_then(|w| w.get(e.field)) {
-                    Some(v) => issues.push(&at.key(e.field), field_message(Some(v), &e)),
-                    None => issues.push(&at, field_message(None, &e)),
-                }
-            }
-            None
-        }
-    }
-}
-
 /// The domain overrides at `map.domains`, each a mapping of `fields` read
 /// by `read`, keyed by a valid domain name. With `tiers`, the resource's
 /// own tier count: the tiers of the resource and its overrides together
@@ -653,127 +496,5 @@ fn tier_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Tier> {
         active: active?,
         cooldown: cooldown?,
         skippable,
-    })
-}
-
-fn copy_at(map: &Map<String, Value>, path: &Path, issues: &mut Issues) -> Option<CopyResource> {
-    let before = issues.len();
-    let domain_limit = required(map, "domain_limit", path, issues)
-        .and_then(|v| count(v, &path.key("domain_limit"), issues));
-    let global_limit = optional_count(map, "global_limit", path, issues);
-    let queue_limit = optional_count(map, "queue_limit", path, issues);
-    if let Some(q) = queue_limit.filter(|&q| q > crate::copy::MAX_QUEUE_LIMIT) {
-        issues.push(
-            &path.key("queue_limit"),
-            format!(
-                "{q} is more than the {} waiters a resource may have",
-                crate::copy::MAX_QUEUE_LIMIT
-            ),
-        );
-    }
-    let wait_mode = match map.get("wait_mode") {
-        None | Some(Value::Null) => Some(crate::copy::WaitMode::default()),
-        Some(v) => one_of(
-            v,
-            &["exclusive", "shared_result"],
-            &path.key("wait_mode"),
-            issues,
-        )
-        .map(|m| {
-            if m == "shared_result" {
-                crate::copy::WaitMode::SharedResult
-            } else {
-                crate::copy::WaitMode::Exclusive
-            }
-        }),
-    };
-    let domains = overrides(
-        map,
-        path,
-        issues,
-        &["domain_limit"],
-        None,
-        |om, p, issues| {
-            required(om, "domain_limit", p, issues)
-                .and_then(|v| count(v, &p.key("domain_limit"), issues))
-        },
-    );
-    let mut groups = Vec::new();
-    if let Some(v) = map.get("groups").filter(|v| !v.is_null()) {
-        let gpath = path.key("groups");
-        let members = |g: &Value| {
-            g.get("domains")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len)
-        };
-        if let Some(items) = list(v, &gpath, issues)
-            && !too_many(items.len(), MAX_GROUPS, "groups", &gpath, issues)
-            && !too_many(
-                items.iter().map(members).sum(),
-                MAX_GROUP_MEMBERS,
-                "domains in groups",
-                &gpath,
-                issues,
-            )
-        {
-            let mut seen = BTreeMap::new();
-            for (i, g) in items.iter().enumerate() {
-                let p = gpath.index(i);
-                if let Some(group) = group_at(g, &p, issues) {
-                    if let Some(first) = seen.insert(group.name.clone(), i) {
-                        issues.push(
-                            &p.key("name"),
-                            format!(
-                                "duplicate group {:?} (first at groups[{first}])",
-                                group.name
-                            ),
-                        );
-                    }
-                    groups.push(group);
-                }
-            }
-        }
-    }
-    (issues.len() == before).then(|| {
-        let mut r = CopyResource::new(
-            domain_limit.unwrap_or_default(),
-            global_limit,
-            domains,
-            groups,
-        );
-        r.queue_limit = queue_limit.unwrap_or(crate::copy::DEFAULT_QUEUE_LIMIT);
-        r.wait_mode = wait_mode.unwrap_or_default();
-        r
-    })
-}
-
-fn group_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<Group> {
-    let map = object(v, path, issues, "a group", &["name", "limit", "domains"])?;
-    let name = required(map, "name", path, issues)
-        .and_then(|v| name(v, &path.key("name"), issues, "group name"));
-    let limit =
-        required(map, "limit", path, issues).and_then(|v| count(v, &path.key("limit"), issues));
-    let mut domains = Vec::new();
-    let mut seen = BTreeSet::new();
-    if let Some(v) = map.get("domains").filter(|v| !v.is_null()) {
-        let dpath = path.key("domains");
-        for (i, d) in list(v, &dpath, issues)
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-        {
-            if let Some(d) = self::name(d, &dpath.index(i), issues, "domain") {
-                if seen.insert(d.clone()) {
-                    domains.push(d);
-                } else {
-                    issues.push(&dpath.index(i), format!("duplicate domain {d:?}"));
-                }
-            }
-        }
-    }
-    Some(Group {
-        name: name?,
-        limit: limit?,
-        domains,
     })
 }

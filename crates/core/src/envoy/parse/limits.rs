@@ -6,10 +6,10 @@
 
 use serde_json::{Map, Value};
 
-use super::limits::{Compare, Condition, LimitRule, Variable};
-use super::node::Action;
-use super::parse::{action_at, entry_text};
-use super::{MAX_KEY_BYTES, MAX_LIMITS, MAX_TERMS, MAX_VALUE_BYTES};
+use super::{action_at, entry_text};
+use crate::envoy::limits::{Compare, Condition, LimitRule, Variable};
+use crate::envoy::node::Action;
+use crate::envoy::{MAX_KEY_BYTES, MAX_LIMITS, MAX_TERMS, MAX_VALUE_BYTES};
 use crate::fields::{Issues, Path, count_or, list, object, required, too_many};
 
 const LIMIT_FIELDS: &[&str] = &["name", "conditions", "variables", "resource", "rate_limit"];

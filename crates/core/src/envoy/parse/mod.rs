@@ -5,22 +5,23 @@
 //! without `*`, duplicate siblings; and what Charon cannot decide (a mask
 //! on a node with a value, an unknown unit).
 
+mod limits;
+
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::inline::{Mask, Per, RateLimit, Unit, Windows};
-use super::node::{Action, Extras, Node};
-use super::settings::{
+use crate::envoy::inline::{Mask, Per, RateLimit, Unit, Windows};
+use crate::envoy::node::{Action, Extras, Node};
+use crate::envoy::settings::{
     DescriptorLimits, HeaderNames, Headers, MatchMode, Record, Settings, UnknownDomain,
 };
-use super::{
+use crate::envoy::{
     Envoy, EnvoyDomain, MAX_DEPTH, MAX_DOMAINS, MAX_KEY_BYTES, MAX_NODES, MAX_VALUE_BYTES,
 };
-use crate::config::parse::{field_message, name, span};
 use crate::fields::{
-    Issues, Path, boolean, count, count_or, describe, list, object, one_of, required, string,
-    too_many,
+    Issues, Path, boolean, count, count_or, describe, field_message, list, name, object, one_of,
+    required, span, string, too_many,
 };
 
 const ENVOY_FIELDS: &[&str] = &[
@@ -230,7 +231,7 @@ fn domain_at(v: &Value, path: &Path, issues: &mut Issues) -> Option<EnvoyDomain>
     };
     let limits = match map.get("limits").filter(|v| !v.is_null()) {
         None => Some(Vec::new()),
-        Some(v) => super::parse_limits::limits_at(v, &path.key("limits"), issues),
+        Some(v) => limits::limits_at(v, &path.key("limits"), issues),
     };
     let same_slot = boolean(map, "same_slot", path, issues);
     let (domain, descriptors, limits) = (domain?, descriptors?, limits?);

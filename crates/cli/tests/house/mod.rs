@@ -49,7 +49,7 @@ fn shown(path: &Path) -> String {
 
 /// The circles not broken yet, as the check names them. The list only
 /// shrinks: a circle broken must leave it, and no other may appear.
-const STILL_CIRCLES: &[&str] = &["charon-store: redis::{cluster, conn}"];
+const STILL_CIRCLES: &[&str] = &[];
 
 #[test]
 fn no_crate_has_an_import_circle_between_its_modules() {
@@ -99,15 +99,7 @@ const MAX_LINES: usize = 600;
 /// The files over [`MAX_LINES`] not split yet. The list only shrinks: a
 /// file split below the limit must leave it, and no other file may grow
 /// over the limit.
-const STILL_OVER: &[&str] = &[
-    "crates/cli/src/bench.rs",
-    "crates/server/src/metrics.rs",
-    "crates/server/src/root/mod.rs",
-    "crates/store/src/memory/mod.rs",
-    "crates/store/src/redis/conn.rs",
-    "crates/store/src/redis/membership.rs",
-    "crates/store/src/redis/mod.rs",
-];
+const STILL_OVER: &[&str] = &[];
 
 #[test]
 fn no_source_file_is_over_600_lines() {

@@ -9,7 +9,6 @@ use charon_core::request::positive_count;
 use charon_core::{MAX_COUNT, UNBOUNDED};
 
 use super::keys::RateKeys;
-use super::meter;
 use super::reply::{Reply, bad};
 use crate::StoreError;
 
@@ -52,7 +51,7 @@ pub(super) fn tiers_args(
         Op::Refund(_) => return Err(StoreError::Refused(no_refund())),
         Op::Request { .. } => {}
     }
-    let (op_arg, copies, min_copies) = meter::op_args(op);
+    let (op_arg, copies, min_copies) = op_args(op);
     let tiers = limits.tiers;
     let mut args = Vec::with_capacity(12 + 5 * tiers.len());
     args.push(DORMANT_GRACE.to_string());
@@ -163,4 +162,22 @@ pub(super) fn tiers_fields(
             banned,
         },
     })
+}
+
+/// An operation as the scripts read it: its code (`r` request, `d` dry
+/// run, `c` charge, `f` refund), how many and the least to grant. One
+/// encoding for the meter scripts and the tiers' `rate_step`.
+pub(crate) fn op_args(op: Op) -> (&'static str, u64, u64) {
+    match op {
+        Op::Request {
+            amount,
+            dry_run: false,
+        } => ("r", amount.copies(), amount.min_copies()),
+        Op::Request {
+            amount,
+            dry_run: true,
+        } => ("d", amount.copies(), amount.min_copies()),
+        Op::Charge(n) => ("c", n, 1),
+        Op::Refund(n) => ("f", n, 1),
+    }
 }

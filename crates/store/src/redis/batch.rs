@@ -38,9 +38,6 @@ use super::decision_clock::DecisionClock;
 use super::scripts::{Script, Scripts};
 use crate::StoreError;
 
-/// The most operations one batch call carries.
-pub(crate) const MAX_BATCH: usize = 128;
-
 /// Operations waiting for the batcher in all: beyond this, callers wait
 /// for room (back-pressure), within their own time limit.
 const QUEUE: usize = 16_384;

@@ -12,7 +12,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::{Cmd, RedisResult, Value};
 
 use super::RedisTls;
-use super::conn::install_crypto;
+use super::crypto::install_crypto;
 use super::errors::connect_error;
 use super::scripts::Script;
 use crate::StoreError;

@@ -9,6 +9,7 @@ use redis::{Cmd, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::cluster::{self, ClusterLink};
+use super::crypto::install_crypto;
 
 use super::RedisTls;
 use super::errors::{acl_refusal, command_error, connect_error, server_error, unavailable};
@@ -501,13 +502,4 @@ async fn probe(
         Err(e) => Err(connect_error(&e, shown, no_client_cert)),
         Ok(_) => Ok(()),
     }
-}
-
-/// Makes ring rustls' process-wide crypto provider unless one is set:
-/// rustls cannot choose by itself when a build enables both of its
-/// providers (ring here, aws-lc-rs through some other crate), and would
-/// panic at the first handshake.
-pub(crate) fn install_crypto() {
-    // An error only says that a provider is installed already: fine.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }

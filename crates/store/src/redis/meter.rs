@@ -8,6 +8,7 @@ use charon_core::meter::{self, Level, Meter, MeterState, Op, Reply};
 use charon_core::window::{Algorithm, Counts};
 use charon_core::{Millis, bucket};
 
+use super::args::op_args;
 use super::reply::{self as script_reply, bad};
 use crate::{Batch, Limit, MeterOp, OpReply, StoreError};
 
@@ -46,24 +47,6 @@ pub(crate) fn args(meter: &Meter, op: Op) -> Vec<String> {
     args.push(copies.to_string());
     args.push(min.to_string());
     args
-}
-
-/// An operation as the scripts read it: its code (`r` request, `d` dry
-/// run, `c` charge, `f` refund), how many and the least to grant. One
-/// encoding for the meter scripts and the tiers' `rate_step`.
-pub(crate) fn op_args(op: Op) -> (&'static str, u64, u64) {
-    match op {
-        Op::Request {
-            amount,
-            dry_run: false,
-        } => ("r", amount.copies(), amount.min_copies()),
-        Op::Request {
-            amount,
-            dry_run: true,
-        } => ("d", amount.copies(), amount.min_copies()),
-        Op::Charge(n) => ("c", n, 1),
-        Op::Refund(n) => ("f", n, 1),
-    }
 }
 
 fn drain_args(args: &mut Vec<String>, kind: &str, t: charon_core::drain::Ticks) {

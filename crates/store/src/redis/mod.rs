@@ -29,6 +29,7 @@ mod batch;
 mod cluster;
 mod conn;
 mod copies;
+mod crypto;
 mod errors;
 mod in_doubt;
 mod member_state;

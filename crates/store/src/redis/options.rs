@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use charon_core::Clock;
 
-use super::batch;
+/// The most operations one batch call carries (the default of
+/// [`RedisOptions::max_batch`]).
+pub(crate) const MAX_BATCH: usize = 128;
 
 /// How to connect a [`RedisStore`].
 #[derive(Debug, Clone)]
@@ -111,7 +113,7 @@ impl Default for RedisOptions {
             #[cfg(feature = "test-clock")]
             meters_mutation: None,
             rebuild_grace: None,
-            max_batch: batch::MAX_BATCH,
+            max_batch: MAX_BATCH,
             tls: RedisTls::default(),
         }
     }

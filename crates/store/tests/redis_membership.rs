@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
@@ -614,10 +615,10 @@ async fn idle_rate_state_expires_by_itself_in_redis_time() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn copy_operations_whose_reply_was_lost_are_undone() {
-    let redis = RedisServer::start();
-    let s = RedisStore::connect(
+/// A member whose operations time out after 100 ms: long before a
+/// [`pause_writes`] ends.
+async fn impatient(redis: &RedisServer) -> Arc<RedisStore> {
+    RedisStore::connect(
         &redis.url(),
         RedisOptions {
             op_timeout: Duration::from_millis(100),
@@ -625,17 +626,29 @@ async fn copy_operations_whose_reply_was_lost_are_undone() {
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Redis holds every write for `ms`: operations sent meanwhile time out
+/// at the client and run when the pause ends (their replies are lost).
+fn pause_writes(redis: &RedisServer, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .query(&mut raw(redis))
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_operations_whose_reply_was_lost_are_undone() {
+    let redis = RedisServer::start();
+    let s = impatient(&redis).await;
     let _m = spawn_maintain(&s);
     reserve(&s, "d1", 2).await;
     // Redis holds every write for a while: the operations time out here,
     // and run there when the pause ends.
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(300)
-        .arg("WRITE")
-        .query(&mut raw(&redis))
-        .unwrap();
+    pause_writes(&redis, 300);
     let e = s
         .reserve("vm", "d1", &limits(), amount(3), Enforcement::Enforce)
         .await;
@@ -667,25 +680,9 @@ async fn an_undo_whose_reply_was_lost_is_run_again_and_the_rest_still_undone() {
         .with_test_writer()
         .try_init();
     let redis = RedisServer::start();
-    let s = RedisStore::connect(
-        &redis.url(),
-        RedisOptions {
-            op_timeout: Duration::from_millis(100),
-            ..options(None, "a", Duration::from_secs(3))
-        },
-    )
-    .await
-    .unwrap();
+    let s = impatient(&redis).await;
     reserve(&s, "d1", 2).await;
-    let pause = |ms: u64| {
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(ms)
-            .arg("WRITE")
-            .query(&mut raw(&redis))
-            .unwrap();
-    };
-    pause(300);
+    pause_writes(&redis, 300);
     let e = s
         .reserve("vm", "d1", &limits(), amount(3), Enforcement::Enforce)
         .await;
@@ -697,7 +694,7 @@ async fn an_undo_whose_reply_was_lost_is_run_again_and_the_rest_still_undone() {
     // Both ran when the pause ended. The first round of undos starts with
     // the housekeeping, inside a second pause: the first undo times out
     // (and runs when it ends), the second waits behind it.
-    pause(300);
+    pause_writes(&redis, 300);
     let _m = spawn_maintain(&s);
     let settled = eventually(Duration::from_secs(6), async || {
         s.operations_in_doubt() == 0

@@ -156,7 +156,7 @@ impl Client {
     }
 
     /// Turns the kill switch on or off. While on, every rejection becomes a
-    /// grant of `min_copies`, marked [`Source::KillSwitch`] (paper §4.3:
+    /// grant of `min_copies`, marked [`Source::KillSwitch`](crate::Source::KillSwitch) (paper §4.3:
     /// try a limiter on live traffic without letting it reject anything).
     pub fn set_kill_switch(&self, on: bool) {
         self.inner.kill_switch.store(on, Ordering::SeqCst);

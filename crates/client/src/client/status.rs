@@ -22,7 +22,7 @@ pub(crate) fn from_reply_error(e: &v1::Error, address: &str) -> Error {
 }
 
 /// A failed call's status in the error model, for a client with
-/// `options`: see [`Client::classify`].
+/// `options`: see [`Client::classify`](super::Client::classify).
 pub(crate) async fn classify(
     options: &ClientOptions,
     status: &tonic::Status,

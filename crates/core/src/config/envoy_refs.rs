@@ -1,5 +1,5 @@
 //! The `envoy:` section held to the resources (see
-//! [`Config::with_envoy`]): each node's or limit's action names a
+//! [`Config::with_envoy`](super::Config::with_envoy)): each node's or limit's action names a
 //! configured rate-like resource, or derives a name no resource has.
 
 use std::collections::HashMap;
@@ -8,7 +8,7 @@ use super::{Resource, ResourceKind};
 use crate::envoy::{Action, Node};
 use crate::fields::{ConfigIssue, Path};
 
-/// Checks what a descriptor node refers to (see [`Config::with_envoy`]),
+/// Checks what a descriptor node refers to (see [`Config::with_envoy`](super::Config::with_envoy)),
 /// and its children's; the tree's depth is bounded by the parser.
 pub(super) fn check_node(
     node: &Node,

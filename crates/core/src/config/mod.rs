@@ -328,7 +328,7 @@ impl Config {
     /// [`Config::new`] with an `envoy:` section (SPEC §11), whose
     /// references are checked against the resources: a `resource:` must
     /// name a rate-like resource of this configuration, and the name of an
-    /// inline `rate_limit` ([`Node::id`]) must fit a resource name and be
+    /// inline `rate_limit` ([`Node::id`](crate::envoy::Node::id)) must fit a resource name and be
     /// no configured resource's (the two would share counts).
     pub fn with_envoy(
         namespaces: BTreeMap<String, NamespaceSettings>,

@@ -15,11 +15,11 @@ use super::{DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, Settings};
 use crate::ServerState;
 use crate::config_file::FileServerSettings;
 
-/// The listeners [`run`] serves on.
+/// The listeners [`run`](super::run) serves on.
 #[derive(Debug)]
 pub enum Listeners {
     /// Already bound by the caller (tests: port 0). With
-    /// [`ConfigSource::ApiOnly`] only `http` is used (`grpc` is closed at
+    /// [`ConfigSource::ApiOnly`](super::ConfigSource::ApiOnly) only `http` is used (`grpc` is closed at
     /// once).
     Bound {
         /// Where gRPC is served.
@@ -37,7 +37,7 @@ pub enum Listeners {
         /// Where HTTP (metrics, health, pages, API) is served.
         http: TcpListener,
     },
-    /// Bound by [`run`] at the settings' (or the file's) addresses, once the
+    /// Bound by [`run`](super::run) at the settings' (or the file's) addresses, once the
     /// configuration source and the store are open: nothing listens before
     /// it can answer (a server waiting for Redis refuses connections rather
     /// than accepting ones it cannot serve), which is what `charon serve`

@@ -10,7 +10,7 @@ use charon_core::Clock;
 /// [`RedisOptions::max_batch`]).
 pub(crate) const MAX_BATCH: usize = 128;
 
-/// How to connect a [`RedisStore`].
+/// How to connect a [`RedisStore`](super::RedisStore).
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
     /// This server's id, shown in logs and key names. Each start of a

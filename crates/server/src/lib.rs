@@ -27,6 +27,7 @@ mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod null;
+mod observe;
 mod root;
 mod shutdown;
 pub mod tls;

@@ -15,7 +15,8 @@ use crate::metrics::Outcome;
 
 pub use charon_store::TRACE_TARGET;
 
-/// The span of one decision; its outcome is filled in by [`outcome`].
+/// The span of one decision; its outcome is filled in by [`outcome`]
+/// (through `observe::Decision`, which ends every decision).
 pub(crate) fn decision(operation: &'static str, resource: &str, domain: &str) -> Span {
     tracing::trace_span!(
         target: "charon::otel",
@@ -39,29 +40,13 @@ pub(crate) fn outcome(span: &Span, outcome: Outcome, granted: Option<u64>) {
     }
 }
 
-/// Records how a copy operation (or a request sent on the copy lane)
-/// ended: its outcome, the copies granted by a reserve or request, and
-/// the resource of a seize, which only the store knew.
-pub(crate) fn copy_outcome(
-    span: &Span,
-    operation: &str,
-    resource: &str,
-    outcome: Outcome,
-    reply: &charon_proto::v1::session_reply::Result,
-) {
-    use charon_proto::v1::session_reply::Result as Reply;
+/// Records the resource a decision learned as it was decided (a seize's,
+/// which only the store knew).
+pub(crate) fn resource(span: &Span, resource: &str) {
     if span.is_disabled() {
         return;
     }
-    if operation == "seize" {
-        span.record("charon.resource", resource);
-    }
-    let granted = match reply {
-        Reply::Reserve(r) => Some(r.granted),
-        Reply::Request(r) => Some(r.granted),
-        _ => None,
-    };
-    self::outcome(span, outcome, granted);
+    span.record("charon.resource", resource);
 }
 
 #[cfg(test)]

@@ -5,16 +5,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use charon_limiter::{CapacityAsk, LimitError};
+use charon_limiter::CapacityAsk;
 use charon_proto::v1;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
-use super::{error_outcome, status};
+use super::status;
 use crate::ServerState;
 use crate::api_auth;
 use crate::events::{Count, Event, EventOutcome};
 use crate::metrics::Outcome;
+use crate::observe::{self, Decision};
 
 /// The `Capacity` service.
 #[derive(Debug, Clone)]
@@ -41,20 +41,6 @@ impl CapacityService {
             None => Ok(()),
         }
     }
-
-    /// Counts one call per resource it named, as decisions are counted.
-    fn record<'a>(
-        &self,
-        operation: &'static str,
-        resources: impl Iterator<Item = &'a str>,
-        outcome: Outcome,
-        started: Instant,
-    ) {
-        let decisions = self.state.decisions();
-        for r in resources {
-            decisions.observe(operation, r, outcome, started.elapsed());
-        }
-    }
 }
 
 /// A lease of `capacity` for a client that wants `wants`: all of it,
@@ -69,24 +55,12 @@ fn lease_outcome(capacity: f64, wants: f64) -> EventOutcome {
     }
 }
 
-/// The one decision span of a capacity call: its resource is left empty
-/// when the call names several.
-fn call_span<'a>(
-    operation: &'static str,
-    mut resources: impl Iterator<Item = &'a str>,
-    client_id: &str,
-) -> tracing::Span {
-    let resource = match (resources.next(), resources.next()) {
+/// The resource a capacity call's decision span names: the one it asks
+/// about, or none (empty) when it names several.
+fn span_resource<'a>(mut resources: impl Iterator<Item = &'a str>) -> &'a str {
+    match (resources.next(), resources.next()) {
         (Some(one), None) => one,
         _ => "",
-    };
-    crate::trace::decision(operation, resource, client_id)
-}
-
-fn outcome<T>(result: &Result<T, LimitError>) -> Outcome {
-    match result {
-        Ok(_) => Outcome::Granted,
-        Err(e) => error_outcome(e),
     }
 }
 
@@ -116,41 +90,35 @@ impl v1::capacity_server::Capacity for CapacityService {
                 subclients: w.subclients,
             })
             .collect();
-        let span = call_span(
+        let decision = Decision::start(
+            &self.state,
             "get_capacity",
-            asks.iter().map(|a| a.resource.as_str()),
+            span_resource(asks.iter().map(|a| a.resource.as_str())),
             &req.client_id,
-        );
-        let result = match self.state.check_configured() {
-            Ok(()) => {
-                self.state
-                    .limiter
-                    .get_capacity(&req.client_id, &asks)
-                    .instrument(span.clone())
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        crate::trace::outcome(&span, outcome(&result), None);
-        self.record(
-            "get_capacity",
-            asks.iter().map(|a| a.resource.as_str()),
-            outcome(&result),
-            started,
-        );
-        for (i, ask) in asks.iter().enumerate() {
-            self.state.emit(|now| {
-                let granted = result.as_ref().ok().and_then(|r| r.get(i));
-                let outcome = match granted {
-                    Some(g) => lease_outcome(g.capacity.to_f64(), ask.wants),
-                    None => outcome(&result).into(),
+        )
+        .since(started);
+        let result = decision
+            .decide(self.state.limiter.get_capacity(&req.client_id, &asks))
+            .await;
+        let outcome = observe::outcome_of(&result, |_| Outcome::Granted);
+        let (replies, client_id) = (&result, req.client_id.as_str());
+        decision.end_each(
+            outcome,
+            asks.iter().enumerate().map(|(i, ask)| {
+                let event = move |now| {
+                    let granted = replies.as_ref().ok().and_then(|r| r.get(i));
+                    let outcome = match granted {
+                        Some(g) => lease_outcome(g.capacity.to_f64(), ask.wants),
+                        None => outcome.into(),
+                    };
+                    let mut e = Event::new(now, "get_capacity", &ask.resource, client_id, outcome);
+                    e.requested = Some(Count::Real(ask.wants));
+                    e.granted = granted.map(|g| Count::Real(g.capacity.to_f64()));
+                    e
                 };
-                let mut e = Event::new(now, "get_capacity", &ask.resource, &req.client_id, outcome);
-                e.requested = Some(Count::Real(ask.wants));
-                e.granted = granted.map(|g| Count::Real(g.capacity.to_f64()));
-                e
-            });
-        }
+                (ask.resource.as_str(), event)
+            }),
+        );
         let replies = result.map_err(|e| status::to_status(&e))?;
         let leases = asks
             .into_iter()
@@ -176,39 +144,31 @@ impl v1::capacity_server::Capacity for CapacityService {
             request.get_ref().resources.iter().map(String::as_str),
         )?;
         let req = request.into_inner();
-        let span = call_span(
+        let decision = Decision::start(
+            &self.state,
             "release_capacity",
-            req.resources.iter().map(String::as_str),
+            span_resource(req.resources.iter().map(String::as_str)),
             &req.client_id,
-        );
-        let result = match self.state.check_configured() {
-            Ok(()) => {
+        )
+        .since(started);
+        let result = decision
+            .decide(
                 self.state
                     .limiter
-                    .release_capacity(&req.client_id, &req.resources)
-                    .instrument(span.clone())
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        crate::trace::outcome(&span, outcome(&result), None);
-        self.record(
-            "release_capacity",
-            req.resources.iter().map(String::as_str),
-            outcome(&result),
-            started,
+                    .release_capacity(&req.client_id, &req.resources),
+            )
+            .await;
+        let outcome = observe::outcome_of(&result, |_| Outcome::Granted);
+        let client_id = req.client_id.as_str();
+        decision.end_each(
+            outcome,
+            req.resources.iter().map(|resource| {
+                let event = move |now| {
+                    Event::new(now, "release_capacity", resource, client_id, outcome.into())
+                };
+                (resource.as_str(), event)
+            }),
         );
-        for resource in &req.resources {
-            self.state.emit(|now| {
-                Event::new(
-                    now,
-                    "release_capacity",
-                    resource,
-                    &req.client_id,
-                    outcome(&result).into(),
-                )
-            });
-        }
         let released = result.map_err(|e| status::to_status(&e))?;
         Ok(Response::new(v1::ReleaseCapacityReply { released }))
     }

@@ -9,18 +9,17 @@ mod session;
 pub mod status;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use charon_limiter::LimitError;
 use charon_proto::v1;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::Instrument;
 
 use crate::ServerState;
 use crate::api_auth;
 use crate::events::{Count, Event, EventOutcome};
-use crate::metrics::{self, Outcome};
+use crate::metrics::Outcome;
+use crate::observe::{self, Decision};
 
 /// The `Limiter` service.
 #[derive(Debug, Clone)]
@@ -50,26 +49,18 @@ async fn observed_request(
     state: &ServerState,
     req: &v1::RateRequest,
 ) -> Result<v1::RateReply, LimitError> {
-    let started = Instant::now();
     let operation = if req.dry_run { "dry_run" } else { "request" };
-    let span = crate::trace::decision(operation, &req.resource, &req.domain);
-    let result = match state.check_configured() {
-        Ok(()) => {
-            ops::request::run(&state.limiter, req)
-                .instrument(span.clone())
-                .await
-        }
-        Err(e) => Err(e),
-    };
-    let outcome = match &result {
-        Ok(r) => Outcome::of_grant(r.granted, req.copies.unwrap_or(1)),
-        Err(e) => error_outcome(e),
-    };
-    crate::trace::outcome(&span, outcome, result.as_ref().ok().map(|r| r.granted));
-    record_reply(state, operation, &req.resource, outcome, &result);
-    record(state, operation, &req.resource, outcome, started);
-    state.emit(|now| {
-        let asked = req.copies.unwrap_or(1);
+    let decision = Decision::start(state, operation, &req.resource, &req.domain);
+    let result = decision
+        .decide(ops::request::run(&state.limiter, req))
+        .await;
+    let asked = req.copies.unwrap_or(1);
+    let outcome = observe::outcome_of(&result, |r| Outcome::of_grant(r.granted, asked));
+    if let Ok(r) = &result {
+        decision.count_flags(&req.resource, outcome, r);
+    }
+    let granted = result.as_ref().ok().map(|r| r.granted);
+    decision.end(&req.resource, outcome, granted, |now| {
         let outcome = match &result {
             Ok(r) => EventOutcome::of_grant(r.granted, asked, r.delay_ms),
             Err(_) => outcome.into(),
@@ -100,25 +91,17 @@ async fn observed_charge(
     req: &v1::ChargeRequest,
     refund: bool,
 ) -> Result<v1::RateReply, LimitError> {
-    let started = Instant::now();
     let operation = if refund { "refund" } else { "charge" };
-    let span = crate::trace::decision(operation, &req.resource, &req.domain);
-    let result = match state.check_configured() {
-        Ok(()) => {
-            ops::charge::run(&state.limiter, req, refund)
-                .instrument(span.clone())
-                .await
-        }
-        Err(e) => Err(e),
-    };
-    let outcome = match &result {
-        Ok(_) => Outcome::Granted,
-        Err(e) => error_outcome(e),
-    };
-    crate::trace::outcome(&span, outcome, result.as_ref().ok().map(|r| r.granted));
-    record_reply(state, operation, &req.resource, outcome, &result);
-    record(state, operation, &req.resource, outcome, started);
-    state.emit(|now| {
+    let decision = Decision::start(state, operation, &req.resource, &req.domain);
+    let result = decision
+        .decide(ops::charge::run(&state.limiter, req, refund))
+        .await;
+    let outcome = observe::outcome_of(&result, |_| Outcome::Granted);
+    if let Ok(r) = &result {
+        decision.count_flags(&req.resource, outcome, r);
+    }
+    let granted = result.as_ref().ok().map(|r| r.granted);
+    decision.end(&req.resource, outcome, granted, |now| {
         let mut e = Event::new(now, operation, &req.resource, &req.domain, outcome.into());
         e.requested = Some(Count::Whole(req.copies));
         if let Ok(r) = &result {
@@ -127,42 +110,6 @@ async fn observed_charge(
         e
     });
     result
-}
-
-/// Counts a reply's warning and ban (SPEC §10).
-fn record_reply(
-    state: &ServerState,
-    operation: &'static str,
-    resource: &str,
-    outcome: Outcome,
-    result: &Result<v1::RateReply, LimitError>,
-) {
-    if let Ok(r) = result
-        && (r.warning || r.banned)
-    {
-        let decisions = state.decisions();
-        let label = metrics::resource_label(decisions.config(), resource, outcome);
-        metrics::reply_flags(operation, &label, r.warning, r.banned);
-    }
-}
-
-fn error_outcome(e: &LimitError) -> Outcome {
-    match e {
-        LimitError::Client(_) => Outcome::ClientError,
-        LimitError::Server(_) => Outcome::ServerError,
-    }
-}
-
-fn record(
-    state: &ServerState,
-    operation: &'static str,
-    resource: &str,
-    outcome: Outcome,
-    started: Instant,
-) {
-    state
-        .decisions()
-        .observe(operation, resource, outcome, started.elapsed());
 }
 
 #[tonic::async_trait]

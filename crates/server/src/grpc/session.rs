@@ -46,11 +46,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tracing::{Instrument, debug, warn};
 
-use super::{error_outcome, observed_charge, observed_request, ops, record, status};
+use super::{observed_charge, observed_request, ops, status};
 use crate::ServerState;
 use crate::api_auth::{self, Caller};
 use crate::events::{Count, Event, EventOutcome};
 use crate::metrics::{self, Outcome};
+use crate::observe::{Decision, error_outcome};
 
 type Out = mpsc::Sender<Result<v1::SessionReply, Status>>;
 
@@ -298,7 +299,8 @@ async fn copy_lane(
             op => op,
         };
         let before = session.held_copies();
-        let span = copy_span(&op);
+        let decision = copy_decision(&state, &op);
+        let span = decision.span().clone();
         // A reserve waiting for copies leaves the queue when the client
         // goes away or the server shuts down.
         let gone = async {
@@ -307,8 +309,8 @@ async fn copy_lane(
                 () = state.shutdown.wait() => {}
             }
         };
-        let result = copy_op(&state, &mut session, op, &span, gone)
-            .instrument(span.clone())
+        let result = copy_op(&state, &mut session, op, decision, gone)
+            .instrument(span)
             .await;
         metrics::copies_held(session.held_copies() as i64 - before as i64);
         // A client that went away still has its operations applied; their
@@ -327,39 +329,41 @@ async fn copy_lane(
     }
 }
 
-/// Runs one copy operation (inside its decision `span`, whose outcome it
-/// records) and counts it.
+/// Runs one copy operation (inside the span of its `decision`, which it
+/// ends) and counts it.
 async fn copy_op(
     state: &ServerState,
     session: &mut Session,
     op: Op,
-    span: &tracing::Span,
+    decision: Decision<'_>,
     gone: impl Future<Output = ()>,
 ) -> Reply {
-    let started = Instant::now();
     if let Err(e) = state.check_configured() {
+        // Counted as an operation of the session, its kind unread; its
+        // decision's span ends without an outcome.
         let outcome = error_outcome(&e);
-        record(state, "session", "", outcome, started);
-        state.emit(|now| Event::new(now, "session", "", "", outcome.into()));
+        Decision::unspanned(state, "session").end("", outcome, None, |now| {
+            Event::new(now, "session", "", "", outcome.into())
+        });
         return Reply::Error(status::to_error(&e));
     }
-    let (operation, resource, domain, asked, result) = match op {
+    let (resource, domain, asked, result) = match op {
         Op::Reserve(req) => {
             let r = ops::reserve::run(session, &req, gone)
                 .await
                 .map(Reply::Reserve);
             let asked = req.copies.unwrap_or(1);
-            ("reserve", req.resource, req.domain, asked, r)
+            (req.resource, req.domain, asked, r)
         }
         Op::Release(req) => {
             let (resource, domain, asked) = (req.resource.clone(), req.domain.clone(), req.copies);
             let r = ops::release::run(session, req).await.map(Reply::Release);
-            ("release", resource, domain, asked, r)
+            (resource, domain, asked, r)
         }
         Op::Transfer(req) => {
             let (resource, domain, asked) = (req.resource.clone(), req.domain.clone(), req.copies);
             let r = ops::transfer::run(session, req).await.map(Reply::Transfer);
-            ("transfer", resource, domain, asked, r)
+            (resource, domain, asked, r)
         }
         Op::Seize(req) => {
             let r = ops::seize::run(session, &req).await;
@@ -367,7 +371,7 @@ async fn copy_op(
                 |_| (String::new(), String::new(), 1),
                 |s| (s.resource.clone(), s.domain.clone(), s.copies),
             );
-            ("seize", resource, domain, copies, r.map(Reply::Seize))
+            (resource, domain, copies, r.map(Reply::Seize))
         }
         // The driver runs rate requests itself; should one get here, it is
         // still answered correctly.
@@ -376,20 +380,20 @@ async fn copy_op(
                 .await
                 .map(Reply::Request);
             let asked = req.copies.unwrap_or(1);
-            ("request", req.resource, req.domain, asked, r)
+            (req.resource, req.domain, asked, r)
         }
         // The driver runs charges and refunds itself too.
         Op::Charge(req) => {
             let r = ops::charge::run(&state.limiter, &req, false)
                 .await
                 .map(Reply::Charge);
-            ("charge", req.resource, req.domain, req.copies, r)
+            (req.resource, req.domain, req.copies, r)
         }
         Op::Refund(req) => {
             let r = ops::charge::run(&state.limiter, &req, true)
                 .await
                 .map(Reply::Refund);
-            ("refund", req.resource, req.domain, req.copies, r)
+            (req.resource, req.domain, req.copies, r)
         }
     };
     let (outcome, reply) = match result {
@@ -398,9 +402,18 @@ async fn copy_op(
         Ok(reply) => (Outcome::Granted, reply),
         Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
     };
-    crate::trace::copy_outcome(span, operation, &resource, outcome, &reply);
-    record(state, operation, &resource, outcome, started);
-    state.emit(|now| copy_event(now, operation, &resource, &domain, asked, outcome, &reply));
+    let operation = decision.operation();
+    if operation == "seize" {
+        decision.learned_resource(&resource);
+    }
+    let granted = match &reply {
+        Reply::Reserve(r) => Some(r.granted),
+        Reply::Request(r) => Some(r.granted),
+        _ => None,
+    };
+    decision.end(&resource, outcome, granted, |now| {
+        copy_event(now, operation, &resource, &domain, asked, outcome, &reply)
+    });
     reply
 }
 
@@ -412,6 +425,8 @@ fn waited_reply(
     result: Result<v1::ReserveReply, LimitError>,
     started: Instant,
 ) -> Reply {
+    // A reserve that waited is observed without a decision span.
+    let decision = Decision::unspanned(state, "reserve").since(started);
     let asked = req.copies.unwrap_or(1);
     let (outcome, reply) = match result {
         Ok(r) => {
@@ -423,8 +438,7 @@ fn waited_reply(
         }
         Err(e) => (error_outcome(&e), Reply::Error(status::to_error(&e))),
     };
-    record(state, "reserve", &req.resource, outcome, started);
-    state.emit(|now| {
+    decision.end(&req.resource, outcome, None, |now| {
         copy_event(
             now,
             "reserve",
@@ -438,9 +452,9 @@ fn waited_reply(
     reply
 }
 
-/// The decision span of a copy operation (a seize learns its resource
-/// from the store: recorded once known).
-fn copy_span(op: &Op) -> tracing::Span {
+/// The decision of a copy operation, with its span (a seize learns its
+/// resource from the store: recorded once known).
+fn copy_decision<'s>(state: &'s ServerState, op: &Op) -> Decision<'s> {
     let (operation, resource, domain) = match op {
         Op::Reserve(r) => ("reserve", r.resource.as_str(), r.domain.as_str()),
         Op::Release(r) => ("release", r.resource.as_str(), r.domain.as_str()),
@@ -450,7 +464,7 @@ fn copy_span(op: &Op) -> tracing::Span {
         Op::Charge(r) => ("charge", r.resource.as_str(), r.domain.as_str()),
         Op::Refund(r) => ("refund", r.resource.as_str(), r.domain.as_str()),
     };
-    crate::trace::decision(operation, resource, domain)
+    Decision::start(state, operation, resource, domain)
 }
 
 /// The event of a copy operation (or of a rate operation the lane ran).

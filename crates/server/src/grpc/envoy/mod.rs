@@ -39,13 +39,13 @@ use charon_proto::envoy::service::ratelimit::v3::{
 };
 use charon_store::{Limit, MeterOp, OpReply};
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 use super::status;
 use crate::ServerState;
 use crate::api_auth;
 use crate::events::Event;
 use crate::metrics;
+use crate::observe::{self, Decision};
 
 /// The most descriptors one call may carry: Envoy sends one per rate-limit
 /// action list of the route (a handful); thousands are a broken or hostile
@@ -410,28 +410,19 @@ impl RateLimitService for EnvoyService {
         let req = request.into_inner();
         // One decision span per call (its descriptors' Redis calls
         // beneath it); the resource is left empty: a call names several.
-        let span = crate::trace::decision("envoy", "", &req.domain);
-        let result = match self.state.check_configured() {
-            Ok(()) => {
+        // Its metrics are Envoy's own, not the decision metrics.
+        let decision = Decision::start(&self.state, "envoy", "", &req.domain).since(started);
+        let result = decision
+            .decide(async {
                 let config = self.state.limiter.config();
-                decide(&self.state, &config, &req)
-                    .instrument(span.clone())
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        crate::trace::outcome(
-            &span,
-            match &result {
-                Ok(Some(r)) if r.overall_code == Code::OverLimit as i32 => {
-                    metrics::Outcome::Rejected
-                }
-                Ok(_) => metrics::Outcome::Granted,
-                Err(e) => super::error_outcome(e),
-            },
-            None,
-        );
-        metrics::envoy_duration(started.elapsed());
+                decide(&self.state, &config, &req).await
+            })
+            .await;
+        let outcome = observe::outcome_of(&result, |response| match response {
+            Some(r) if r.overall_code == Code::OverLimit as i32 => metrics::Outcome::Rejected,
+            _ => metrics::Outcome::Granted,
+        });
+        metrics::envoy_duration(decision.end_span(outcome));
         match result {
             Ok(Some(response)) => {
                 self.told_missing.store(false, Ordering::Relaxed);
@@ -448,7 +439,6 @@ impl RateLimitService for EnvoyService {
             }
             Err(e) => {
                 metrics::envoy_error(e.class());
-                let outcome = super::error_outcome(&e);
                 self.state
                     .emit(|now| Event::new(now, "envoy", "", &req.domain, outcome.into()));
                 Err(status::to_status(&e))

@@ -185,3 +185,32 @@ pub(crate) fn error_outcome(e: &LimitError) -> Outcome {
         LimitError::Server(_) => Outcome::ServerError,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use charon_core::ClientError;
+    use charon_limiter::LimitError;
+
+    use super::outcome_of;
+    use crate::NotConfigured;
+    use crate::metrics::Outcome;
+
+    #[test]
+    fn an_outcome_is_the_reply_s_or_the_error_s_class() {
+        let granted: Result<u64, LimitError> = Ok(3);
+        assert_eq!(
+            outcome_of(&granted, |&n| Outcome::of_grant(n, 5)),
+            Outcome::Partial
+        );
+        let client: Result<u64, LimitError> = Err(ClientError::invalid("bad").into());
+        assert_eq!(
+            outcome_of(&client, |_| Outcome::Granted),
+            Outcome::ClientError
+        );
+        let server: Result<u64, LimitError> = Err(NotConfigured.into());
+        assert_eq!(
+            outcome_of(&server, |_| Outcome::Granted),
+            Outcome::ServerError
+        );
+    }
+}

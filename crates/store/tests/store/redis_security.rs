@@ -3,8 +3,6 @@
 //! ACL users with the minimal rights of `docs/redis.md`, and passwords
 //! that no error ever shows.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

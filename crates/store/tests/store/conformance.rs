@@ -3,8 +3,6 @@
 //! against the in-memory store and the Redis store (a private redis-server,
 //! deciding on the same kind of manual clock).
 
-#![allow(clippy::unwrap_used)]
-
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 use charon_core::copy::Hold;
 use charon_core::rate::{DORMANT_GRACE, RateReply};
@@ -926,7 +924,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $test() {
                     let f = charon_testkit::stores::$store().await;
-                    crate::$test(&f).await;
+                    super::$test(&f).await;
                 }
             )*
         }

@@ -5,8 +5,6 @@
 //! one key of each kind (printed). The in-memory store's bytes per pair are
 //! measured by `cargo bench -p charon-store --bench meter_footprint`.
 
-#![allow(clippy::unwrap_used, clippy::print_stdout)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,9 +3,7 @@
 //! replicas, `charon_testkit::RedisCluster`): exact decisions across
 //! masters, a master killed under load, a slot moved while serving, and an
 //! ACL user with the documented rights. The conformance suite runs a
-//! subset on a cluster too (`tests/conformance.rs`, `redis_cluster::`).
-
-#![allow(clippy::unwrap_used)]
+//! subset on a cluster too (`tests/store/conformance.rs`, `redis_cluster::`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

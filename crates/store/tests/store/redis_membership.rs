@@ -3,8 +3,6 @@
 //! simulated deaths (a store that stops maintaining), resignation, a start
 //! alone after dead generations, and Redis itself restarting.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -10,8 +10,6 @@
 //! core's naive-model property tests. `CHARON_DIFF_SEEDS=n` runs more
 //! seeds; a failure prints its seed, and `CHARON_DIFF_SEED=s` replays it.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -13,8 +13,6 @@
 //! from nothing. `CHARON_DIFF_SEEDS` and `CHARON_DIFF_SEED` work as in
 //! `meters_differential.rs`.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -18,8 +18,6 @@
 //! `CHARON_DIFF_SEEDS` and `CHARON_DIFF_SEED` work as in
 //! `meters_differential.rs`.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -16,8 +16,6 @@
 //!   `CHARON_DIFF_SEEDS` and `CHARON_DIFF_SEED` work as in
 //!   `meters_differential.rs`.
 
-#![allow(clippy::unwrap_used)]
-
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

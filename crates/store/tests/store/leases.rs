@@ -4,8 +4,6 @@
 //! decision (compare and set), and a set whose leases all lapsed leaves
 //! Redis.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 
 use charon_core::lease::{
@@ -98,7 +96,7 @@ macro_rules! on_every_store {
             #[tokio::test]
             async fn fair_shares_expiry_and_release() {
                 let f = charon_testkit::stores::$store().await;
-                crate::fair_shares_expiry_and_release(&f).await;
+                super::fair_shares_expiry_and_release(&f).await;
             }
         }
     )*};

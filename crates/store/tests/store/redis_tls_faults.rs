@@ -8,8 +8,6 @@
 //! - a restart (empty, same port) is followed by a fresh handshake: the
 //!   store decides again, without being reconnected by hand.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

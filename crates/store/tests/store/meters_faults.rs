@@ -9,8 +9,6 @@
 //! Each test prints one `FAULT` line: what was injected, what was
 //! expected, what was seen.
 
-#![allow(clippy::unwrap_used, clippy::print_stdout)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //!   computes them in exact fractions: the paper's rounds for
 //!   `fair_share`, Doorman's formula for `proportional_share`.
 
-mod naive;
+use crate::naive;
 
 use charon_core::Millis;
 use charon_core::lease::{

@@ -6,7 +6,7 @@
 //! bans) must give identical replies, also when idle state is dropped as
 //! the stores drop it.
 
-mod naive;
+use crate::naive;
 
 use charon_core::meter::testing;
 use charon_core::queue::Params;

@@ -7,7 +7,7 @@
 //! limit, refunds refused, bans) must give identical replies, also when
 //! idle state is dropped as the stores drop it.
 
-mod naive;
+use crate::naive;
 
 use std::collections::HashMap;
 

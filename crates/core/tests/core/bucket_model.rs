@@ -5,7 +5,7 @@
 //! debt, refunds, bans) must give identical replies, also when idle state
 //! is dropped as the stores drop it.
 
-mod naive;
+use crate::naive;
 
 use charon_core::bucket::Params;
 use charon_core::meter::testing;

@@ -1,7 +1,7 @@
 //! Every rate-like kind through the simulation (SPEC §10): the reply
 //! context, dry runs, charges and refunds, and the event checks.
 
-mod both;
+use crate::both;
 
 use serde_json::{Value, json};
 

@@ -2,7 +2,7 @@
 //! replies of the spec, the paper's proportional-share table, expiry at
 //! its exact millisecond, learning mode, and bad input.
 
-mod both;
+use crate::both;
 
 use serde_json::{Value, json};
 

@@ -4,15 +4,13 @@
 //! needs the network the first time and takes about half a minute:
 //!
 //! ```text
-//! cargo test -p charon-config-service --test schemathesis -- --ignored
+//! cargo test -p charon-config-service --test config_service schemathesis:: -- --ignored
 //! ```
 //!
 //! or run the script itself, which builds and starts the `dev_server`
 //! example.
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use std::process::Command;
 
@@ -29,7 +27,7 @@ async fn conforms(db: TestDb) {
     let served = Served::start(app.state.clone(), 0).await;
     app.put("/v1/config")
         .token(token)
-        .body("application/yaml", include_str!("seed.yaml"))
+        .body("application/yaml", include_str!("../seed.yaml"))
         .send()
         .await
         .expect(200);

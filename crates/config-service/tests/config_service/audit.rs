@@ -3,9 +3,7 @@
 //! left, in the commit's own transaction; `GET /v1/audit` pages them. The
 //! same scenarios run on SQLite and on a private PostgreSQL.
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use charon_config_service::{StoreOptions, Tokens};
 use serde_json::{Value, json};

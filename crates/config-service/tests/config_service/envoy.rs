@@ -3,16 +3,14 @@
 //! validated by path on import and on every resource edit, and carried by
 //! the change feed; on SQLite and on a private PostgreSQL.
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{TestDb, resource_path};
 
 /// SPEC §11's example as docs/envoy.md shows it, with the resource it
 /// names.
-const WITH_ENVOY: &str = include_str!("../../../examples/envoy.yaml");
+const WITH_ENVOY: &str = include_str!("../../../../examples/envoy.yaml");
 
 /// What `charon config check` prints for [`WITH_ENVOY`]'s section: the API
 /// exports the same normalized YAML.

@@ -6,9 +6,7 @@
 //!
 //! Run with `--nocapture` to see one `FAULT` line per test.
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;

@@ -1,9 +1,7 @@
 //! The configuration API, endpoint by endpoint, on SQLite and on a private
 //! PostgreSQL: the same scenarios run on both (`sqlite::*` and `postgres`).
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use axum::http::{Method, header};
 use charon_config_service::{StoreOptions, Tokens};
@@ -1197,7 +1195,7 @@ async fn import_refuses_bad_documents(db: TestDb) {
         )
         .expect(400).await;
     assert_eq!(dup.problem_paths(), ["resources[1].name"]);
-    // A bad envoy: section is refused by path (tests/envoy.rs has the rest).
+    // A bad envoy: section is refused by path (tests/config_service/envoy.rs has the rest).
     let envoy = app
         .put("/v1/config")
         .body(

@@ -14,8 +14,6 @@
 //! `CHARON_DIFF_SEEDS=n` runs more seeds; a failure prints its seed, and
 //! `CHARON_DIFF_SEED=s` replays that one.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -2,8 +2,6 @@
 //! dispatch by kind, dry runs, charges and refunds, the same operations on
 //! the burst tiers, and the client error of a refund on them.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 
 use charon_core::ClientError;

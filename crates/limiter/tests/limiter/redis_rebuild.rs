@@ -3,8 +3,6 @@
 //! need the limiter's sessions, so they live here rather than in the
 //! store's tests (which depend on nothing above the store).
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

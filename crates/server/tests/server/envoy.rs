@@ -18,7 +18,6 @@ use charon_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRes
 use charon_testkit::{InProcessServer, RedisServer};
 use tonic::transport::Channel;
 
-#[path = "envoy/peers.rs"]
 mod peers;
 
 const CONFIG: &str = r#"

@@ -3,8 +3,6 @@
 //! refused lease is a client error, adaptive wants follow use, and giving
 //! the lease back frees it for others.
 
-#![allow(clippy::unwrap_used)]
-
 use std::time::{Duration, Instant};
 
 use charon_client::{Client, ClientOptions, LeaseMode, LeaseOptions, LeaseSource};

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! crates/simulator-web/e2e/install.sh
-//! cargo test -p charon-simulator-web --test e2e -- --ignored
+//! cargo test -p charon-simulator-web --test simulator_web e2e:: -- --ignored
 //! ```
 //!
 //! Screenshots go to `target/e2e/` at the workspace root.

@@ -25,7 +25,7 @@ resources:
 
 const PASSWORD: &str = "Sup3r-S3cret-Pw";
 
-/// The rights docs/redis.md gives (crates/store/tests/redis_security.rs
+/// The rights docs/redis.md gives (crates/store/tests/store/redis_security.rs
 /// checks that list against the store's commands).
 const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get +set +del \
      +exists +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \

@@ -8,7 +8,7 @@
 // database, requests through its router, a real server on a free port):
 // shared by path rather than copied, so both crates test against the same
 // service set-up.
-#[path = "../../config-service/tests/support/mod.rs"]
+#[path = "../../config-service/tests/config_service/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Random rate configurations for tests (feature `test-support`): the
-//! generator the naive-model property test (`tests/naive_model.rs`) and the
-//! differential test of the stores (`crates/limiter/tests/differential.rs`)
+//! generator the naive-model property test (`tests/core/naive_model.rs`) and the
+//! differential test of the stores (`crates/limiter/tests/limiter/differential.rs`)
 //! share, so that the Lua port sees the same shapes of tier lists, H and G
 //! the engine is checked on.
 //!

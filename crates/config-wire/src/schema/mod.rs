@@ -8,7 +8,7 @@
 //! YAML values with its field checker (`charon_core::fields`), so its
 //! Rust types (parsed durations, `ResourceKind` without a tag) do not have
 //! the shape a client sends. These mirror that shape, for the document
-//! only; `tests/api.rs` and schemathesis hold the two together.
+//! only; the config service's `tests/config_service/api.rs` and schemathesis hold the two together.
 //!
 //! Every object in the document is closed (`additionalProperties: false`,
 //! added by the service's document builder): core refuses unknown fields in what it reads,

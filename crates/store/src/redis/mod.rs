@@ -6,7 +6,7 @@
 //! decision clock is Redis `TIME`, read inside the script, so servers with
 //! skewed clocks agree. The rate script is a port of
 //! `charon_core::rate::decide` (and the copy scripts of `charon_core::copy`);
-//! `crates/limiter/tests/differential.rs` keeps them equal.
+//! `crates/limiter/tests/limiter/differential.rs` keeps them equal.
 //!
 //! Copy counts carry the paper's crash bookkeeping: beside every count,
 //! each server's contribution to it, and per server the set of resources it

@@ -6,7 +6,7 @@
 -- call, and nothing but the one GET, the decision and the one SET (or DEL)
 -- is done. drain.lua runs it for one operation and meter_batch.lua for
 -- each operation of a batch; the differential tests
--- (crates/store/tests/meters_differential.rs, batched_redis.rs) hold it to
+-- (crates/store/tests/store/meters_differential.rs, batched_redis.rs) hold it to
 -- core, and their deliberate mutations of it must fail them.
 --
 -- drain_op(raw, a, now, slack): the operation whose arguments are

@@ -3,7 +3,7 @@
 -- levels of meter_drain.lua and meter_window.lua. After those two;
 -- meters.lua (an all-or-nothing batch holding burst tiers) calls it;
 -- single operations and batches of meters alone run the lean port
--- (lean_drain.lua, lean_window.lua). The differential tests (crates/store/tests/meters_differential.rs,
+-- (lean_drain.lua, lean_window.lua). The differential tests (crates/store/tests/store/meters_differential.rs,
 -- meters_batch.rs) hold it to core.
 --
 -- An operation's arguments are 10 strings from ARGV[at]:

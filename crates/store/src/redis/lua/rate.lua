@@ -2,7 +2,7 @@
 -- line-by-line port of charon_core::rate::decide_op (SPEC §2 rules 1-6,
 -- SPEC §10: reply context, soft limit, ban, dry run, charge) and
 -- RateState::forget_at.
--- The differential test (crates/limiter/tests/differential.rs) holds the two together.
+-- The differential test (crates/limiter/tests/limiter/differential.rs) holds the two together.
 --
 -- KEYS[1]  the pair's state: entry times and hit totals
 -- KEYS[2]  the pair's hits in the last second (list)

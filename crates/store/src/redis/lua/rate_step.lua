@@ -3,8 +3,8 @@
 -- SPEC §10: reply context, soft limit, ban, dry run, charge) and
 -- RateState::forget_at, written once and run by rate.lua (one operation)
 -- and meters.lua (an all-or-nothing batch). After rate_context.lua.
--- The differential tests (crates/limiter/tests/differential.rs for
--- rate.lua, crates/store/tests/meters_differential.rs for the batch) hold
+-- The differential tests (crates/limiter/tests/limiter/differential.rs for
+-- rate.lua, crates/store/tests/store/meters_differential.rs for the batch) hold
 -- it to core.
 --
 -- rate_step(kb, ab, now_raw, redis_now, slack) reads its keys from

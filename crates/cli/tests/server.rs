@@ -665,15 +665,7 @@ fn a_sighup_while_the_server_starts_leaves_it_running() {
     let step = (start_up * 3 / 2 / 50).max(Duration::from_micros(20));
     let mut before_listening = 0;
     for i in 0..50u32 {
-        let log_path = dir.path().join(format!("serve-{i}.log"));
-        let mut child = std::process::Command::new(bin())
-            .current_dir(dir.path())
-            .args(["serve", "--db", &format!("charon-{i}.db")])
-            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log_path).expect("log file"))
-            .spawn()
-            .expect("spawn charon serve");
+        let (mut child, log_path) = spawn_serve(dir.path(), &format!("serve-{i}"));
         let pid = Pid::from_child(&child);
         let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
         let runs = closely_until(|| threads(child.id()) >= 2);
@@ -714,30 +706,30 @@ fn a_sighup_while_the_server_starts_leaves_it_running() {
 /// Whether `ready` holds within 10 s, looked at every 20 µs: a start-up
 /// is over within a few milliseconds, so the usual 25 ms poll would see
 /// it only once it is over.
-fn closely_until(mut ready: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if ready() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_micros(20));
-    }
-    ready()
+fn closely_until(ready: impl FnMut() -> bool) -> bool {
+    charon_testkit::poll_until(Duration::from_secs(10), Duration::from_micros(20), ready)
+}
+
+/// Starts `charon serve` on its embedded default in `dir` (database
+/// `NAME.db`, any free ports), its log in `NAME.log`.
+fn spawn_serve(dir: &std::path::Path, name: &str) -> (std::process::Child, std::path::PathBuf) {
+    let log_path = dir.join(format!("{name}.log"));
+    let child = std::process::Command::new(bin())
+        .current_dir(dir)
+        .args(["serve", "--db", &format!("{name}.db")])
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log file"))
+        .spawn()
+        .expect("spawn charon serve");
+    (child, log_path)
 }
 
 /// How long `charon serve` (the embedded default) takes here from its
 /// runtime's first worker thread to listening.
 fn start_up_time(dir: &std::path::Path, i: u32) -> Duration {
     use rustix::process::{Pid, Signal, kill_process};
-    let log_path = dir.join(format!("probe-{i}.log"));
-    let mut child = std::process::Command::new(bin())
-        .current_dir(dir)
-        .args(["serve", "--db", &format!("probe-{i}.db")])
-        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log_path).expect("log file"))
-        .spawn()
-        .expect("spawn charon serve");
+    let (mut child, log_path) = spawn_serve(dir, &format!("probe-{i}"));
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let runs = closely_until(|| threads(child.id()) >= 2);
     assert!(runs, "probe {i}: no runtime: {}", log());

@@ -55,14 +55,21 @@ pub fn wait_for_port(port: u16, timeout: Duration) -> Result<(), String> {
     }
 }
 
-/// Polls `ready` until it returns true or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+/// Polls `ready` every 25 ms until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, ready: impl FnMut() -> bool) -> bool {
+    poll_until(timeout, Duration::from_millis(25), ready)
+}
+
+/// Polls `ready` every `every` until it returns true or `timeout` passes:
+/// for what lasts only milliseconds (a process's start-up), which
+/// [`wait_until`]'s 25 ms poll would see only once it is over.
+pub fn poll_until(timeout: Duration, every: Duration, mut ready: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if ready() {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(25));
+        std::thread::sleep(every);
     }
     ready()
 }

@@ -188,7 +188,9 @@ def serve(request):
                 if self.redis is None:
                     self.redis = Redis()
                     started.append(self.redis)
-                extra += ["--store", self.redis.url]
+                # A fresh Redis generation opens copy reserves (and
+                # /readyz) after half a liveness ttl: 0.5 s, not 5 s.
+                extra += ["--store", self.redis.url, "--liveness-ttl", "1s"]
             c = Charon(config, extra)
             started.append(c)
             return c

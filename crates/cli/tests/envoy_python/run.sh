@@ -42,4 +42,4 @@ export CHARON_BIN
 export PYTHONDONTWRITEBYTECODE=1
 cd "$here"
 "$venv/bin/python" -m pytest -p no:cacheprovider -q -o console_output_style=classic \
-    --rootdir "$here" "$@" "$here"
+    -n 4 --rootdir "$here" "$@" "$here"

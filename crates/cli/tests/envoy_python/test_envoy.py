@@ -284,7 +284,7 @@ def test_a_stopped_redis_is_unavailable_not_a_hang(redis):
     try:
         from conftest import Charon
 
-        s = Charon(CONFIG, ["--store", redis.url, "--store-timeout", "1s"])
+        s = Charon(CONFIG, ["--store", redis.url, "--store-timeout", "1s", "--liveness-ttl", "1s"])
         assert one(s, ("user", "ida")).code == OK
         redis.stop()
         # The gRPC deadline is a guard against a hang, not a measure of

@@ -1,6 +1,6 @@
 //! The cookbook of the blog post (`seeds/000_…`) and the paper (§2.3), and
 //! the recipes of issue 11 for buckets, windows and queues (seeds 001, 002,
-//! 004; `examples/limits.yaml`, `crates/cli/tests/cookbook.rs`), as the page
+//! 004; `examples/limits.yaml`, `crates/cli/tests/cli/cookbook.rs`), as the page
 //! offers them. Durations are the strings of SPEC §6 so that a preset reads
 //! like the configuration it exports to.
 //!

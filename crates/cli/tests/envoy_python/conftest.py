@@ -1,6 +1,6 @@
 """Fixtures: real `charon serve` processes and private `redis-server`s.
 
-The binary is `$CHARON_BIN` (the Rust runner `crates/cli/tests/envoy_python.rs`
+The binary is `$CHARON_BIN` (the Rust runner `crates/cli/tests/cli/envoy_python.rs`
 sets it to the `charon` cargo built). Each server gets free ports and a
 temporary directory of its own; everything started here is killed at the end.
 """

@@ -8,7 +8,7 @@
 #   crates/cli/tests/envoy_python/run.sh             # builds target/debug/charon first
 #   CHARON_BIN=/path/to/charon crates/cli/tests/envoy_python/run.sh [pytest args]
 #
-# Run by `cargo test -p charon --test envoy_python -- --ignored` (which sets
+# Run by `cargo test -p charon --test cli envoy_python:: -- --ignored` (which sets
 # CHARON_BIN). Environment: CARGO_TARGET_DIR (default: <workspace>/target).
 set -euo pipefail
 

@@ -3,7 +3,7 @@
 name, enum and typed_config `@type` must be one Envoy knows, so a typo
 in the example fails here rather than at `docker compose up`. How it is
 wired to Charon (ports, descriptors, the limit reached) is checked by
-`crates/cli/tests/deploy_files.rs` against a real server.
+`crates/cli/tests/cli/deploy_files.rs` against a real server.
 """
 
 import os

@@ -3,7 +3,7 @@ against real `charon serve` processes, in the in-memory store and in the
 Redis store (every test that takes `serve` runs in both). Limits are per
 hour or per day, so nothing refills while a test runs.
 
-Run by `cargo test -p charon --test envoy_python -- --ignored`, or
+Run by `cargo test -p charon --test cli envoy_python:: -- --ignored`, or
 `crates/cli/tests/envoy_python/run.sh` (see docs/envoy.md).
 """
 

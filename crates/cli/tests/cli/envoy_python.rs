@@ -13,23 +13,11 @@
 //! ```
 
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 #[ignore = "installs xds-protos, grpcio and pytest from PyPI; run with --ignored"]
 fn envoys_python_stubs_get_the_decisions_of_spec_section_11() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/envoy_python/run.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .env("CHARON_BIN", env!("CARGO_BIN_EXE_charon"))
-        .output()
-        .expect("run the pytest suite");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the Python suite failed ({}):\n{stdout}\n{stderr}",
-        out.status
+    crate::support::run_suite_script(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/envoy_python/run.sh"),
     );
-    println!("{stdout}");
 }

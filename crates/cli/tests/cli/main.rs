@@ -36,6 +36,7 @@ mod house;
 mod leases;
 mod observability;
 mod otlp;
+mod python_client;
 mod redis_cluster;
 mod redis_cluster_store;
 mod redis_security;

@@ -283,3 +283,24 @@ pub fn envoy_request(
         hits_addend: 0,
     }
 }
+
+/// Runs a suite of ours written in another language (`bash SCRIPT`, which
+/// installs what it needs into Charon's per-machine cache and then tests
+/// this package's `charon` binary, given as `CHARON_BIN`) and fails with
+/// its whole output unless it passes.
+pub fn run_suite_script(script: &std::path::Path) {
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .env("CHARON_BIN", bin())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n{stdout}\n{stderr}",
+        script.display(),
+        out.status
+    );
+    println!("{stdout}");
+}

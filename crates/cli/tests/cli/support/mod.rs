@@ -289,7 +289,7 @@ pub fn envoy_request(
 /// this package's `charon` binary, given as `CHARON_BIN`) and fails with
 /// its whole output unless it passes.
 pub fn run_suite_script(script: &std::path::Path) {
-    let out = std::process::Command::new("bash")
+    let out = Command::new("bash")
         .arg(script)
         .env("CHARON_BIN", bin())
         .output()

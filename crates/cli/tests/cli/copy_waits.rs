@@ -31,9 +31,8 @@ async fn a_waiting_reserve_gets_the_copy_its_own_client_releases() {
                 .await
         })
     };
-    // Once it waits (give it time to arrive first), the queue is full:
-    // another is told so at once.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once it waits, the queue is full: another is told so at once.
+    tokio::task::block_in_place(|| crate::support::wait_queued(&server, "page", 1));
     let full = crate::support::within(Duration::from_secs(10), async || {
         let h = c
             .reserve("page", "c")
@@ -74,7 +73,7 @@ async fn client_hold_waits_for_its_copy() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn the waiter");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| crate::support::wait_queued(&server, "page", 1));
     drop(first);
     let mut line = String::new();
     tokio::task::block_in_place(|| {

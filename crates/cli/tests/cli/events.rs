@@ -43,10 +43,7 @@ fn start(extra: &[&str]) -> CharonProcess {
 /// A metric's value: the line that starts with `series `.
 fn metric(server: &CharonProcess, series: &str) -> u64 {
     let metrics = server.http_get("/metrics").expect("/metrics").1;
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
+    crate::support::metric_in(&metrics, series)
         .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"))
 }
 

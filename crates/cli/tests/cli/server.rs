@@ -866,15 +866,6 @@ async fn bench_reports_throughput_and_percentiles() {
     assert!(adds_up(&v), "granted + rejected + errors = requests: {v}");
 }
 
-/// A metric's value in a Prometheus text exposition: the line that starts
-/// with `series ` (name and labels exactly as the exporter writes them).
-fn metric(metrics: &str, series: &str) -> Option<u64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `charon bench --envoy DOMAIN` through the binary, against a real `charon
 /// serve` with an `envoy:` section: the run exits 0, its JSON counts
 /// decisions, and the server's own metrics count exactly the calls the
@@ -925,7 +916,7 @@ envoy:
     assert!(rejected > 0, "{v}");
     let metrics = server.http_get("/metrics").expect("metrics").1;
     let calls = |code: &str| {
-        metric(
+        crate::support::metric_in(
             &metrics,
             &format!("charon_envoy_calls_total{{domain=\"bench\",code=\"{code}\"}}"),
         )
@@ -933,7 +924,7 @@ envoy:
     assert_eq!(calls("ok"), Some(granted), "{metrics}");
     assert_eq!(calls("over_limit"), Some(rejected), "{metrics}");
     assert_eq!(
-        metric(
+        crate::support::metric_in(
             &metrics,
             "charon_envoy_descriptors_total{domain=\"bench\",node=\"envoy/bench/client\"}"
         ),

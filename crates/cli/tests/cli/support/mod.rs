@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -115,8 +116,8 @@ pub fn bin() -> &'static std::path::Path {
 pub fn strict_client(server: &charon_testkit::CharonProcess) -> charon_client::Client {
     let mut o = charon_client::ClientOptions::new(server.endpoint());
     o.fail_open = false;
-    o.backoff_base = std::time::Duration::from_millis(50);
-    o.request_timeout = std::time::Duration::from_secs(3);
+    o.backoff_base = Duration::from_millis(50);
+    o.request_timeout = Duration::from_secs(3);
     charon_client::Client::connect(o).expect("client")
 }
 
@@ -154,16 +155,13 @@ pub fn holder(
 }
 
 /// Polls `done` every 50 ms for at most `limit`; how long it took.
-pub async fn within(
-    limit: std::time::Duration,
-    mut done: impl AsyncFnMut() -> bool,
-) -> Option<std::time::Duration> {
+pub async fn within(limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Option<Duration> {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
         if done().await {
             return Some(start.elapsed());
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     None
 }
@@ -303,4 +301,30 @@ pub fn run_suite_script(script: &std::path::Path) {
         out.status
     );
     println!("{stdout}");
+}
+
+/// A series' value in a Prometheus text exposition: the line that starts
+/// with `series ` (name and labels exactly as the exporter writes them).
+pub fn metric_in(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Waits (at most 10 s) until `server`'s `/metrics` counts `n` callers
+/// waiting for a copy of `resource`: a test that needs a waiter queued
+/// before it goes on waits for that, not for a while.
+pub fn wait_queued(server: &charon_testkit::CharonProcess, resource: &str, n: u64) {
+    let series = format!("charon_copy_queue_length{{resource=\"{resource}\"}}");
+    let queued = || {
+        server
+            .http_get("/metrics")
+            .and_then(|(_, metrics)| metric_in(&metrics, &series))
+    };
+    assert!(
+        charon_testkit::wait_until(Duration::from_secs(10), || queued() == Some(n)),
+        "{series} stayed {:?}, not {n}",
+        queued()
+    );
 }

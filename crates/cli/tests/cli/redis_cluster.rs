@@ -134,12 +134,17 @@ async fn a_server_killed_with_sigkill_has_its_holds_removed_by_the_survivors() {
     let started = Instant::now();
     let mut freed = None;
     while started.elapsed() < Duration::from_secs(10) {
-        let mut h = b
-            .reserve("vm", "f")
-            .copies(8)
-            .send()
-            .await
-            .expect("reserve");
+        // B's own liveness renewal may be late on a busy machine: its copy
+        // operations then answer a server error until it renews (not what
+        // this test is about), and the next try goes through.
+        let mut h = match b.reserve("vm", "f").copies(8).send().await {
+            Ok(h) => h,
+            Err(e) if e.is_server() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(e) => panic!("reserve: {e:?}"),
+        };
         if h.is_granted() {
             freed = Some((
                 started.elapsed(),

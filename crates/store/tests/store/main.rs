@@ -18,3 +18,4 @@ mod redis_membership;
 mod redis_security;
 mod redis_tls_faults;
 mod tiers_batch_model;
+mod waits_differential;

@@ -119,6 +119,7 @@ impl RedisStore {
             .await?;
         let mark = millis(mark_ttl(self.ttl));
         let mut copies = 0u64;
+        let mut waiters = 0u64;
         for tag in &tags {
             let k = self.keys.copies_of_tag(tag, member);
             let v = self
@@ -126,13 +127,14 @@ impl RedisStore {
                 .eval(
                     &self.scripts.cleanup,
                     &[&k.counts, &k.contribution],
-                    std::slice::from_ref(&mark),
+                    &[mark.clone(), self.clock_arg()],
                     &[],
                 )
                 .await?;
             let mut r = Reply::new(self.scripts.cleanup.name, v)?;
             copies += r.count()?;
             let negative = r.count()?;
+            waiters += r.count()?;
             if negative > 0 {
                 tracing::error!(
                     member,
@@ -156,8 +158,9 @@ impl RedisStore {
             member,
             resources = tags.len(),
             copies,
+            waiters,
             forgotten,
-            "removed the contributions of a dead server"
+            "removed the contributions (and waiters) of a dead server"
         );
         Ok(())
     }

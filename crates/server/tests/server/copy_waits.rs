@@ -30,14 +30,14 @@ resources:
 "#;
 
 /// One session stream.
-struct Session {
+pub(super) struct Session {
     tx: mpsc::Sender<v1::SessionRequest>,
     rx: tonic::Streaming<v1::SessionReply>,
     next: u64,
 }
 
 impl Session {
-    async fn open(c: &mut LimiterClient<Channel>) -> Self {
+    pub(super) async fn open(c: &mut LimiterClient<Channel>) -> Self {
         let (tx, rx) = mpsc::channel(16);
         let rx = c
             .session(ReceiverStream::new(rx))
@@ -47,7 +47,7 @@ impl Session {
         Self { tx, rx, next: 0 }
     }
 
-    async fn send(&mut self, op: Op) {
+    pub(super) async fn send(&mut self, op: Op) {
         self.next += 1;
         self.tx
             .send(v1::SessionRequest {
@@ -58,23 +58,23 @@ impl Session {
             .expect("sent");
     }
 
-    async fn reply(&mut self) -> Reply {
-        self.rx
-            .next()
-            .await
-            .expect("a reply")
-            .expect("not a status")
-            .result
-            .expect("a result")
+    pub(super) async fn reply(&mut self) -> Reply {
+        self.try_reply().await.expect("a reply")
     }
 
-    async fn call(&mut self, op: Op) -> Reply {
+    /// The next reply; `None` if the stream ended or failed (its server
+    /// died).
+    pub(super) async fn try_reply(&mut self) -> Option<Reply> {
+        self.rx.next().await?.ok()?.result
+    }
+
+    pub(super) async fn call(&mut self, op: Op) -> Reply {
         self.send(op).await;
         self.reply().await
     }
 }
 
-fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
+pub(super) fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
     Op::Reserve(v1::ReserveRequest {
         resource: resource.to_owned(),
         domain: domain.to_owned(),
@@ -84,7 +84,7 @@ fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
     })
 }
 
-fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
+pub(super) fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
     Op::Release(v1::ReleaseRequest {
         resource: resource.to_owned(),
         domain: domain.to_owned(),
@@ -94,7 +94,7 @@ fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
     })
 }
 
-fn reserved(r: Reply) -> v1::ReserveReply {
+pub(super) fn reserved(r: Reply) -> v1::ReserveReply {
     match r {
         Reply::Reserve(r) => r,
         other => panic!("a reserve reply, not {other:?}"),

@@ -114,6 +114,9 @@ pub struct RedisStore {
     wakeups: Arc<wakeups::Wakeups>,
     /// The subscriber that hears their wake-ups (stopped with the store).
     listener: Mutex<wakeups::Listener>,
+    /// Waiters whose leaving failed, to take out of their queues (see
+    /// `waits.rs`).
+    abandoned: Mutex<Vec<crate::Ticket>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -183,6 +186,7 @@ impl RedisStore {
             lease_lock_time: options.op_timeout,
             wakeups: Arc::default(),
             listener: Mutex::new(wakeups::Listener(None)),
+            abandoned: Mutex::default(),
             state: Mutex::new(MemberState {
                 generation: String::new(),
                 renewed: Instant::now(),
@@ -393,9 +397,7 @@ impl Store for RedisStore {
     }
 
     async fn leave_queue(&self, t: &crate::Ticket) -> Result<Option<ReserveReply>, StoreError> {
-        let answer = self.wait_op("leave", &t.resource, t.id).await;
-        self.wakeups.forget(&keys::escape(&t.resource), t.id);
-        answer
+        self.leave_or_abandon(t).await
     }
 
     async fn tick(&self, resource: &str) -> Result<(), StoreError> {

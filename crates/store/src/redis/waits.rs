@@ -6,6 +6,8 @@
 //! server takes it (`wait_op.lua`); its server hears of it by pub/sub
 //! (`wakeups.rs`) or by polling.
 
+use std::sync::PoisonError;
+
 use charon_core::config::{CopyLimits, Enforcement};
 use charon_core::copy::{CopyCounts, GroupHolds, ReserveReply};
 use charon_core::request::Amount;
@@ -88,7 +90,63 @@ impl RedisStore {
         }
     }
 
-    /// `wait_op.lua`: `op` is `outcome`, `leave` or `tick` (`ticket` 0).
+    /// Takes a waiter out of its queue; if Redis cannot be reached (or its
+    /// answer was lost), the waiter is abandoned: the store takes it out
+    /// later by itself, giving back copies handed to it meanwhile, so that
+    /// a waiter nobody follows up never keeps copies.
+    pub(super) async fn leave_or_abandon(
+        &self,
+        t: &Ticket,
+    ) -> Result<Option<ReserveReply>, StoreError> {
+        let answer = self.wait_op("leave", &t.resource, t.id).await;
+        self.wakeups.forget(&keys::escape(&t.resource), t.id);
+        if let Err(StoreError::Unavailable(_)) = &answer {
+            self.abandoned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(t.clone());
+        }
+        answer
+    }
+
+    /// Takes the abandoned waiters out of their queues (maintenance); those
+    /// Redis could not be asked about stay for the next round.
+    pub(super) async fn settle_abandoned(&self) -> Result<(), StoreError> {
+        let pending = std::mem::take(
+            &mut *self
+                .abandoned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let mut failure = None;
+        let mut left = Vec::new();
+        for t in pending {
+            if failure.is_some() {
+                left.push(t);
+                continue;
+            }
+            if let Err(e) = self.wait_op("abandon", &t.resource, t.id).await {
+                left.push(t);
+                failure = Some(e);
+            }
+        }
+        self.abandoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(left);
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Waiters abandoned and not taken out of their queues yet.
+    pub fn waiters_abandoned(&self) -> usize {
+        self.abandoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// `wait_op.lua`: `op` is `outcome`, `leave`, `abandon` or `tick`
+    /// (`ticket` 0).
     /// A waiter that Redis no longer knows of (its keys expired, or Redis
     /// lost its data) is a server error for `outcome`.
     pub(super) async fn wait_op(

@@ -22,6 +22,9 @@ pub(super) const POLL: Duration = Duration::from_millis(500);
 /// script's reply and its message race).
 const EARLY: Duration = Duration::from_secs(10);
 
+/// The most early wake-ups kept (most are for answers already taken).
+const EARLY_KEPT: usize = 4096;
+
 /// A ticket as the scripts name it: the resource's escaped tag and its
 /// number.
 type Key = (String, u64);
@@ -90,7 +93,13 @@ impl Wakeups {
             return;
         }
         let now = Instant::now();
-        map.early.retain(|_, at| now.duration_since(*at) < EARLY);
+        if map.early.len() >= EARLY_KEPT {
+            map.early.retain(|_, at| now.duration_since(*at) < EARLY);
+            if map.early.len() >= EARLY_KEPT {
+                // Hints only: a waiter that misses one polls.
+                map.early.clear();
+            }
+        }
         map.early.insert(key, now);
     }
 

@@ -35,6 +35,9 @@ impl RedisStore {
             if let Err(e) = self.settle_in_doubt().await {
                 tracing::warn!(error = %e, "undoing copy operations in doubt failed; will retry");
             }
+            if let Err(e) = self.settle_abandoned().await {
+                tracing::warn!(error = %e, "taking abandoned waiters out failed; will retry");
+            }
             if let Err(e) = self.clean_dead_members().await {
                 tracing::warn!(error = %e, "cleaning up after dead servers failed; will retry");
             }

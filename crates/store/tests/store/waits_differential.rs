@@ -3,7 +3,8 @@
 //! amounts, `ignore_configured`), releases (some with `result_ready`),
 //! transfers left to expire, waiters leaving, ticks and time jumps past
 //! deadlines, on copy resources with random domain, global and group
-//! limits, through the in-memory store and the Redis store on one manual
+//! limits (drawn again now and then, over waiters and holds made under
+//! the old ones), through the in-memory store and the Redis store on one manual
 //! clock: every reply, every waiter's outcome and the queue lengths must
 //! be identical. This is what keeps `lua/wait.lua` (and `reserve.lua`,
 //! `release.lua`, `wait_op.lua`) equal to `charon_core::copy::wait`.
@@ -142,7 +143,7 @@ async fn run(
         1_700_000_000_000
     };
     let unit = [1, 10, 50][rng.random_range(0..3usize)];
-    let cfg = config(&mut rng);
+    let mut cfg = config(&mut rng);
     let clock = Arc::new(ManualClock::new(start));
     let memory = MemoryStore::new(clock.clone());
     let options = RedisOptions {
@@ -170,6 +171,13 @@ async fn run(
             _ => unit * rng.random_range(1..=8),
         };
         clock.advance(gap);
+        if rng.random_range(0..80) == 0 {
+            // New limits: waiters keep those they arrived with, holds the
+            // group sets they were reserved under.
+            cfg = config(&mut rng);
+            log.push(format!("step {i}: new limits"));
+            *seen.entry("new limits".into()).or_default() += 1;
+        }
         let r = rng.random_range(0..RESOURCES.len());
         let resource = RESOURCES[r];
         let mut outcomes: Vec<String> = Vec::new();
@@ -370,6 +378,7 @@ async fn memory_and_redis_waits_give_identical_replies() {
         "transfer",
         "left the queue",
         "left with an answer",
+        "new limits",
     ]
     .into_iter()
     .filter(|k| !seen.contains_key(*k))

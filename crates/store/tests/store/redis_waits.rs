@@ -315,3 +315,81 @@ async fn the_queue_works_on_a_redis_cluster() {
         .await
         .unwrap();
 }
+
+/// Redis holds every write for `ms`: operations sent meanwhile time out
+/// at the client (their replies are lost) and run when the pause ends.
+fn pause_writes(redis: &RedisServer, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .query(&mut raw(redis))
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_whose_reply_was_lost_leaves_no_ghost_waiter_and_no_copy() {
+    let redis = RedisServer::start();
+    // Operations time out after 100 ms, long before the pause ends (the
+    // connection is tried again should its start-up take longer on a busy
+    // machine: what is tested comes after).
+    let mut tries = 0;
+    let store = loop {
+        let connected = RedisStore::connect(
+            &redis.url(),
+            charon_store::RedisOptions {
+                op_timeout: Duration::from_millis(100),
+                ..options(None, "lost", Duration::from_secs(3))
+            },
+        )
+        .await;
+        tries += 1;
+        match connected {
+            Ok(s) => break s,
+            Err(e) if tries < 5 => println!("connect: {e}; trying again"),
+            Err(e) => panic!("connect: {e}"),
+        }
+    };
+    let holder = Hold::new("page", "holder", Vec::new());
+    let Reserved::Now(r) = wait_for(&*store, "holder", 0, 10).await.unwrap() else {
+        panic!("granted at once");
+    };
+    assert_eq!(r.granted, 1);
+    // The join times out here and runs there when the pause ends: a waiter
+    // nobody knows of joins the queue.
+    pause_writes(&redis, 300);
+    let joined = wait_for(&*store, "ghost", 600_000, 10).await;
+    assert!(
+        matches!(joined, Err(StoreError::Unavailable(_))),
+        "{joined:?}"
+    );
+    assert_eq!(store.operations_in_doubt(), 1);
+    let queued = eventually(Duration::from_secs(5), async || {
+        store.queue_lengths().await.ok() == Some(vec![("page".to_owned(), 1)])
+    })
+    .await;
+    assert!(queued.is_some(), "the join ran when the pause ended");
+    // Before the store settles, the holder's copy is handed to the ghost.
+    store.release(&holder, 1).await.unwrap();
+    let (counts, _) = store.copy_log("page").await.unwrap();
+    assert_eq!(counts.global, 1, "handed to the ghost");
+    // The store settles: the ghost leaves and its copy comes back.
+    let _maintain = spawn_maintain(&store);
+    let settled = eventually(Duration::from_secs(10), async || {
+        store.operations_in_doubt() == 0
+            && store.copy_log("page").await.ok().map(|(c, _)| c.global) == Some(0)
+    })
+    .await;
+    let queues = store.queue_lengths().await.unwrap();
+    println!(
+        "FAULT waiter_join_reply_lost: a join timed out and ran later, and was handed a copy; \
+         expected the undo to take it out and give the copy back; saw settled {settled:?}, \
+         queues {queues:?}"
+    );
+    assert!(settled.is_some(), "{:?}", store.copy_log("page").await);
+    assert!(queues.is_empty(), "{queues:?}");
+    let Reserved::Now(r) = wait_for(&*store, "next", 60_000, 10).await.unwrap() else {
+        panic!("granted at once");
+    };
+    assert_eq!(r.granted, 1);
+}

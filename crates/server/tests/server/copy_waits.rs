@@ -2,7 +2,8 @@
 //! `wait_ms` on a session's reserve, the copy handed over on a release in
 //! arrival order, `waited_ms`, `queue_full`, `result_ready` in
 //! `wait_mode: shared_result`, the rejection at the deadline, and a waiter
-//! whose client goes away leaving the queue (the copy goes to the next).
+//! whose client goes away leaving the queue (the copy goes to the next);
+//! each on the in-memory store and on Redis (the queue in Redis).
 
 use std::time::Duration;
 
@@ -122,13 +123,73 @@ async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
     panic!("{n} callers never waited for {resource}");
 }
 
-/// A server on [`LIMITS`] and a client of it.
-async fn start() -> (InProcessServer, LimiterClient<Channel>) {
-    let server = InProcessServer::start(LIMITS).await;
+/// Where a test's server keeps its counts and queues.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Memory,
+    /// A private Redis (the queue in Redis, as a fleet's).
+    Redis,
+}
+
+/// Runs each named test, a function of the [`Backend`], on both stores.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn memory() {
+                    super::$name(super::Backend::Memory).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn redis() {
+                    super::$name(super::Backend::Redis).await;
+                }
+            }
+        )*
+    };
+}
+
+on_both_stores!(
+    released_copies_go_to_waiters_in_arrival_order,
+    a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves,
+    shared_result_answers_every_waiter_of_the_pair,
+    a_session_waiting_for_a_copy_may_release_another_meanwhile,
+    a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing,
+);
+
+/// A server on [`LIMITS`] and a client of it (and its private Redis, if
+/// any, to keep while it runs).
+async fn start(
+    backend: Backend,
+) -> (
+    InProcessServer,
+    LimiterClient<Channel>,
+    Option<charon_testkit::RedisServer>,
+) {
+    let (server, redis) = match backend {
+        Backend::Memory => (InProcessServer::start(LIMITS).await, None),
+        Backend::Redis => {
+            let redis = charon_testkit::RedisServer::start();
+            let server =
+                InProcessServer::start_on_redis(LIMITS, &redis.url(), Duration::from_secs(2)).await;
+            // It serves copies once a new Redis's rebuild window passed.
+            let mut ready = false;
+            for _ in 0..500 {
+                if server.limiter().store().ping().await.is_ok() {
+                    ready = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(ready, "the Redis store never got ready");
+            (server, Some(redis))
+        }
+    };
     let c = LimiterClient::connect(server.endpoint())
         .await
         .expect("connect");
-    (server, c)
+    (server, c, redis)
 }
 
 /// A new session holding one copy of `resource` for `domain`.
@@ -139,9 +200,8 @@ async fn holding(c: &mut LimiterClient<Channel>, resource: &str, domain: &str) -
     s
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn released_copies_go_to_waiters_in_arrival_order() {
-    let (server, mut c) = start().await;
+async fn released_copies_go_to_waiters_in_arrival_order(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "page", "a").await;
 
     let mut w1 = Session::open(&mut c).await;
@@ -176,9 +236,8 @@ async fn released_copies_go_to_waiters_in_arrival_order() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
-    let (server, mut c) = start().await;
+async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "page", "a").await;
     let mut w = Session::open(&mut c).await;
     let r = reserved(w.call(reserve("page", "b", 50)).await);
@@ -201,9 +260,8 @@ async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_result_answers_every_waiter_of_the_pair() {
-    let (server, mut c) = start().await;
+async fn shared_result_answers_every_waiter_of_the_pair(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "hot", "x").await;
     let mut waiters = Vec::new();
     for i in 1..=3 {
@@ -222,9 +280,8 @@ async fn shared_result_answers_every_waiter_of_the_pair() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_waiting_for_a_copy_may_release_another_meanwhile() {
-    let (server, mut c) = start().await;
+async fn a_session_waiting_for_a_copy_may_release_another_meanwhile(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut s = holding(&mut c, "page", "a").await;
     // The same session waits for a second copy, then gives back its first:
     // the release is answered while the reserve waits, and frees the copy
@@ -287,12 +344,11 @@ async fn more_waiters_than_a_session_may_have_in_flight_still_let_the_release_th
 /// with its connection) its copy goes on to the next waiter. While its
 /// connection lives, a client that stops reading keeps what it holds, as
 /// any session does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing() {
+async fn a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing(backend: Backend) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let (server, mut c) = start().await;
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "page", "a").await;
     // The deaf client: a process of its own (a runtime, its connection).
     let deaf = tokio::runtime::Builder::new_multi_thread()

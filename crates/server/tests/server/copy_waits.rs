@@ -104,6 +104,7 @@ pub(super) fn reserved(r: Reply) -> v1::ReserveReply {
 
 /// Waits until `n` callers wait for `resource` on `server`.
 async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
+    let mut now = 0;
     for _ in 0..400 {
         let lengths = server
             .limiter()
@@ -111,7 +112,7 @@ async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
             .queue_lengths()
             .await
             .expect("lengths");
-        let now = lengths
+        now = lengths
             .iter()
             .find(|(r, _)| r == resource)
             .map_or(0, |(_, l)| *l);
@@ -120,7 +121,7 @@ async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{n} callers never waited for {resource}");
+    panic!("{n} callers never waited for {resource} ({now} wait)");
 }
 
 /// Where a test's server keeps its counts and queues.
@@ -171,8 +172,12 @@ async fn start(
         Backend::Memory => (InProcessServer::start(LIMITS).await, None),
         Backend::Redis => {
             let redis = charon_testkit::RedisServer::start();
+            // A liveness ttl short enough for a quick start (the first
+            // server on a new Redis waits half of it), long enough that a
+            // busy machine never makes it miss a renewal (copy operations
+            // wait for one after half of it).
             let server =
-                InProcessServer::start_on_redis(LIMITS, &redis.url(), Duration::from_secs(2)).await;
+                InProcessServer::start_on_redis(LIMITS, &redis.url(), Duration::from_secs(6)).await;
             // It serves copies once a new Redis's rebuild window passed.
             let mut ready = false;
             for _ in 0..500 {

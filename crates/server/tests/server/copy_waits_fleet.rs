@@ -32,7 +32,7 @@ resources:
 
 const COPIES: usize = 5;
 const WAITERS: usize = 200;
-const LIVENESS: Duration = Duration::from_secs(2);
+const LIVENESS: Duration = Duration::from_secs(3);
 
 /// A session holding one copy: where it is, and its domain.
 struct Holder {

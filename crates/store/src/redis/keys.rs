@@ -215,8 +215,8 @@ impl Keys {
         self.members("leases")
     }
 
-    /// The resources (escaped tags) that have had waiters, for
-    /// [`crate::Store::queue_lengths`].
+    /// The resources (escaped tags) that have had waiters, scored by the
+    /// last join, for [`crate::Store::queue_lengths`].
     pub(crate) fn queue_index(&self) -> String {
         self.members("queues")
     }

@@ -50,8 +50,11 @@ impl RedisStore {
         // missing from the index.
         let mut before = Vec::new();
         if wait.wait_ms > 0 {
-            let mut index = redis::cmd("SADD");
-            index.arg(self.keys.queue_index()).arg(tag.as_ref());
+            let mut index = redis::cmd("ZADD");
+            index
+                .arg(self.keys.queue_index())
+                .arg(wall_clock_ms())
+                .arg(tag.as_ref());
             before.push(index);
         }
         let mut r = self
@@ -186,12 +189,25 @@ impl RedisStore {
         }
     }
 
-    /// Callers waiting, by resource: the queues of the index, those empty
-    /// now taken out of it.
+    /// Callers waiting, by resource: the queues of the index. A resource
+    /// leaves the index once nobody joined its queue for longer than any
+    /// wait lasts (by the servers' wall clocks, which need only agree
+    /// within an hour): then its queue is empty for sure, and no join can
+    /// race the removal.
     pub(super) async fn waiting_by_resource(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let index = self.keys.queue_index();
+        let stale = wall_clock_ms().saturating_sub(INDEX_KEEP_MS);
+        self.conn
+            .query::<()>(
+                redis::cmd("ZREMRANGEBYSCORE")
+                    .arg(&index)
+                    .arg("-inf")
+                    .arg(format!("({stale}")),
+            )
+            .await?;
         let tags: Vec<String> = self
             .conn
-            .query(redis::cmd("SMEMBERS").arg(self.keys.queue_index()))
+            .query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1))
             .await?;
         let mut out = Vec::new();
         for tag in tags {
@@ -201,17 +217,23 @@ impl RedisStore {
                 .await?;
             if n > 0 {
                 out.push((unescape(&tag), n));
-            } else {
-                // A reserve joining between ZCARD and SREM adds it again
-                // before its next script; missed here only until then.
-                self.conn
-                    .query::<()>(redis::cmd("SREM").arg(self.keys.queue_index()).arg(&tag))
-                    .await?;
             }
         }
         out.sort();
         Ok(out)
     }
+}
+
+/// How long a resource stays in the index of queues after its last join:
+/// twice the longest wait (`wait_ms` is at most an hour).
+const INDEX_KEEP_MS: u64 = 2 * 3_600_000;
+
+/// This host's wall clock in ms since the Unix epoch (for the index of
+/// queues only: decisions use the store's decision clock).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A limit as the scripts hand it back (`-1`: unbounded).

@@ -231,9 +231,9 @@ const INDEX_KEEP_MS: u64 = 2 * 3_600_000;
 /// This host's wall clock in ms since the Unix epoch (for the index of
 /// queues only: decisions use the store's decision clock).
 fn wall_clock_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    static WALL: std::sync::LazyLock<crate::SystemClock> =
+        std::sync::LazyLock::new(crate::SystemClock::new);
+    charon_core::Clock::now(&*WALL)
 }
 
 /// A limit as the scripts hand it back (`-1`: unbounded).

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use charon_core::config::Config;
 use charon_limiter::Limiter;
@@ -42,7 +43,29 @@ impl InProcessServer {
         Self::launch(config, ServerOptions::default(), Some(store_url.to_owned())).await
     }
 
+    /// [`InProcessServer::start_with_store`] on Redis with this liveness
+    /// ttl (`charon serve --liveness-ttl`): fleet tests kill a server and
+    /// wait for the others to count it dead.
+    pub async fn start_on_redis(config: &str, redis_url: &str, liveness_ttl: Duration) -> Self {
+        Self::launch_with(
+            config,
+            ServerOptions::default(),
+            Some(redis_url.to_owned()),
+            Some(liveness_ttl),
+        )
+        .await
+    }
+
     async fn launch(config: &str, options: ServerOptions, store_url: Option<String>) -> Self {
+        Self::launch_with(config, options, store_url, None).await
+    }
+
+    async fn launch_with(
+        config: &str,
+        options: ServerOptions,
+        store_url: Option<String>,
+        liveness_ttl: Option<Duration>,
+    ) -> Self {
         let (config, _) = Config::from_yaml(config).expect("a valid test configuration");
         let mut settings = Settings {
             keepalive: options.keepalive,
@@ -52,6 +75,9 @@ impl InProcessServer {
             ..Settings::new(ConfigSource::Inline(config))
         };
         settings.store.url = store_url;
+        if let Some(ttl) = liveness_ttl {
+            settings.store.liveness_ttl = ttl;
+        }
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
         let http = TcpListener::bind("127.0.0.1:0").await.expect("bind HTTP");
         let (grpc_addr, http_addr) = (

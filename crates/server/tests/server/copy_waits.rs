@@ -2,7 +2,8 @@
 //! `wait_ms` on a session's reserve, the copy handed over on a release in
 //! arrival order, `waited_ms`, `queue_full`, `result_ready` in
 //! `wait_mode: shared_result`, the rejection at the deadline, and a waiter
-//! whose client goes away leaving the queue (the copy goes to the next).
+//! whose client goes away leaving the queue (the copy goes to the next);
+//! each on the in-memory store and on Redis (the queue in Redis).
 
 use std::time::Duration;
 
@@ -30,14 +31,14 @@ resources:
 "#;
 
 /// One session stream.
-struct Session {
+pub(super) struct Session {
     tx: mpsc::Sender<v1::SessionRequest>,
     rx: tonic::Streaming<v1::SessionReply>,
     next: u64,
 }
 
 impl Session {
-    async fn open(c: &mut LimiterClient<Channel>) -> Self {
+    pub(super) async fn open(c: &mut LimiterClient<Channel>) -> Self {
         let (tx, rx) = mpsc::channel(16);
         let rx = c
             .session(ReceiverStream::new(rx))
@@ -47,7 +48,7 @@ impl Session {
         Self { tx, rx, next: 0 }
     }
 
-    async fn send(&mut self, op: Op) {
+    pub(super) async fn send(&mut self, op: Op) {
         self.next += 1;
         self.tx
             .send(v1::SessionRequest {
@@ -58,23 +59,23 @@ impl Session {
             .expect("sent");
     }
 
-    async fn reply(&mut self) -> Reply {
-        self.rx
-            .next()
-            .await
-            .expect("a reply")
-            .expect("not a status")
-            .result
-            .expect("a result")
+    pub(super) async fn reply(&mut self) -> Reply {
+        self.try_reply().await.expect("a reply")
     }
 
-    async fn call(&mut self, op: Op) -> Reply {
+    /// The next reply; `None` if the stream ended or failed (its server
+    /// died).
+    pub(super) async fn try_reply(&mut self) -> Option<Reply> {
+        self.rx.next().await?.ok()?.result
+    }
+
+    pub(super) async fn call(&mut self, op: Op) -> Reply {
         self.send(op).await;
         self.reply().await
     }
 }
 
-fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
+pub(super) fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
     Op::Reserve(v1::ReserveRequest {
         resource: resource.to_owned(),
         domain: domain.to_owned(),
@@ -84,7 +85,7 @@ fn reserve(resource: &str, domain: &str, wait_ms: u64) -> Op {
     })
 }
 
-fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
+pub(super) fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
     Op::Release(v1::ReleaseRequest {
         resource: resource.to_owned(),
         domain: domain.to_owned(),
@@ -94,7 +95,7 @@ fn release(resource: &str, domain: &str, result_ready: bool) -> Op {
     })
 }
 
-fn reserved(r: Reply) -> v1::ReserveReply {
+pub(super) fn reserved(r: Reply) -> v1::ReserveReply {
     match r {
         Reply::Reserve(r) => r,
         other => panic!("a reserve reply, not {other:?}"),
@@ -103,6 +104,7 @@ fn reserved(r: Reply) -> v1::ReserveReply {
 
 /// Waits until `n` callers wait for `resource` on `server`.
 async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
+    let mut now = 0;
     for _ in 0..400 {
         let lengths = server
             .limiter()
@@ -110,7 +112,7 @@ async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
             .queue_lengths()
             .await
             .expect("lengths");
-        let now = lengths
+        now = lengths
             .iter()
             .find(|(r, _)| r == resource)
             .map_or(0, |(_, l)| *l);
@@ -119,16 +121,80 @@ async fn until_waiting(server: &InProcessServer, resource: &str, n: u64) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{n} callers never waited for {resource}");
+    panic!("{n} callers never waited for {resource} ({now} wait)");
 }
 
-/// A server on [`LIMITS`] and a client of it.
-async fn start() -> (InProcessServer, LimiterClient<Channel>) {
-    let server = InProcessServer::start(LIMITS).await;
+/// Where a test's server keeps its counts and queues.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Memory,
+    /// A private Redis (the queue in Redis, as a fleet's).
+    Redis,
+}
+
+/// Runs each named test, a function of the [`Backend`], on both stores.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn memory() {
+                    super::$name(super::Backend::Memory).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn redis() {
+                    super::$name(super::Backend::Redis).await;
+                }
+            }
+        )*
+    };
+}
+
+on_both_stores!(
+    released_copies_go_to_waiters_in_arrival_order,
+    a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves,
+    shared_result_answers_every_waiter_of_the_pair,
+    a_session_waiting_for_a_copy_may_release_another_meanwhile,
+    a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing,
+);
+
+/// A server on [`LIMITS`] and a client of it (and its private Redis, if
+/// any, to keep while it runs).
+async fn start(
+    backend: Backend,
+) -> (
+    InProcessServer,
+    LimiterClient<Channel>,
+    Option<charon_testkit::RedisServer>,
+) {
+    let (server, redis) = match backend {
+        Backend::Memory => (InProcessServer::start(LIMITS).await, None),
+        Backend::Redis => {
+            let redis = charon_testkit::RedisServer::start();
+            // A liveness ttl short enough for a quick start (the first
+            // server on a new Redis waits half of it), long enough that a
+            // busy machine never makes it miss a renewal (copy operations
+            // wait for one after half of it).
+            let server =
+                InProcessServer::start_on_redis(LIMITS, &redis.url(), Duration::from_secs(6)).await;
+            // It serves copies once a new Redis's rebuild window passed.
+            let mut ready = false;
+            for _ in 0..500 {
+                if server.limiter().store().ping().await.is_ok() {
+                    ready = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(ready, "the Redis store never got ready");
+            (server, Some(redis))
+        }
+    };
     let c = LimiterClient::connect(server.endpoint())
         .await
         .expect("connect");
-    (server, c)
+    (server, c, redis)
 }
 
 /// A new session holding one copy of `resource` for `domain`.
@@ -139,9 +205,8 @@ async fn holding(c: &mut LimiterClient<Channel>, resource: &str, domain: &str) -
     s
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn released_copies_go_to_waiters_in_arrival_order() {
-    let (server, mut c) = start().await;
+async fn released_copies_go_to_waiters_in_arrival_order(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "page", "a").await;
 
     let mut w1 = Session::open(&mut c).await;
@@ -176,9 +241,8 @@ async fn released_copies_go_to_waiters_in_arrival_order() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
-    let (server, mut c) = start().await;
+async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "page", "a").await;
     let mut w = Session::open(&mut c).await;
     let r = reserved(w.call(reserve("page", "b", 50)).await);
@@ -201,9 +265,8 @@ async fn a_waiter_is_rejected_at_its_deadline_and_a_gone_one_leaves() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_result_answers_every_waiter_of_the_pair() {
-    let (server, mut c) = start().await;
+async fn shared_result_answers_every_waiter_of_the_pair(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "hot", "x").await;
     let mut waiters = Vec::new();
     for i in 1..=3 {
@@ -222,18 +285,27 @@ async fn shared_result_answers_every_waiter_of_the_pair() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_waiting_for_a_copy_may_release_another_meanwhile() {
-    let (server, mut c) = start().await;
+async fn a_session_waiting_for_a_copy_may_release_another_meanwhile(backend: Backend) {
+    let (server, mut c, _redis) = start(backend).await;
     let mut s = holding(&mut c, "page", "a").await;
     // The same session waits for a second copy, then gives back its first:
     // the release is answered while the reserve waits, and frees the copy
     // the reserve then gets.
     s.send(reserve("page", "b", 60_000)).await;
     until_waiting(&server, "page", 1).await;
-    let released = s.call(release("page", "a", false)).await;
-    assert!(matches!(released, Reply::Release(_)), "{released:?}");
-    let got = reserved(s.reply().await);
+    // Both are answered, in either order: the reserve's answer may come
+    // first (the release's reply and the waiter's wake-up race).
+    s.send(release("page", "a", false)).await;
+    let (mut released, mut got) = (None, None);
+    for _ in 0..2 {
+        match s.reply().await {
+            Reply::Release(r) => released = Some(r),
+            Reply::Reserve(r) => got = Some(r),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(released.is_some(), "the release was answered");
+    let got = got.expect("the reserve was answered");
     assert_eq!((got.granted, got.domain_holds), (1, 1));
     // Its end releases what the wait got.
     drop(s);
@@ -287,12 +359,11 @@ async fn more_waiters_than_a_session_may_have_in_flight_still_let_the_release_th
 /// with its connection) its copy goes on to the next waiter. While its
 /// connection lives, a client that stops reading keeps what it holds, as
 /// any session does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing() {
+async fn a_waiter_that_never_reads_its_wake_up_holds_up_nobody_and_leaks_nothing(backend: Backend) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let (server, mut c) = start().await;
+    let (server, mut c, _redis) = start(backend).await;
     let mut holder = holding(&mut c, "page", "a").await;
     // The deaf client: a process of its own (a runtime, its connection).
     let deaf = tokio::runtime::Builder::new_multi_thread()

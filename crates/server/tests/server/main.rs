@@ -3,6 +3,7 @@
 //! instead of four times.
 
 mod copy_waits;
+mod copy_waits_fleet;
 mod envoy;
 mod in_process;
 mod listeners;

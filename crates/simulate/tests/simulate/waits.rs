@@ -3,9 +3,13 @@
 //! event's `id`; at one instant the triggering event's reply comes first,
 //! then the waiters served in queue order; a deadline at the same ms as
 //! an event comes first; a staged transfer's expiry serves the queue.
+//! Every replay runs through the in-memory store and the Redis store (its
+//! queue in Redis) and must print the same lines in both.
 
 use charon_core::config::Config;
 use charon_simulate::Simulation;
+use charon_simulate::redis::{RedisOptions, RedisSimulation};
+use charon_testkit::RedisServer;
 use serde_json::{Value, json};
 
 const CONFIG: &str = r#"
@@ -14,20 +18,42 @@ resources:
   - { name: hot, kind: copy, domain_limit: 1, wait_mode: shared_result }
 "#;
 
-/// Every line the replay of `events` prints, the end's included.
+/// Every line the replay of `events` prints, the end's included, after
+/// checking that the replay through the Redis store (`charon simulate
+/// --store redis://`, its queue in Redis, on a private redis-server)
+/// prints the very same lines and leaves no key behind.
 fn replay(events: &[Value]) -> Vec<Value> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
-    let mut sim = Simulation::new(Config::from_yaml(CONFIG).expect("valid").0);
-    let mut out = Vec::new();
-    for e in events {
-        let line = serde_json::to_vec(e).expect("encode");
-        out.extend(runtime.block_on(sim.lines(&line)));
-    }
-    out.extend(runtime.block_on(sim.end()));
-    out
+    let config = Config::from_yaml(CONFIG).expect("valid").0;
+    let lines = |mut sim: Simulation| {
+        let mut out = Vec::new();
+        for e in events {
+            let line = serde_json::to_vec(e).expect("encode");
+            out.extend(runtime.block_on(sim.lines(&line)));
+        }
+        out.extend(runtime.block_on(sim.end()));
+        out
+    };
+    let in_memory = lines(Simulation::new(config.clone()));
+    let redis = RedisServer::start();
+    let (run, sim) = runtime
+        .block_on(RedisSimulation::start(
+            &redis.url(),
+            config,
+            RedisOptions::default(),
+        ))
+        .expect("a replay on the private redis");
+    let in_redis = lines(sim);
+    runtime
+        .block_on(run.finish())
+        .expect("the replay's keys deleted");
+    assert_eq!(crate::both::keys_left(&redis), 0, "keys left in Redis");
+    assert_eq!(in_memory, in_redis, "memory vs Redis");
+    in_memory
 }
 
 /// (t, id, granted) of each reserve line, and its flags.

@@ -25,6 +25,9 @@ pub(crate) struct Conn {
     timeout: Duration,
     /// The URL without its password (see [`redacted`]).
     shown: String,
+    /// The client of a single Redis, for the wake-up subscription
+    /// (`wakeups.rs`); none for a cluster, whose waiters poll.
+    subscriber: Option<redis::Client>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -106,6 +109,7 @@ impl Conn {
                 link,
                 timeout,
                 shown,
+                subscriber: None,
             });
         }
         let invalid = |e: &dyn std::fmt::Display| {
@@ -154,6 +158,7 @@ impl Conn {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(timeout / 4);
+        let subscriber = Some(client.clone());
         let manager = tokio::time::timeout(
             timeout.saturating_mul(2),
             ConnectionManager::new_with_config(client, config),
@@ -167,7 +172,13 @@ impl Conn {
             link,
             timeout,
             shown,
+            subscriber,
         })
+    }
+
+    /// A client for a pub/sub connection of its own (a single Redis only).
+    pub(crate) fn subscriber(&self) -> Option<redis::Client> {
+        self.subscriber.clone()
     }
 
     /// Runs `script` with `keys` and `args` in one round trip, after the

@@ -13,6 +13,8 @@
 //! <prefix>:{<resource>}:x              staged transfers
 //! <prefix>:{<resource>}:xe             staged transfers by expiry
 //! <prefix>:{<resource>}:o:<member>:<n> what a member's copy operation did
+//! <prefix>:{<resource>}:q, :qw, :qd, :qr, :qn
+//!                                     its queue of waiters (see `wait.lua`)
 //! <prefix>:{<resource>}:l              the resource's capacity leases
 //! <prefix>:{<resource>}:lk             the lock of its lease decisions
 //! <prefix>:{<resource>}:lc             the clients its last lease writes changed
@@ -34,6 +36,8 @@
 //! <prefix>:{%m}:rebuild                the copy gate of a new generation
 //! <prefix>:{%m}:tick                   when a membership script last ran
 //! <prefix>:{%m}:leases                 resources that have lease sets
+//! <prefix>:{%m}:queues                 resources that have had waiters
+//! <prefix>:wake:<member>               a member's wake-up channel (pub/sub)
 //! ```
 //!
 //! The resource inside the braces is escaped (`%` → `%25`, `{` → `%7B`,
@@ -209,6 +213,23 @@ impl Keys {
     /// The resources that have lease sets, for metrics and the leases page.
     pub(crate) fn lease_index(&self) -> String {
         self.members("leases")
+    }
+
+    /// The resources (escaped tags) that have had waiters, scored by the
+    /// last join, for [`crate::Store::queue_lengths`].
+    pub(crate) fn queue_index(&self) -> String {
+        self.members("queues")
+    }
+
+    /// The queue of waiters of an already escaped tag (a sorted set).
+    pub(crate) fn queue_of_tag(&self, tag: &str) -> String {
+        format!("{}:q", self.tagged(tag))
+    }
+
+    /// The pub/sub channel on which the scripts wake `member`'s waiters
+    /// (`wait.lua` names it the same way).
+    pub(crate) fn wake_channel(&self, member: &str) -> String {
+        format!("{}:wake:{member}", self.prefix)
     }
 
     pub(crate) fn staging_index(&self) -> String {

@@ -45,6 +45,8 @@ mod membership;
 mod meter;
 mod reply;
 mod scripts;
+mod waits;
+mod wakeups;
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
@@ -54,15 +56,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use charon_core::Millis;
 use charon_core::config::{CopyLimits, Enforcement, RateLimits};
-use charon_core::copy::{CopyCounts, CopyStatus, Hold, ReserveReply, Staged};
+use charon_core::copy::{CopyStatus, Hold, ReserveReply, Staged};
 use charon_core::lease::LeaseSet;
 use charon_core::meter::{Meter, Op, Policy};
 use charon_core::rate::RateReply;
 use charon_core::request::Amount;
 
-use self::args::{
-    enforce_arg, limit_arg, optional_limit_arg, over, tiers_args, tiers_fields, tiers_keys,
-};
+use self::args::{over, tiers_args, tiers_fields, tiers_keys};
 use self::batch::{Batcher, Operation, Step};
 use self::conn::Conn;
 pub use self::copies::CopyLog;
@@ -110,6 +110,13 @@ pub struct RedisStore {
     lease_cache: lease::Cache,
     /// How long a lease decision lock holds at most: the store timeout.
     lease_lock_time: Duration,
+    /// This server's waiters for copies and what wakes them.
+    wakeups: Arc<wakeups::Wakeups>,
+    /// The subscriber that hears their wake-ups (stopped with the store).
+    listener: Mutex<wakeups::Listener>,
+    /// Waiters whose leaving failed, to take out of their queues (see
+    /// `waits.rs`).
+    abandoned: Mutex<Vec<crate::Ticket>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -142,9 +149,12 @@ impl RedisStore {
         }
         let conn = Conn::open(url, &options.tls, options.op_timeout).await?;
         #[cfg(feature = "test-clock")]
-        let scripts = Scripts::new(options.meters_mutation.as_ref());
+        let scripts = Scripts::new(
+            options.meters_mutation.as_ref(),
+            options.copies_mutation.as_ref(),
+        );
         #[cfg(not(feature = "test-clock"))]
-        let scripts = Scripts::new(None);
+        let scripts = Scripts::new(None, None);
         conn.load(&scripts.all()).await?;
         let scripts = Arc::new(scripts);
         let clock = DecisionClock::new(options.clock);
@@ -174,6 +184,9 @@ impl RedisStore {
             lease_locks: lease::Stripes::default(),
             lease_cache: lease::Cache::default(),
             lease_lock_time: options.op_timeout,
+            wakeups: Arc::default(),
+            listener: Mutex::new(wakeups::Listener(None)),
+            abandoned: Mutex::default(),
             state: Mutex::new(MemberState {
                 generation: String::new(),
                 renewed: Instant::now(),
@@ -185,6 +198,19 @@ impl RedisStore {
             }),
         };
         store.join().await?;
+        if let Some(client) = store.conn.subscriber() {
+            // Subscribed before the first waiter, as a rule: a store that
+            // cannot subscribe in time still serves (its waiters poll).
+            let channel = store.keys.wake_channel(&store.member);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let listen = wakeups::listen(client, channel, Arc::downgrade(&store.wakeups), tx);
+            store
+                .listener
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .0 = Some(tokio::spawn(listen));
+            let _ = tokio::time::timeout(options.op_timeout, rx).await;
+        }
         Ok(Arc::new(store))
     }
 
@@ -198,6 +224,12 @@ impl RedisStore {
     /// batches formed; see docs/redis.md, "Batched decisions".
     pub fn batch_counts(&self) -> (u64, u64) {
         self.batcher.counts()
+    }
+
+    /// How many wake-up messages for this server's waiters its subscriber
+    /// has heard (tests show with it that pub/sub carries them).
+    pub fn wake_ups_heard(&self) -> u64 {
+        self.wakeups.heard()
     }
 
     /// This start of the server as the membership knows it (the server id
@@ -332,40 +364,14 @@ impl Store for RedisStore {
         amount: Amount,
         enforcement: Enforcement,
     ) -> Result<ReserveReply, StoreError> {
-        let mut args = Vec::with_capacity(6 + 2 * limits.groups.len());
-        args.push(domain.to_owned());
-        args.push(amount.copies().to_string());
-        args.push(amount.min_copies().to_string());
-        args.push(enforce_arg(enforcement));
-        args.push(limit_arg(limits.domain_limit));
-        args.push(optional_limit_arg(limits.global_limit));
-        for g in &limits.groups {
-            args.push(g.name.clone());
-            args.push(limit_arg(g.limit));
-        }
-        let mut r = self
-            .copy_op(
-                &self.scripts.reserve,
-                resource,
-                args,
-                Vec::new(),
-                true,
-                true,
-            )
+        let wait = crate::WaitOptions::default();
+        match self
+            .arrive(resource, domain, limits, amount, enforcement, wait)
             .await?
-            .ok_or_else(|| bad("reserve", "none"))?;
-        let granted = r.count()?;
-        let domain_holds = r.count()?;
-        let global_holds = r.count()?;
-        let groups = (0..limits.groups.len())
-            .map(|_| r.count())
-            .collect::<Result<Vec<_>, _>>()?;
-        let after = CopyCounts {
-            domain: domain_holds,
-            global: global_holds,
-            groups,
-        };
-        Ok(ReserveReply::new(granted, limits, &after, enforcement))
+        {
+            crate::Reserved::Now(reply) => Ok(reply),
+            crate::Reserved::Waiting(_) => Err(bad("reserve", "a reserve that may not wait waits")),
+        }
     }
 
     async fn reserve_or_wait(
@@ -377,52 +383,41 @@ impl Store for RedisStore {
         enforcement: Enforcement,
         wait: crate::WaitOptions,
     ) -> Result<crate::Reserved, StoreError> {
-        if wait.wait_ms > 0 {
-            return Err(StoreError::Refused(charon_core::ClientError::invalid(
-                "wait_ms needs the in-memory store: the Redis store does not queue waiters yet",
-            )));
-        }
-        let reply = self
-            .reserve(resource, domain, limits, amount, enforcement)
-            .await?;
-        Ok(crate::Reserved::Now(reply))
+        self.arrive(resource, domain, limits, amount, enforcement, wait)
+            .await
     }
 
-    async fn wait_outcome(
-        &self,
-        _ticket: &crate::Ticket,
-    ) -> Result<Option<ReserveReply>, StoreError> {
-        Ok(None)
+    async fn wait_outcome(&self, t: &crate::Ticket) -> Result<Option<ReserveReply>, StoreError> {
+        self.wait_op("outcome", &t.resource, t.id).await
     }
 
-    async fn woken(&self, _ticket: &crate::Ticket, at_most: Duration) {
-        tokio::time::sleep(at_most).await;
+    async fn woken(&self, t: &crate::Ticket, at_most: Duration) {
+        let tag = keys::escape(&t.resource);
+        self.wakeups.wait(&tag, t.id, at_most).await;
     }
 
-    async fn leave_queue(
-        &self,
-        _ticket: &crate::Ticket,
-    ) -> Result<Option<ReserveReply>, StoreError> {
-        Ok(None)
+    async fn leave_queue(&self, t: &crate::Ticket) -> Result<Option<ReserveReply>, StoreError> {
+        self.leave_or_abandon(t).await
     }
 
-    async fn tick(&self, _resource: &str) -> Result<(), StoreError> {
-        Ok(())
+    async fn tick(&self, resource: &str) -> Result<(), StoreError> {
+        self.wait_op("tick", resource, 0).await.map(|_| ())
     }
 
     async fn queue_lengths(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        Ok(Vec::new())
+        self.waiting_by_resource().await
     }
 
     async fn release_ready(
         &self,
         hold: &Hold,
         copies: u64,
-        _result_ready: bool,
+        result_ready: bool,
     ) -> Result<CopyStatus, StoreError> {
-        let mut args = Vec::with_capacity(2 + hold.groups.len());
+        let mut args = Vec::with_capacity(3 + hold.groups.len());
         args.push(hold.domain.clone());
         args.push(copies.to_string());
+        args.push(if result_ready { "1" } else { "0" }.to_owned());
         args.extend(hold.groups.iter().cloned());
         let mut r = self
             .copy_op(
@@ -568,6 +563,7 @@ impl Store for RedisStore {
 mod tests {
     use charon_core::{MAX_COUNT, UNBOUNDED};
 
+    use super::args::{limit_arg, optional_limit_arg};
     use super::copies::describe_field;
     use super::*;
 

@@ -39,6 +39,11 @@ pub struct RedisOptions {
     /// rule.
     #[cfg(feature = "test-clock")]
     pub meters_mutation: Option<(String, String)>,
+    /// Tests only (feature `test-clock`): the same for every copy script
+    /// (counts and the queue of waiters, `lua/wait.lua`), so a test can
+    /// show that the differential test with waits catches a broken rule.
+    #[cfg(feature = "test-clock")]
+    pub copies_mutation: Option<(String, String)>,
     /// How long reserves wait after a new generation of the copy log
     /// starts (Redis lost its data, or is used for the first time), so
     /// that servers that have not noticed yet can rebuild their holds
@@ -112,6 +117,8 @@ impl Default for RedisOptions {
             clock: None,
             #[cfg(feature = "test-clock")]
             meters_mutation: None,
+            #[cfg(feature = "test-clock")]
+            copies_mutation: None,
             rebuild_grace: None,
             max_batch: MAX_BATCH,
             tls: RedisTls::default(),

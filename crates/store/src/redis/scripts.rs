@@ -103,6 +103,7 @@ macro_rules! copy_script {
         concat!(
             include_str!("lua/common.lua"),
             include_str!("lua/copy.lua"),
+            include_str!("lua/wait.lua"),
             include_str!(concat!("lua/", $file))
         )
     };
@@ -136,6 +137,8 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) transfer: Script,
     pub(crate) seize: Script,
+    /// A waiter's follow-up: its outcome, leaving, or time passing.
+    pub(crate) wait_op: Script,
     pub(crate) undo: Script,
     pub(crate) expire: Script,
     pub(crate) cleanup: Script,
@@ -159,14 +162,20 @@ impl Scripts {
     /// the lean scripts of single meter operations by its second, to show
     /// that the differential tests catch a script that breaks a rule (of a
     /// meter, or of the tiers: the rate script keeps its own copy of the
-    /// tiers' rule, untouched).
-    pub(crate) fn new(mutation: Option<&(String, String)>) -> Self {
-        let mutated = |code: &'static str| -> Cow<'static, str> {
-            match mutation {
+    /// tiers' rule, untouched). `copies_mutation` does the same to every
+    /// copy script (the queue of waiters is in each of them).
+    pub(crate) fn new(
+        mutation: Option<&(String, String)>,
+        copies_mutation: Option<&(String, String)>,
+    ) -> Self {
+        let replaced = |code: &'static str, m: Option<&(String, String)>| -> Cow<'static, str> {
+            match m {
                 None => Cow::Borrowed(code),
                 Some((from, to)) => Cow::Owned(code.replacen(from.as_str(), to, 1)),
             }
         };
+        let mutated = |code: &'static str| replaced(code, mutation);
+        let copied = |code: &'static str| replaced(code, copies_mutation);
         Self {
             rate: Script::new(
                 "rate",
@@ -212,14 +221,15 @@ impl Scripts {
             ),
             meters: Script::new("meters", mutated(meters_script!())),
             batch: Script::new("batch", mutated(batch_script!())),
-            reserve: Script::new("reserve", copy_script!("reserve.lua")),
-            release: Script::new("release", copy_script!("release.lua")),
-            transfer: Script::new("transfer", copy_script!("transfer.lua")),
-            seize: Script::new("seize", copy_script!("seize.lua")),
-            undo: Script::new("undo", copy_script!("undo.lua")),
-            expire: Script::new("expire", copy_script!("expire.lua")),
-            cleanup: Script::new("cleanup", copy_script!("cleanup.lua")),
-            reset: Script::new("reset", copy_script!("reset.lua")),
+            reserve: Script::new("reserve", copied(copy_script!("reserve.lua"))),
+            release: Script::new("release", copied(copy_script!("release.lua"))),
+            transfer: Script::new("transfer", copied(copy_script!("transfer.lua"))),
+            seize: Script::new("seize", copied(copy_script!("seize.lua"))),
+            wait_op: Script::new("wait_op", copied(copy_script!("wait_op.lua"))),
+            undo: Script::new("undo", copied(copy_script!("undo.lua"))),
+            expire: Script::new("expire", copied(copy_script!("expire.lua"))),
+            cleanup: Script::new("cleanup", copied(copy_script!("cleanup.lua"))),
+            reset: Script::new("reset", copied(copy_script!("reset.lua"))),
             counts: Script::new("counts", include_str!("lua/counts.lua")),
             join: Script::new("join", membership_script!("join.lua")),
             renew: Script::new("renew", membership_script!("renew.lua")),
@@ -247,7 +257,7 @@ impl Scripts {
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 26] {
+    pub(crate) fn all(&self) -> [&Script; 27] {
         [
             &self.rate,
             &self.drain,
@@ -260,6 +270,7 @@ impl Scripts {
             &self.release,
             &self.transfer,
             &self.seize,
+            &self.wait_op,
             &self.undo,
             &self.expire,
             &self.cleanup,

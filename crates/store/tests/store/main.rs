@@ -17,4 +17,6 @@ mod redis_cluster;
 mod redis_membership;
 mod redis_security;
 mod redis_tls_faults;
+mod redis_waits;
 mod tiers_batch_model;
+mod waits_differential;

@@ -10,7 +10,9 @@ use std::time::Duration;
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 use charon_core::copy::Hold;
 use charon_core::request::Amount;
-use charon_store::{RedisOptions, RedisStore, RedisTls, Store, StoreError, redacted};
+use charon_store::{
+    RedisOptions, RedisStore, RedisTls, Reserved, Store, StoreError, WaitOptions, redacted,
+};
 use charon_testkit::stores::{eventually, options, spawn_maintain};
 use charon_testkit::{RedisServer, RedisSetup, RedisTlsSetup, TestPki};
 
@@ -19,10 +21,10 @@ const TTL: Duration = Duration::from_millis(1_000);
 /// The ACL rules Charon's Redis user needs, exactly as `docs/redis.md`
 /// gives them (checked below against the doc and against every command
 /// the store and its scripts send).
-const ACL_RULES: &str = "~charon:* -@all +evalsha +script|load +scan +time +get +set +del \
-     +exists +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \
+const ACL_RULES: &str = "~charon:* &charon:* -@all +evalsha +script|load +scan +time +get +set +del \
+     +exists +incr +sadd +srem +smembers +sismember +scard +hget +hset +hdel +hexists +hgetall \
      +hincrby +hmget +hvals +lindex +llen +lpop +lrange +lset +ltrim +rpush +persist +pexpire +pexpireat \
-     +zadd +zcard +zrangebyscore +zrem +zremrangebyscore";
+     +pttl +publish +subscribe +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore";
 
 /// What a Redis Cluster user needs on top of [`ACL_RULES`], exactly as
 /// `docs/redis.md` gives it: the slot map (`CLUSTER SLOTS`, read by the
@@ -117,6 +119,29 @@ async fn decides_exactly(store: &RedisStore) {
     // Seized copies are the seizer's again.
     let (counts, mine) = store.copy_log("vm").await.unwrap();
     assert_eq!((counts.global, mine.global), (2, 2));
+    // A waiter: its queue, its answer and its wake-up (pub/sub) are all
+    // within the user's rights.
+    let wait = WaitOptions {
+        wait_ms: 60_000,
+        queue_limit: 10,
+    };
+    let Reserved::Waiting(ticket) = store
+        .reserve_or_wait("vm", "w", &l, amount(4), Enforcement::Enforce, wait)
+        .await
+        .unwrap()
+    else {
+        panic!("4 more than the 3 copies free: it waits");
+    };
+    assert_eq!(store.queue_lengths().await.unwrap(), [("vm".into(), 1)]);
+    store.release(&hold, 2).await.unwrap();
+    let heard = eventually(Duration::from_secs(10), async || store.wake_ups_heard() > 0).await;
+    assert!(heard.is_some(), "the waiter's wake-up came by pub/sub");
+    let r = store.wait_outcome(&ticket).await.unwrap().unwrap();
+    assert_eq!((r.granted, r.global_holds), (4, 4));
+    store
+        .release(&Hold::new("vm", "w", ["g1".to_owned()]), 4)
+        .await
+        .unwrap();
     store.ping().await.unwrap();
 }
 

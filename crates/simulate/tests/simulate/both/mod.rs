@@ -51,7 +51,7 @@ pub fn run_at(config: &str, events: &[Value], url: &str) -> Vec<Value> {
 }
 
 /// How many keys the private Redis holds.
-fn keys_left(redis: &RedisServer) -> u64 {
+pub fn keys_left(redis: &RedisServer) -> u64 {
     let out = std::process::Command::new("redis-cli")
         .args(["-p", &redis.port().to_string(), "DBSIZE"])
         .output()

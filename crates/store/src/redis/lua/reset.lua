@@ -1,7 +1,8 @@
 -- Run by a server that starts alone (no other server is live): nobody
 -- holds copies of this resource any more, so its counts become what is
 -- still staged (transfers outlive servers until their ttl), and every
--- contribution left behind is replaced by the dead-server mark.
+-- contribution left behind is replaced by the dead-server mark. Its
+-- waiters and their answers were dead servers' too: dropped.
 -- KEYS: 1 counts, 2 staging, 3 staging exp, 4.. contributions found
 -- ARGV: 1 test clock, 2 how long the marks stay (ms)
 -- Reply: {global count before, global count after}
@@ -16,6 +17,8 @@ for i = 4, #KEYS do
   end
 end
 redis.call('DEL', KEYS[1])
+wait_keys(KEYS[1])
+redis.call('DEL', W.q, W.w, W.d, W.r)
 local staged = redis.call('HGETALL', KEYS[2])
 for i = 2, #staged, 2 do
   local e = cmsgpack.unpack(staged[i])

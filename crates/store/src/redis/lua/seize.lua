@@ -6,7 +6,8 @@
 local now = clock(ARGV[1])
 if fenced(KEYS[2]) then return { 'fenced' } end
 if cancelled(KEYS[5]) then return { 'cancelled' } end
-expire_staged(KEYS[1], KEYS[3], KEYS[4], now)
+wait_keys(KEYS[1])
+pass_time(now, KEYS[3], KEYS[4])
 
 local raw = redis.call('HGET', KEYS[3], ARGV[3])
 if not raw then return { 'none' } end

@@ -9,7 +9,8 @@
 local now = clock(ARGV[1])
 if fenced(KEYS[2]) then return { 'fenced' } end
 if cancelled(KEYS[5]) then return { 'cancelled' } end
-expire_staged(KEYS[1], KEYS[3], KEYS[4], now)
+wait_keys(KEYS[1])
+pass_time(now, KEYS[3], KEYS[4])
 
 local n = tonumber(ARGV[4])
 local groups, fs, short = covered(KEYS[2], ARGV[3], n, 7)

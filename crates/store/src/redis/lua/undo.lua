@@ -3,6 +3,8 @@
 -- KEYS: 1 counts, 2 this server's contribution, 3 staging, 4 staging exp,
 --       5 the operation's record
 -- ARGV: 1 test clock, 2 record ttl
+-- A reserve that joined the queue ('join') leaves it, and gives back what
+-- it was handed meanwhile; copies freed serve the queue.
 -- Reply: {'cancelled'} (it had not run and now never will), {'undone', kind},
 --        {'fenced'}
 local now = clock(ARGV[1])
@@ -15,11 +17,24 @@ end
 local r = cmsgpack.unpack(raw)
 local kind = r[1]
 if kind == 'cancelled' or kind == 'undone' then return { kind } end
-expire_staged(KEYS[1], KEYS[3], KEYS[4], now)
+wait_keys(KEYS[1])
+pass_time(now, KEYS[3], KEYS[4])
 local n, fs = r[2], fields(r[3], r[4])
-if kind == 'reserve' then
-  sub(KEYS[1], fs, n)
-  sub(KEYS[2], fs, n)
+if kind == 'join' then
+  -- A reserve that joined the queue: out of it; copies handed to it since
+  -- are given back.
+  local ticket = r[5]
+  if redis.call('ZREM', W.q, ticket) == 1 then drop_waiter(ticket) end
+  local a = take(ticket)
+  n = 0
+  if a then n = a[1] end
+end
+if kind == 'reserve' or kind == 'join' then
+  if n > 0 then
+    sub(KEYS[1], fs, n)
+    sub(KEYS[2], fs, n)
+  end
+  if waiting() then walk(now) end
 elseif kind == 'release' then
   -- The session still holds them.
   add(KEYS[1], fs, n)

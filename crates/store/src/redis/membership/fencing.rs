@@ -35,6 +35,9 @@ impl RedisStore {
             if let Err(e) = self.settle_in_doubt().await {
                 tracing::warn!(error = %e, "undoing copy operations in doubt failed; will retry");
             }
+            if let Err(e) = self.settle_abandoned().await {
+                tracing::warn!(error = %e, "taking abandoned waiters out failed; will retry");
+            }
             if let Err(e) = self.clean_dead_members().await {
                 tracing::warn!(error = %e, "cleaning up after dead servers failed; will retry");
             }
@@ -119,6 +122,7 @@ impl RedisStore {
             .await?;
         let mark = millis(mark_ttl(self.ttl));
         let mut copies = 0u64;
+        let mut waiters = 0u64;
         for tag in &tags {
             let k = self.keys.copies_of_tag(tag, member);
             let v = self
@@ -126,13 +130,14 @@ impl RedisStore {
                 .eval(
                     &self.scripts.cleanup,
                     &[&k.counts, &k.contribution],
-                    std::slice::from_ref(&mark),
+                    &[mark.clone(), self.clock_arg()],
                     &[],
                 )
                 .await?;
             let mut r = Reply::new(self.scripts.cleanup.name, v)?;
             copies += r.count()?;
             let negative = r.count()?;
+            waiters += r.count()?;
             if negative > 0 {
                 tracing::error!(
                     member,
@@ -156,8 +161,9 @@ impl RedisStore {
             member,
             resources = tags.len(),
             copies,
+            waiters,
             forgotten,
-            "removed the contributions of a dead server"
+            "removed the contributions (and waiters) of a dead server"
         );
         Ok(())
     }

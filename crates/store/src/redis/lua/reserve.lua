@@ -76,7 +76,16 @@ redis.call('HSET', W.w, ticket, cmsgpack.pack({
 }))
 redis.call('ZADD', W.q, ticket, ticket)
 redis.call('ZADD', W.d, fmt(deadline), ticket)
-walk(now)
+-- Every script leaves the queue served (nobody before the arrival could
+-- take copies, and its arrival changes no count), so the walk can only
+-- serve the arrival: it runs only if the arrival's own limits let it take
+-- min_copies now (then whether a waiter before it stops the serving is the
+-- walk's to say). Walking a long queue on every join would cost each
+-- arrival a command per waiter before it.
+local held = values(KEYS[1], fs)
+local room = INF
+for i = 1, #fs do room = math.min(room, math.max(limits[i] - held[i], 0)) end
+if math.min(copies, room) >= min_copies then walk(now) end
 local mine = take(ticket)
 if mine then
   if mine[1] > 0 then

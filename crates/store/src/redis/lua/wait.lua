@@ -79,7 +79,11 @@ local function decide(id, w, granted, held, now, result_ready)
     0, result_ready and 1 or 0, math.max(now - w[9], 0), w[1], w[2],
   }
   redis.call('HSET', W.r, id, cmsgpack.pack(answer))
-  redis.call('PEXPIRE', W.r, ANSWER_TTL)
+  -- Once a script: answering 10,000 waiters at their deadline is one run.
+  if not W.answers_expire then
+    redis.call('PEXPIRE', W.r, ANSWER_TTL)
+    W.answers_expire = true
+  end
   if id ~= ARRIVAL then
     redis.call('PUBLISH', W.prefix .. ':wake:' .. w[1], W.tag .. ' ' .. id)
   end

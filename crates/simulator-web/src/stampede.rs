@@ -339,12 +339,8 @@ fn answer(s: &Setup, arrivals: &[u64], modes: &[Outcome]) -> Value {
     let modes: Vec<Value> = modes
         .iter()
         .map(|m| {
-            let mut latencies: Vec<u64> = m
-                .done
-                .iter()
-                .zip(arrivals)
-                .map(|(d, a)| d.0 - a)
-                .collect();
+            let mut latencies: Vec<u64> =
+                m.done.iter().zip(arrivals).map(|(d, a)| d.0 - a).collect();
             latencies.sort_unstable();
             let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
             let count = |g: Got| m.done.iter().filter(|d| d.1 == g).count();

@@ -75,7 +75,10 @@ async fn shared_result_computes_once_and_answers_every_caller() {
     );
     // Deterministic for a seed; another seed gives other arrivals.
     assert_eq!(stampede(body).await.1, answer);
-    let (_, other) = stampede(json!({"callers": 200, "work_ms": 50, "spread_ms": 40, "backoff_ms": 10, "seed": 4})).await;
+    let (_, other) = stampede(
+        json!({"callers": 200, "work_ms": 50, "spread_ms": 40, "backoff_ms": 10, "seed": 4}),
+    )
+    .await;
     assert_ne!(other["modes"], answer["modes"]);
 }
 
@@ -96,7 +99,10 @@ async fn a_stampede_after_the_result_is_cached_reads_the_cache() {
 #[tokio::test]
 async fn the_stampede_view_refuses_bad_input_and_too_costly_runs() {
     for (body, expect) in [
-        (json!({"callers": 0}), "callers: 0 is out of range (1 to 5000)"),
+        (
+            json!({"callers": 0}),
+            "callers: 0 is out of range (1 to 5000)",
+        ),
         (
             json!({"callers": 5001}),
             "callers: 5001 is out of range (1 to 5000)",

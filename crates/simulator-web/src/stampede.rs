@@ -27,8 +27,10 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, encoding};
 use crate::throttle::{Rng, count_in};
 
-/// The most callers one run may have.
-pub const MAX_CALLERS: u64 = 5_000;
+/// The most callers one run may have: the runner's cost grows faster
+/// than linearly with callers waiting at once (1 000 at one instant take
+/// about 10 s of a debug build), so a run is kept to this.
+pub const MAX_CALLERS: u64 = 1_000;
 /// The longest computation, ms.
 pub const MAX_WORK_MS: u64 = 60_000;
 /// The longest arrival spread, ms.
@@ -71,7 +73,8 @@ fn setup(v: &Value) -> Result<Setup, Vec<ConfigIssue>> {
     }
     // Each refused caller doubles its back-off up to the cap, then retries
     // every cap until the computation is done.
-    let per_caller = BACKOFF_CAP.ilog2() as u64 + 2 + s.work_ms / (s.backoff_ms * BACKOFF_CAP / 2);
+    let per_caller =
+        u64::from(BACKOFF_CAP.ilog2()) + 2 + s.work_ms / (s.backoff_ms * BACKOFF_CAP / 2);
     let attempts = s.callers.saturating_mul(per_caller);
     if attempts > MAX_ATTEMPTS {
         issues.push(
@@ -223,7 +226,7 @@ impl Run {
         let grown = self
             .s
             .backoff_ms
-            .saturating_mul(1u64 << (tries - 1).min(BACKOFF_CAP.ilog2() as u64));
+            .saturating_mul(1u64 << (tries - 1).min(u64::from(BACKOFF_CAP.ilog2())));
         ((grown as f64) * (0.5 + self.rng.next())).round().max(1.0) as u64
     }
 

@@ -14,6 +14,7 @@
 // 0…400 ms and its rejection, the LLM tokens' dry run, charge and debt;
 // at 1280×800 it also switches the editor to a window by hand. Last, the
 // throttler view: the same overload without a throttler and with `cost`.
+// The stampede view: no limit, back-off and shared_result side by side.
 // Screenshots go to E2E_OUT.
 // Any failed check, page error or console error exits non-zero.
 
@@ -368,9 +369,10 @@ async function steps(page, { name, viewport, full }) {
   }
 
   await throttlerView(page, name, viewport);
+  await stampedeView(page, name, viewport);
 
   check(problems.length === 0, `the page reported problems:\n${problems.join('\n')}`);
-  console.log(`ok ${name}: burst into tier 2, rejections at 25/25, cooldown; bucket, window, queue, ban and charge presets; screenshots in ${out}`);
+  console.log(`ok ${name}: burst into tier 2, rejections at 25/25, cooldown; bucket, window, queue, ban and charge presets; throttler and stampede views; screenshots in ${out}`);
 }
 
 // The throttler view: the same overload without a throttler and with the
@@ -400,6 +402,41 @@ async function throttlerView(page, name, viewport) {
   check(await page.getByTestId('throttler-queue-line').count() === 1, 'the chart should show the queue');
   await noHorizontalScroll(page, viewport.width);
   await page.getByTestId('throttler').screenshot({ path: path.join(out, `simulator-${name}-throttler.png`) });
+}
+
+// The stampede view: 300 callers of a 50 ms computation, all arriving
+// before the first result; the three ways side by side, as the server
+// decides them.
+async function stampedeView(page, name, viewport) {
+  await page.getByTestId('to-stampede').click();
+  await page.getByTestId('stampede-callers').fill('300');
+  await page.getByTestId('stampede-work').fill('50');
+  await page.getByTestId('stampede-spread').fill('40');
+  await page.getByTestId('stampede-run').click();
+  const mode = (m) => page.getByTestId(`stampede-mode-${m}`);
+  const figures = async (m) => ({
+    computations: await mode(m).getAttribute('data-computations'),
+    resultReady: await mode(m).getAttribute('data-result-ready'),
+    p99: await mode(m).getAttribute('data-p99'),
+    ops: await mode(m).getAttribute('data-copy-ops'),
+  });
+  const none = await until('the stampede run', async () => (await mode('no_limit').count()) === 1
+    && (await page.getByTestId('stampede-callers').inputValue()) === '300'
+    && (await page.getByTestId('stampede-status').getAttribute('data-done')) === 'true'
+    ? figures('no_limit') : null, (v) => v !== null && v.computations === '300');
+  const backoff = await figures('backoff');
+  const shared = await figures('shared_result');
+  check(none.computations === '300', `without a limit every caller computes: ${JSON.stringify(none)}`);
+  check(backoff.computations === '1' && Number(backoff.ops) > 1,
+    `with a copy limit and back-off one computes, the others retry: ${JSON.stringify(backoff)}`);
+  check(shared.computations === '1' && Number(shared.resultReady) > 0 && Number(shared.p99) <= 50
+    && Number(shared.p99) < Number(backoff.p99),
+    `with shared_result one computes and the waiters get its result at once: ${JSON.stringify(shared)} vs ${JSON.stringify(backoff)}`);
+  for (const m of ['no_limit', 'backoff', 'shared_result']) {
+    check(await page.locator(`[data-testid="stampede-chart-${m}"] rect`).count() > 0, `the ${m} chart should show results`);
+  }
+  await noHorizontalScroll(page, viewport.width);
+  await page.getByTestId('stampede').screenshot({ path: path.join(out, `simulator-${name}-stampede.png`) });
 }
 
 const browser = await chromium.launch({ executablePath, args: ARGS, headless: true });

@@ -191,3 +191,13 @@ pub(crate) async fn throttle(gate: Arc<Semaphore>, request: Request) -> Result<R
         .map_err(|e| ApiError::Internal(format!("the throttler run failed: {e}")))??;
     Ok(json_holding(permit, json))
 }
+
+/// `POST /simulator/api/stampede`: a hot-page stampede run three ways (the
+/// `stampede` module), every copy decision made by `charon simulate`.
+pub(crate) async fn stampede(gate: Arc<Semaphore>, request: Request) -> Result<Response, ApiError> {
+    let (permit, bytes) = admit(&gate, request).await?;
+    let json = tokio::task::spawn_blocking(move || crate::stampede::run(&bytes))
+        .await
+        .map_err(|e| ApiError::Internal(format!("the stampede run failed: {e}")))??;
+    Ok(json_holding(permit, json))
+}

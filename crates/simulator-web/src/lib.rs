@@ -23,6 +23,7 @@ mod input;
 mod meters;
 mod presets;
 mod replay;
+mod stampede;
 mod throttle;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use tokio::sync::Semaphore;
 
 pub use input::{MAX_EVENT_TIERS, MAX_EVENTS, MAX_TIERS};
 pub use replay::{MAX_HIT_TIMES, MAX_LISTED_TIER_STATES};
+pub use stampede::{MAX_ATTEMPTS, MAX_CALLERS, MAX_SPREAD_MS, MAX_WORK_MS};
 
 /// Where the page lives.
 pub const PAGE_PATH: &str = "/simulator";
@@ -44,6 +46,7 @@ const PAGE_HTML: &str = include_str!("../assets/simulator.html");
 const PAGE_JS: &str = include_str!("../assets/simulator.js");
 const PAGE_CSS: &str = include_str!("../assets/simulator.css");
 const THROTTLER_JS: &str = include_str!("../assets/throttler.js");
+const STAMPEDE_JS: &str = include_str!("../assets/stampede.js");
 
 /// Request bodies may be this large: the page's 20 000 events take 0.3 MB
 /// (0.8 MB with copies on every one), and a body too large for it is
@@ -68,7 +71,10 @@ pub const MAX_CONCURRENT_REPLAYS: usize = 2;
 /// - `POST /simulator/api/yaml`: the page's configuration as SPEC §6 YAML;
 /// - `POST /simulator/api/throttle`: a run of the server throttler (SPEC
 ///   §13) under a request mix and an overload, its queue, admissions and
-///   rejections over time.
+///   rejections over time;
+/// - `POST /simulator/api/stampede`: a hot-page stampede (many callers of
+///   one expensive result) with no limit, with a copy limit and retries,
+///   and with `wait_mode: shared_result` (SPEC §14), side by side.
 ///
 /// See `docs/simulator.md` for the bodies and answers.
 pub fn router() -> Router {
@@ -76,6 +82,7 @@ pub fn router() -> Router {
     let run_gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
     let gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
     let throttle_gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
+    let stampede_gate = Arc::new(Semaphore::new(MAX_CONCURRENT_REPLAYS));
     Router::new()
         .route(PAGE_PATH, get(page))
         .route(
@@ -105,6 +112,14 @@ pub fn router() -> Router {
                 let gate = throttle_gate.clone();
                 move |request: Request| api::throttle(gate.clone(), request)
             }),
+        )
+        .route(
+            "/simulator/assets/stampede.js",
+            get(|| async { asset("text/javascript; charset=utf-8", STAMPEDE_JS) }),
+        )
+        .route(
+            "/simulator/api/stampede",
+            post(move |request: Request| api::stampede(stampede_gate.clone(), request)),
         )
         .route(
             "/simulator/api/yaml",

@@ -70,7 +70,7 @@ impl Setup {
     }
 }
 
-fn number_in(
+pub(crate) fn number_in(
     m: &Map<String, Value>,
     key: &str,
     default: f64,
@@ -91,7 +91,7 @@ fn number_in(
     }
 }
 
-fn count_in(
+pub(crate) fn count_in(
     m: &Map<String, Value>,
     key: &str,
     default: u64,
@@ -162,10 +162,10 @@ fn setup(v: &Value) -> Result<Setup, Vec<ConfigIssue>> {
 }
 
 /// A xorshift generator: the same seed gives the same run.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> f64 {
+    pub(crate) fn next(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

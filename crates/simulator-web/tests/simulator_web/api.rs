@@ -32,7 +32,7 @@ async fn call(method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Stri
     (status, content_type, bytes.to_vec())
 }
 
-async fn post(uri: &str, body: Value) -> (StatusCode, Value) {
+pub(crate) async fn post(uri: &str, body: Value) -> (StatusCode, Value) {
     let (status, content_type, bytes) = call("POST", uri, Some(body)).await;
     assert!(
         content_type.starts_with("application/json"),

@@ -4,3 +4,4 @@
 
 mod api;
 mod e2e;
+mod stampede;

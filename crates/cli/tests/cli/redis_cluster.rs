@@ -191,7 +191,7 @@ async fn a_server_whose_membership_lapsed_resigns_and_exits_non_zero() {
     let fenced = crate::support::within(Duration::from_secs(15), async || {
         servers[1]
             .log()
-            .contains("removed the contributions of a dead server")
+            .contains("removed the contributions (and waiters) of a dead server")
     })
     .await;
     assert!(fenced.is_some(), "B fenced A:\n{}", servers[1].log());

@@ -211,11 +211,20 @@ async fn live_store(redis: &RedisServer, id: &str) -> Arc<RedisStore> {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stall_shorter_than_the_time_limit_only_delays_a_waiters_copy() {
-    let redis = RedisServer::start();
-    let store = live_store(&redis, "short").await;
-    let _maintain = spawn_maintain(&store);
+/// A live store `id` (maintained in the background) on which "holder"
+/// holds `page`'s one copy and "w" waits a minute for it: the stall tests'
+/// start.
+async fn held_and_awaited(
+    redis: &RedisServer,
+    id: &str,
+) -> (
+    Arc<RedisStore>,
+    tokio::task::JoinHandle<StoreError>,
+    Hold,
+    Ticket,
+) {
+    let store = live_store(redis, id).await;
+    let maintain = spawn_maintain(&store);
     let holder = Hold::new("page", "holder", Vec::new());
     let Reserved::Now(r) = wait_for(&*store, "holder", 0, 10).await.unwrap() else {
         panic!("granted at once");
@@ -224,6 +233,13 @@ async fn a_stall_shorter_than_the_time_limit_only_delays_a_waiters_copy() {
     let Reserved::Waiting(t) = wait_for(&*store, "w", 60_000, 10).await.unwrap() else {
         panic!("it waits");
     };
+    (store, maintain, holder, t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_shorter_than_the_time_limit_only_delays_a_waiters_copy() {
+    let redis = RedisServer::start();
+    let (store, _maintain, holder, t) = held_and_awaited(&redis, "short").await;
 
     let stall = Duration::from_millis(300);
     redis.stop();
@@ -256,16 +272,7 @@ async fn a_stall_shorter_than_the_time_limit_only_delays_a_waiters_copy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_longer_than_the_time_limit_is_a_server_error_and_leaks_nothing() {
     let redis = RedisServer::start();
-    let store = live_store(&redis, "long").await;
-    let _maintain = spawn_maintain(&store);
-    let holder = Hold::new("page", "holder", Vec::new());
-    let Reserved::Now(r) = wait_for(&*store, "holder", 0, 10).await.unwrap() else {
-        panic!("granted at once");
-    };
-    assert_eq!(r.granted, 1);
-    let Reserved::Waiting(t) = wait_for(&*store, "w", 60_000, 10).await.unwrap() else {
-        panic!("it waits");
-    };
+    let (store, _maintain, holder, t) = held_and_awaited(&redis, "long").await;
 
     // During the stall the waiter's look at its outcome is a server error;
     // it gives up and leaves (which fails too); the holder's release fails.
@@ -360,7 +367,7 @@ async fn a_join_whose_reply_was_lost_leaves_no_ghost_waiter_and_no_copy() {
     let store = loop {
         let connected = RedisStore::connect(
             &redis.url(),
-            charon_store::RedisOptions {
+            RedisOptions {
                 op_timeout: Duration::from_millis(100),
                 ..options(None, "lost", Duration::from_secs(3))
             },

@@ -78,13 +78,7 @@ fn replace(from: &Path, to: &Path) {
 /// One value of `/metrics`, by its full series name.
 fn metric(server: &CharonProcess, series: &str) -> Option<f64> {
     let (_, text) = server.http_get("/metrics")?;
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
+    crate::support::metric_in(&text, series)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,13 +417,7 @@ async fn broken_files_keep_the_previous_certificate() {
 /// `metric` over a connection that trusts `pki`.
 fn metric_with(pki: &TestPki, server: &CharonProcess, series: &str) -> Option<f64> {
     let (_, text) = https_get(&pki.client_config(false), server.http_port, "/metrics")?;
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
+    crate::support::metric_in(&text, series)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -356,6 +356,30 @@ pub(crate) fn escape(resource: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A resource's name from its escaped tag: the inverse of [`escape`].
+pub(crate) fn unescape(tag: &str) -> String {
+    let mut out = String::with_capacity(tag.len());
+    let mut rest = tag;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i..i + 3);
+        let c = match code {
+            Some("%25") => '%',
+            Some("%7B") => '{',
+            Some("%7D") => '}',
+            _ => {
+                out.push('%');
+                rest = &rest[i + 1..];
+                continue;
+            }
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Checks a key prefix: non-empty, and only characters that mean nothing
 /// to hash tags or `SCAN MATCH` patterns.
 pub(crate) fn check_prefix(prefix: &str) -> Result<(), String> {

@@ -216,7 +216,7 @@ impl RedisStore {
                 .query(redis::cmd("ZCARD").arg(self.keys.queue_of_tag(&tag)))
                 .await?;
             if n > 0 {
-                out.push((unescape(&tag), n));
+                out.push((keys::unescape(&tag), n));
             }
         }
         out.sort();
@@ -284,30 +284,6 @@ fn answer(r: &mut Reply) -> Result<ReserveReply, StoreError> {
     })
 }
 
-/// A resource's name from its escaped tag (see [`keys::escape`]).
-fn unescape(tag: &str) -> String {
-    let mut out = String::with_capacity(tag.len());
-    let mut rest = tag;
-    while let Some(i) = rest.find('%') {
-        out.push_str(&rest[..i]);
-        let code = rest.get(i..i + 3);
-        let c = match code {
-            Some("%25") => '%',
-            Some("%7B") => '{',
-            Some("%7D") => '}',
-            _ => {
-                out.push('%');
-                rest = &rest[i + 1..];
-                continue;
-            }
-        };
-        out.push(c);
-        rest = &rest[i + 3..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,7 +291,7 @@ mod tests {
     #[test]
     fn tags_turn_back_into_resources() {
         for r in ["page", "a{b}c", "100%", "%7B", "%25{"] {
-            assert_eq!(unescape(&keys::escape(r)), r, "{r}");
+            assert_eq!(keys::unescape(&keys::escape(r)), r, "{r}");
         }
         assert_eq!(limit("-1").ok(), Some(UNBOUNDED));
         assert_eq!(limit("5").ok(), Some(5));

@@ -305,7 +305,7 @@ pub fn run_suite_script(script: &std::path::Path) {
 
 /// A series' value in a Prometheus text exposition: the line that starts
 /// with `series ` (name and labels exactly as the exporter writes them).
-pub fn metric_in(metrics: &str, series: &str) -> Option<u64> {
+pub fn metric_in<T: std::str::FromStr>(metrics: &str, series: &str) -> Option<T> {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))

@@ -423,3 +423,41 @@ async fn a_join_whose_reply_was_lost_leaves_no_ghost_waiter_and_no_copy() {
     };
     assert_eq!(r.granted, 1);
 }
+
+/// Redis comes back empty (flushed, or restarted without its data) while a
+/// caller waits: the waiter's next look is a server error that says its
+/// queue is gone (never a copy nobody counts, never a wait for ever), and
+/// the waiter leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_emptied_while_a_caller_waits_is_a_server_error_that_says_so() {
+    let redis = RedisServer::start();
+    let (store, _maintain, _holder, t) = held_and_awaited(&redis, "emptied").await;
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut raw(&redis))
+        .unwrap();
+    let mut looked = None;
+    eventually(Duration::from_secs(10), async || {
+        looked = store.wait_outcome(&t).await.err();
+        looked.is_some()
+    })
+    .await;
+    println!("FAULT waiter_redis_emptied: Redis flushed while a caller waited; saw {looked:?}");
+    let e = looked.expect("a server error, not a wait for ever");
+    assert!(
+        matches!(&e, StoreError::Unavailable(m) if m.contains("lost its data")),
+        "{e:?}"
+    );
+    // The caller gives up: its leave answers, or fails while the counts are
+    // rebuilt and is settled by maintenance; either way nothing is left.
+    let left = store.leave_queue(&t).await;
+    assert!(!matches!(left, Ok(Some(_))), "no copy for it: {left:?}");
+    let settled = eventually(Duration::from_secs(10), async || {
+        store.waiters_abandoned() == 0 && store.queue_lengths().await.is_ok_and(|q| q.is_empty())
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "{left:?}; abandoned {}",
+        store.waiters_abandoned()
+    );
+}

@@ -16,25 +16,17 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-cache=${CHARON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/charon}
-venv=$cache/venvs/python-client
 
 # No pytest, ruff or mypy cache nor __pycache__ in the tree.
 export PYTHONDONTWRITEBYTECODE=1
 export RUFF_CACHE_DIR=$target/python-client-ruff-cache
 
-mkdir -p "$target" "$cache/venvs"
-# One installation at a time; a venv whose requirements changed is rebuilt,
-# and the package is reinstalled on every run (it is what is tested).
-exec 9>"$venv.lock"
+mkdir -p "$target"
+venv=$("$root/scripts/python-env" python-client "$here/requirements-test.txt")
+# One reinstallation of the package at a time (it is what is tested, so
+# it is installed again on every run).
+exec 9>"$venv.package.lock"
 flock 9
-if ! cmp -s "$here/requirements-test.txt" "$venv/requirements-test.txt" 2>/dev/null; then
-    echo "installing the Python client's test requirements into $venv" >&2
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements-test.txt"
-    cp "$here/requirements-test.txt" "$venv/requirements-test.txt"
-fi
 # Installed from a copy, so that the build leaves nothing (build/,
 # *.egg-info) in the tree.
 src=$(mktemp -d "$target/python-client-src.XXXXXX")

@@ -15,25 +15,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-pins=('schemathesis==4.32.5' 'hypothesis==6.170.15')
-cache=${CHARON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/charon}
-venv=$cache/venvs/schemathesis-4.32.5-6.170.15
 max_examples=${SCHEMATHESIS_MAX_EXAMPLES:-25}
 seed=${SCHEMATHESIS_SEED:-1}
 
-mkdir -p "$target" "$cache/venvs"
-# One installation at a time (tests may run this script in parallel).
-exec 9>"$venv.lock"
-flock 9
-# The mark is written last: an installation cut short is made again.
-if [ ! -e "$venv/.installed" ]; then
-    echo "installing schemathesis into $venv" >&2
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}"
-    touch "$venv/.installed"
-fi
-flock -u 9
+mkdir -p "$target"
+venv=$("$root/scripts/python-env" schemathesis "$here/schemathesis-requirements.txt")
 
 work=$(mktemp -d)
 server_pid=

@@ -15,22 +15,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-cache=${CHARON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/charon}
-venv=$cache/venvs/envoy-python
 
-mkdir -p "$target" "$cache/venvs"
-# One installation at a time; a venv whose requirements changed is rebuilt.
-exec 9>"$venv.lock"
-flock 9
-if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt" 2>/dev/null; then
-    echo "installing xds-protos, grpcio, pytest, pyyaml into $venv" >&2
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-    "$venv/bin/python" -c "import envoy.service.ratelimit.v3.rls_pb2_grpc"
-    cp "$here/requirements.txt" "$venv/requirements.txt"
-fi
-flock -u 9
+mkdir -p "$target"
+venv=$("$root/scripts/python-env" envoy-python "$here/requirements.txt")
+"$venv/bin/python" -c "import envoy.service.ratelimit.v3.rls_pb2_grpc"
 
 if [ -z "${CHARON_BIN:-}" ]; then
     (cd "$root" && cargo build --quiet -p charon)

@@ -94,6 +94,88 @@ fn kind_name(m: &Meter) -> &'static str {
     }
 }
 
+/// The Redis store on `clock` under `prefix` and `seed`, with its
+/// maintenance running; `mutation` breaks its scripts (see
+/// `RedisOptions::meters_mutation`).
+async fn redis_store(
+    redis: &RedisServer,
+    clock: &Arc<ManualClock>,
+    prefix: &str,
+    seed: u64,
+    mutation: Option<(&str, &str)>,
+) -> (Arc<RedisStore>, tokio::task::JoinHandle<StoreError>) {
+    match mutation {
+        None => charon_testkit::stores::seed_store(redis, clock, prefix, seed).await,
+        Some((from, to)) => {
+            let options = RedisOptions {
+                key_prefix: format!("{prefix}mut{seed}"),
+                meters_mutation: Some((from.to_owned(), to.to_owned())),
+                ..charon_testkit::stores::options(
+                    Some(clock.clone()),
+                    &format!("seed{seed}"),
+                    std::time::Duration::from_secs(10),
+                )
+            };
+            let store = RedisStore::connect(&redis.url(), options).await.unwrap();
+            let maintain = charon_testkit::stores::spawn_maintain(&store);
+            (store, maintain)
+        }
+    }
+}
+
+/// Charges at the exact bound of the debt, which the random walk reaches
+/// too rarely to hold the scripts to it: on fresh pairs of random buckets
+/// and queues, a first charge of `k` units (no time passes, so the debt is
+/// exactly `k` units), then `most - k` (the last that fits: granted) on one
+/// pair and `most - k + 1` (refused) on another, `most` being what an
+/// empty level can be charged. `Err` with the story when the stores
+/// disagree.
+async fn exact_debt_bounds(
+    seed: u64,
+    redis: &RedisServer,
+    mutation: Option<(&str, &str)>,
+) -> Result<(), String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let memory = MemoryStore::new(clock.clone());
+    let (store, maintain) = redis_store(redis, &clock, "mbound", seed, mutation).await;
+    let mut outcomes = BTreeMap::<String, usize>::new();
+    for i in 0..24 {
+        let unit = [1, 7, 50][rng.random_range(0..3usize)];
+        let m = meter(&mut rng, [0, 2][i % 2], unit);
+        let most = most_charged(&m);
+        let k = [0, 1, rng.random_range(0..=most / 2)][rng.random_range(0..3usize)];
+        for (pair, last) in [("fits", most - k), ("past", most - k + 1)] {
+            let domain = format!("{pair}-{i}");
+            let mut ops = vec![Op::Charge(last)];
+            if k > 0 {
+                ops.insert(0, Op::Charge(k));
+            }
+            for op in ops {
+                let a = outcome(&memory.meter(RESOURCES[0], &domain, &m, op).await);
+                let b = outcome(&store.meter(RESOURCES[0], &domain, &m, op).await);
+                if a != b {
+                    maintain.abort();
+                    return Err(format!(
+                        "seed {seed}: {m:?}, {domain} {op:?} (most {most}, k {k})\n  \
+                         memory: {a}\n  redis:  {b}"
+                    ));
+                }
+                *outcomes.entry(format!("{pair} {}", &a[..2])).or_default() += 1;
+            }
+        }
+    }
+    maintain.abort();
+    // Both sides of the bound were reached (a grant is `Reply..`, a
+    // refusal `client error..`).
+    for k in ["fits Re", "past cl"] {
+        if !outcomes.contains_key(k) {
+            return Err(format!("seed {seed}: never reached {k}: {outcomes:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// One seed; `Err` with the story when the stores disagree. `mutation`
 /// breaks the Redis store's scripts (see `RedisOptions::meters_mutation`).
 async fn run(
@@ -118,23 +200,7 @@ async fn run(
         .collect();
     let clock = Arc::new(ManualClock::new(start));
     let memory = MemoryStore::new(clock.clone());
-    let (store, maintain) = match mutation {
-        None => charon_testkit::stores::seed_store(redis, &clock, "mdiff", seed).await,
-        Some((from, to)) => {
-            let options = RedisOptions {
-                key_prefix: format!("mdiffmut{seed}"),
-                meters_mutation: Some((from.to_owned(), to.to_owned())),
-                ..charon_testkit::stores::options(
-                    Some(clock.clone()),
-                    &format!("seed{seed}"),
-                    std::time::Duration::from_secs(10),
-                )
-            };
-            let store = RedisStore::connect(&redis.url(), options).await.unwrap();
-            let maintain = charon_testkit::stores::spawn_maintain(&store);
-            (store, maintain)
-        }
-    };
+    let (store, maintain) = redis_store(redis, &clock, "mdiff", seed, mutation).await;
     let mut log: Vec<String> = Vec::new();
     for i in 0..steps {
         let r = rng.random_range(0..RESOURCES.len());
@@ -258,6 +324,37 @@ async fn memory_and_redis_meters_give_identical_replies() {
         }
     }
     assert!(missing.is_empty(), "never reached: {missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charges_at_the_exact_bound_of_the_debt_agree() {
+    let redis = RedisServer::start();
+    for seed in 1..=3 {
+        if let Err(story) = exact_debt_bounds(seed, &redis, None).await {
+            panic!("{story}");
+        }
+    }
+}
+
+/// A script that lets a charge one unit past the bound of the debt is
+/// caught by the charges at the exact bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_past_the_debt_bound_in_the_script_is_caught() {
+    let redis = RedisServer::start();
+    let redis = &redis;
+    assert_each_mutation_caught(
+        &[(
+            "if copies > math.floor((MAX_AHEAD - d) / P) then",
+            "if copies > math.floor((MAX_AHEAD - d) / P) + 1 then",
+        )],
+        1..=3,
+        async |seed, mutation| {
+            exact_debt_bounds(seed, redis, Some(mutation))
+                .await
+                .is_err()
+        },
+    )
+    .await;
 }
 
 /// Each mutation breaks one rule of the lean scripts of single operations

@@ -86,6 +86,21 @@ impl HitLog {
         }
         log
     }
+
+    /// Replaces the log's hits with `entries` in time order (as
+    /// [`HitLog::from_entries`] does), keeping its allocation: for a store
+    /// that reads many pairs' logs into the same one, one after another.
+    pub fn assign(&mut self, entries: impl IntoIterator<Item = (Millis, u64)>) {
+        if self.entries.capacity() > 64 {
+            // A long log read once does not keep its room for ever.
+            self.entries = VecDeque::new();
+        }
+        self.entries.clear();
+        self.total = 0;
+        for (t, n) in entries {
+            self.record(t, n);
+        }
+    }
 }
 
 #[cfg(test)]

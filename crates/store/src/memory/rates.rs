@@ -1,62 +1,23 @@
-//! Rate state in memory: an entry per (resource, domain) pair and the
-//! last second of hits per resource, and a rate operation decided against
+//! Rate state in memory: each (resource, domain) pair's state, encoded
+//! (`rate_bytes.rs`) in its entry of a [`PairTable`] of its own, and the
+//! last second of hits per resource; a rate operation decided against
 //! them under their shards' locks.
 
-use std::hash::BuildHasher;
+use std::cell::RefCell;
 
 use charon_core::ClientError;
 use charon_core::Millis;
-use charon_core::config::{Enforcement, RateLimits};
+use charon_core::config::{Enforcement, RateLimits, Tier};
 use charon_core::meter::{Op, Policy};
 use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide_op};
 
 use super::MemoryStore;
+use super::rate_bytes;
 use super::shards::Hashed;
+use super::table::{Locked, Pair, Write};
 
-/// State of one (resource, domain) pair.
-pub(super) struct PairEntry {
-    /// `resource`, a NUL byte, `domain`: one allocation per pair. Names
-    /// never contain control characters (checked at the edge).
-    pub(super) key: Box<str>,
-    pub(super) resource_len: u32,
-    pub(super) hash: u64,
-    pub(super) state: RateState,
-    /// From when `state` is as good as none (see `RateState::forget_at`);
-    /// [`NEVER`] if never.
-    pub(super) forget_at: Millis,
-}
-
-/// `forget_at` of state that must be kept.
+/// The forget time of state that must be kept.
 pub(super) const NEVER: Millis = Millis::MAX;
-
-impl PairEntry {
-    pub(super) fn is(&self, resource: &str, domain: &str) -> bool {
-        is_pair(&self.key, self.resource_len, resource, domain)
-    }
-}
-
-/// Whether `key` (`resource`, NUL, `domain`, with the resource's length)
-/// names this pair.
-pub(super) fn is_pair(key: &str, resource_len: u32, resource: &str, domain: &str) -> bool {
-    resource_len as usize == resource.len()
-        && key.len() == resource.len() + 1 + domain.len()
-        && key.starts_with(resource)
-        && key.ends_with(domain)
-}
-
-/// `resource`, a NUL byte, `domain`: one allocation per pair. Names never
-/// contain control characters (checked at the edge).
-pub(super) fn pair_key(resource: &str, domain: &str) -> (Box<str>, u32) {
-    // Names are at most 1024 bytes (checked at the edge).
-    let len = u32::try_from(resource.len()).unwrap_or(u32::MAX);
-    (format!("{resource}\0{domain}").into_boxed_str(), len)
-}
-
-impl Hashed for PairEntry {
-    fn hash(&self) -> u64 {
-        self.hash
-    }
-}
 
 /// The last second of hits of one resource, across all domains.
 pub(super) struct GlobalEntry {
@@ -69,6 +30,58 @@ impl Hashed for GlobalEntry {
     fn hash(&self) -> u64 {
         self.hash
     }
+}
+
+thread_local! {
+    /// The state a decision on this thread reads a pair into: its logs
+    /// keep their allocations from one decision to the next.
+    static SCRATCH: RefCell<RateState> = RefCell::new(RateState::default());
+}
+
+/// Reads a pair's stored state (`None` if none) into `state`, as of
+/// `now`: nothing if it may be forgotten by then. Returns its forget time
+/// ([`NEVER`] if nothing was stored).
+pub(super) fn read(found: Option<&[u8]>, now: Millis, state: &mut RateState) -> Millis {
+    let forget_at = found.map_or(NEVER, rate_bytes::forget_at);
+    let bytes = found.filter(|_| now < forget_at).unwrap_or_default();
+    // Nothing (no bytes) reads as the empty state.
+    rate_bytes::decode_into(bytes, state);
+    forget_at
+}
+
+/// What to store for a pair after an operation at `now` left `state`,
+/// decided with `tiers`, and from when it may be forgotten: nothing if at
+/// once (it decides as no state would), else its encoding, into `out`.
+pub(super) fn write(state: &RateState, tiers: &[Tier], now: Millis, out: &mut Vec<u8>) -> Write {
+    let forget_at = state.forget_at(tiers, DORMANT_GRACE).unwrap_or(NEVER);
+    write_until(state, forget_at, now, out)
+}
+
+/// [`write`] with the forget time known.
+pub(super) fn write_until(
+    state: &RateState,
+    forget_at: Millis,
+    now: Millis,
+    out: &mut Vec<u8>,
+) -> Write {
+    if now >= forget_at {
+        return Write::Remove;
+    }
+    rate_bytes::encode(state, forget_at, out);
+    Write::Put
+}
+
+/// A pair's state and forget time under a batch's locks.
+pub(super) fn read_locked(locked: &mut Locked<'_>, pair: &Pair<'_>) -> (RateState, Millis) {
+    let mut state = RateState::default();
+    let forget_at = locked.update(pair, |found, _| {
+        let forget_at = found.map_or(NEVER, rate_bytes::forget_at);
+        if let Some(bytes) = found {
+            rate_bytes::decode_into(bytes, &mut state);
+        }
+        (Write::Keep, forget_at)
+    });
+    (state, forget_at)
 }
 
 impl MemoryStore {
@@ -84,27 +97,13 @@ impl MemoryStore {
         enforcement: Enforcement,
     ) -> Result<RateReply, ClientError> {
         let now = self.now();
-        let pair_hash = self.hasher.hash_one((resource, domain));
-        let global_hash = self.hasher.hash_one(resource);
-        // Lock order: pair shard, then global shard. Nothing takes them the
-        // other way round.
-        self.pairs.with(
-            pair_hash,
-            |e| e.is(resource, domain),
-            || {
-                let (key, resource_len) = pair_key(resource, domain);
-                PairEntry {
-                    key,
-                    resource_len,
-                    hash: pair_hash,
-                    state: RateState::default(),
-                    forget_at: NEVER,
-                }
-            },
-            |pair| {
-                if now >= pair.forget_at {
-                    pair.state = RateState::default();
-                }
+        let pair = self.rates.pair(resource, domain);
+        let global_hash = pair.resource_hash();
+        SCRATCH.with_borrow_mut(|state| {
+            // Lock order: pair shard, then global shard. Nothing takes them
+            // the other way round.
+            self.rates.update(&pair, |found, out| {
+                read(found, now, state);
                 let reply = self.globals.with(
                     global_hash,
                     |g| &*g.resource == resource,
@@ -114,28 +113,19 @@ impl MemoryStore {
                         log: HitLog::default(),
                     },
                     |global| {
-                        decide_op(
-                            limits,
-                            policy,
-                            &mut pair.state,
-                            &mut global.log,
-                            now,
-                            op,
-                            enforcement,
-                        )
+                        decide_op(limits, policy, state, &mut global.log, now, op, enforcement)
                     },
                 );
                 // A client error writes nothing in Redis, so it keeps the
-                // forget time there: keep it here too (the state it advanced
-                // decides the next operation exactly as the unadvanced one).
-                if reply.is_ok() {
-                    pair.forget_at = pair
-                        .state
-                        .forget_at(limits.tiers, DORMANT_GRACE)
-                        .unwrap_or(NEVER);
-                }
-                reply
-            },
-        )
+                // forget time there: keep it here too (the state it
+                // advanced decides the next operation exactly as the
+                // unadvanced one).
+                let write = match reply {
+                    Ok(_) => write(state, limits.tiers, now, out),
+                    Err(_) => Write::Keep,
+                };
+                (write, reply)
+            })
+        })
     }
 }

@@ -19,4 +19,5 @@ mod redis_security;
 mod redis_tls_faults;
 mod redis_waits;
 mod tiers_batch_model;
+mod tiers_footprint;
 mod waits_differential;

@@ -70,7 +70,7 @@ impl MeterTable {
         pair: &Pair<'_>,
         f: impl FnOnce(Option<Stored>) -> (Write, R),
     ) -> R {
-        self.table.update(pair, |found, out| {
+        self.table.update(pair, |found, out, ()| {
             let (write, reply) = f(found.map(decode));
             (write.encode(out), reply)
         })
@@ -87,7 +87,7 @@ impl MeterTable {
     /// Drops every pair for which `keep` is false (given its forget time),
     /// and resources left with none. Returns how many pairs were dropped.
     pub(crate) fn retain(&self, mut keep: impl FnMut(Millis) -> bool) -> usize {
-        self.table.retain(|state| keep(get_varint(state, 1).0))
+        self.table.retain(|state, ()| keep(get_varint(state, 1).0))
     }
 
     /// Pairs stored in all shards.
@@ -112,7 +112,7 @@ impl Locked<'_> {
         pair: &Pair<'_>,
         f: impl FnOnce(Option<Stored>) -> (Write, R),
     ) -> R {
-        self.0.update(pair, |found, out| {
+        self.0.update(pair, |found, out, ()| {
             let (write, reply) = f(found.map(decode));
             (write.encode(out), reply)
         })

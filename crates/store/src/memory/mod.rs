@@ -35,9 +35,9 @@ use charon_core::{ClientError, Clock, Millis};
 
 use self::copies::{CopyTable, TransferIds};
 use self::meters::{MeterTable, Stored, Write};
+use self::rates::RateTable;
 use self::rates::{GlobalEntry, NEVER};
 use self::shards::{Hashed, Shards};
-use self::table::PairTable;
 use crate::{Batch, Limit, MeterOp, OpReply, Reserved, Store, StoreError, Ticket, WaitOptions};
 
 /// How often [`Store::maintain`] sweeps idle state.
@@ -48,7 +48,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     hasher: foldhash::fast::RandomState,
     /// Burst tiers' pairs.
-    rates: PairTable,
+    rates: RateTable,
     meters: MeterTable,
     globals: Shards<GlobalEntry>,
     copies: CopyTable,
@@ -99,7 +99,7 @@ impl MemoryStore {
         Self {
             clock,
             meters: MeterTable::new(shards, hasher.clone()),
-            rates: PairTable::new(shards, hasher.clone()),
+            rates: RateTable::new(shards, hasher.clone()),
             hasher,
             globals: Shards::new(shards),
             copies: CopyTable::new(shards),
@@ -117,8 +117,7 @@ impl MemoryStore {
     /// every staged transfer whose ttl has passed.
     pub fn sweep(&self) -> Swept {
         let now = self.now();
-        let pairs =
-            self.rates.retain(|s| now < rate_bytes::forget_at(s)) + self.meters.retain(|f| now < f);
+        let pairs = rates::sweep(&self.rates, now) + self.meters.retain(|f| now < f);
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()
@@ -301,9 +300,7 @@ impl Store for MemoryStore {
             }
         }
         for (state, forget_at, pair) in tier_states.into_values() {
-            pair_locks.update(pair, |_, out| {
-                (rates::write_until(&state, forget_at, now, out), ())
-            });
+            rates::write_locked(&mut pair_locks, pair, state, forget_at, now);
         }
         for (resource, (log, hash)) in global_logs {
             let table = global_locks.table(hash);

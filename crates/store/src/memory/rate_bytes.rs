@@ -6,9 +6,9 @@
 //!
 //! Layout, every number a varint:
 //!
-//! - a header: the number of tier states, then four flags (bit 0: a ban;
+//! - a header: the number of tier states, then five flags (bit 0: a ban;
 //!   bits 1–2: how the last second is kept, see below; bit 3: never
-//!   forgotten);
+//!   forgotten; bit 4: spilled, see [`encode_spilled`]);
 //! - `base`: the latest time of the state (the greatest entry time or hit
 //!   time; 0 if none), in full;
 //! - unless never forgotten, the forget time minus `base` (wrapping);
@@ -47,19 +47,14 @@ const LS_LOG: u64 = 1;
 /// The last second is the tail of a tier's log.
 const LS_TAIL: u64 = 2;
 const NEVER_FORGOTTEN: u64 = 8;
-const FLAG_BITS: u32 = 4;
+const SPILLED: u64 = 16;
+const FLAG_BITS: u32 = 5;
 
 /// Appends the encoding of `state`, to be forgotten from `forget_at`
 /// ([`Millis::MAX`] for never), to `out`.
 pub(super) fn encode(state: &RateState, forget_at: Millis, out: &mut Vec<u8>) {
-    let base = state
-        .tiers
-        .iter()
-        .flat_map(|t| [t.entered, t.hits.latest()])
-        .chain([state.last_second.latest()])
-        .flatten()
-        .max()
-        .unwrap_or(0);
+    // The greatest entry or hit time (0 if none).
+    let base = state.latest();
     let tail = tail_of(state);
     let ls_mode = match tail {
         _ if state.last_second.is_empty() => LS_EMPTY,
@@ -109,37 +104,27 @@ const STEP_MAX: u64 = 1 << 63;
 
 /// A log (of a tier entered at `entered`, if any), see the module's doc.
 fn push_log(out: &mut Vec<u8>, log: &HitLog, entered: Option<Millis>, base: Millis) {
-    let k = log.entries().len() as u64;
-    let mut prev = None;
-    let rising = log.entries().all(|(t, _)| {
+    let start = out.len();
+    let mut head = (log.entries().len() as u64) << 2;
+    if entered.is_some() {
+        head |= 2;
+    }
+    push_head(out, head, entered, base);
+    let mut prev: Option<Millis> = None;
+    for (t, n) in log.entries() {
         let step = match prev {
             None => base.checked_sub(t),
             Some(p) => t.checked_sub(p).filter(|&s| s > 0),
         };
-        prev = Some(t);
-        step.is_some_and(|s| s < STEP_MAX)
-    });
-    let mut head = k << 2 | u64::from(!rising);
-    if entered.is_some() {
-        head |= 2;
-    }
-    push_varint(out, head);
-    if let Some(e) = entered {
-        // `base` is at least every entry time.
-        push_varint(out, base - e);
-    }
-    if !rising {
-        for (t, n) in log.entries() {
-            push_varint(out, t);
-            push_varint(out, n);
-        }
-        return;
-    }
-    let mut prev: Option<Millis> = None;
-    for (t, n) in log.entries() {
-        let step = match prev {
-            None => base - t,
-            Some(p) => t - p,
+        let Some(step) = step.filter(|&s| s < STEP_MAX) else {
+            // Times that do not rise: the whole log raw.
+            out.truncate(start);
+            push_head(out, head | 1, entered, base);
+            for (t, n) in log.entries() {
+                push_varint(out, t);
+                push_varint(out, n);
+            }
+            return;
         };
         prev = Some(t);
         push_varint(out, step << 1 | u64::from(n != 1));
@@ -147,6 +132,53 @@ fn push_log(out: &mut Vec<u8>, log: &HitLog, entered: Option<Millis>, base: Mill
             push_varint(out, n);
         }
     }
+}
+
+/// A log's length and flags, and a tier's entry time (`base` is at least
+/// every entry time).
+fn push_head(out: &mut Vec<u8>, head: u64, entered: Option<Millis>, base: Millis) {
+    push_varint(out, head);
+    if let Some(e) = entered {
+        push_varint(out, base - e);
+    }
+}
+
+/// The entries a state's logs hold: what reading and writing it costs.
+pub(super) fn entries(state: &RateState) -> usize {
+    state
+        .tiers
+        .iter()
+        .map(|t| t.hits.entries().len())
+        .sum::<usize>()
+        + state.last_second.entries().len()
+}
+
+/// Instead of a state, where it is kept unencoded (slot `slot` of its
+/// shard's spilled states), and its forget time: the header (flag bit 4),
+/// a `base` of 0, the forget time, the slot.
+pub(super) fn encode_spilled(forget_at: Millis, slot: usize, out: &mut Vec<u8>) {
+    if forget_at == Millis::MAX {
+        push_varint(out, SPILLED | NEVER_FORGOTTEN);
+        push_varint(out, 0);
+    } else {
+        push_varint(out, SPILLED);
+        push_varint(out, 0);
+        push_varint(out, forget_at);
+    }
+    push_varint(out, slot as u64);
+}
+
+/// The slot [`encode_spilled`] wrote, if these bytes are one.
+pub(super) fn spilled_slot(bytes: &[u8]) -> Option<usize> {
+    let (header, at) = get_varint(bytes, 0);
+    if header & SPILLED == 0 {
+        return None;
+    }
+    let (_, mut at) = get_varint(bytes, at);
+    if header & NEVER_FORGOTTEN == 0 {
+        at = get_varint(bytes, at).1;
+    }
+    usize::try_from(get_varint(bytes, at).0).ok()
 }
 
 /// From when the state [`encode`] wrote may be forgotten ([`Millis::MAX`]
@@ -185,13 +217,14 @@ pub(super) fn decode_into(bytes: &[u8], state: &mut RateState) -> Millis {
         LS_TAIL => {
             let (i, next) = get_varint(bytes, at);
             let (k, _) = get_varint(bytes, next);
-            let from = usize::try_from(i).ok().and_then(|i| state.tiers.get(i));
-            let hits = from.map(|t| &t.hits);
-            let n = hits.map_or(0, |h| h.entries().len());
-            let k = usize::try_from(k).unwrap_or(usize::MAX).min(n);
-            state
-                .last_second
-                .assign(hits.into_iter().flat_map(HitLog::entries).skip(n - k));
+            match usize::try_from(i).ok().and_then(|i| state.tiers.get(i)) {
+                Some(t) => {
+                    let n = t.hits.entries().len();
+                    let k = usize::try_from(k).unwrap_or(usize::MAX).min(n);
+                    state.last_second.assign(t.hits.entries().skip(n - k));
+                }
+                None => state.last_second.assign([]),
+            }
         }
         LS_LOG => {
             read_log(bytes, at, base, &mut state.last_second, None);
@@ -355,5 +388,21 @@ mod tests {
         // minute on) + 2 entry + 7 log (2 bytes a hit, the length) + 2 the
         // last second as the log's tail.
         assert_eq!(round_trip(&state, t + 400 + 60_001 + 3_600_000), 22);
+        assert_eq!(entries(&state), 6);
+    }
+
+    #[test]
+    fn a_spilled_state_says_where_it_is_and_when_it_is_forgotten() {
+        for forget_at in [0, 1_700_000_000_000, u64::MAX] {
+            for slot in [0, 1, 300, 1 << 40] {
+                let mut out = Vec::new();
+                encode_spilled(forget_at, slot, &mut out);
+                assert_eq!(spilled_slot(&out), Some(slot));
+                assert_eq!(super::forget_at(&out), forget_at);
+            }
+        }
+        let mut out = Vec::new();
+        encode(&RateState::default(), 5, &mut out);
+        assert_eq!(spilled_slot(&out), None);
     }
 }

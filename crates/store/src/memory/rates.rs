@@ -7,14 +7,14 @@ use std::cell::RefCell;
 
 use charon_core::ClientError;
 use charon_core::Millis;
-use charon_core::config::{Enforcement, RateLimits, Tier};
+use charon_core::config::{Enforcement, RateLimits};
 use charon_core::meter::{Op, Policy};
 use charon_core::rate::{DORMANT_GRACE, HitLog, RateReply, RateState, decide_op};
 
 use super::MemoryStore;
 use super::rate_bytes;
 use super::shards::Hashed;
-use super::table::{Locked, Pair, Write};
+use super::table::{Locked, Pair, PairTable, Write};
 
 /// The forget time of state that must be kept.
 pub(super) const NEVER: Millis = Millis::MAX;
@@ -32,56 +32,173 @@ impl Hashed for GlobalEntry {
     }
 }
 
+/// A pair whose logs hold more entries than this is spilled: its state is
+/// kept as it is, not encoded, as reading and writing it at each decision
+/// would cost more than its memory saves.
+pub(super) const SPILL_ABOVE: usize = 48;
+
+/// A spilled state whose logs came down to this many entries is encoded
+/// again (lower than [`SPILL_ABOVE`], so that a pair near it does not go
+/// back and forth at every decision).
+const PACK_AT: usize = 24;
+
+/// The states of one shard's spilled pairs, each in a slot its entry names
+/// (`rate_bytes::encode_spilled`); free slots hold the empty state.
+#[derive(Default)]
+pub(super) struct Spilled {
+    slots: Vec<RateState>,
+    free: Vec<usize>,
+}
+
+impl Spilled {
+    fn put(&mut self, state: RateState) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = state;
+                i
+            }
+            None => {
+                self.slots.push(state);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn free(&mut self, i: usize) {
+        self.slots[i] = RateState::default();
+        self.free.push(i);
+        if self.free.len() == self.slots.len() {
+            *self = Self::default();
+        }
+    }
+}
+
+/// The table of burst tiers' pairs.
+pub(super) type RateTable = PairTable<Spilled>;
+
 thread_local! {
     /// The state a decision on this thread reads a pair into: its logs
     /// keep their allocations from one decision to the next.
     static SCRATCH: RefCell<RateState> = RefCell::new(RateState::default());
 }
 
-/// Reads a pair's stored state (`None` if none) into `state`, as of
-/// `now`: nothing if it may be forgotten by then. Returns its forget time
-/// ([`NEVER`] if nothing was stored).
-pub(super) fn read(found: Option<&[u8]>, now: Millis, state: &mut RateState) -> Millis {
-    let forget_at = found.map_or(NEVER, rate_bytes::forget_at);
-    let bytes = found.filter(|_| now < forget_at).unwrap_or_default();
-    // Nothing (no bytes) reads as the empty state.
-    rate_bytes::decode_into(bytes, state);
-    forget_at
+/// A pair's stored state (`found`, or `None`) as of `now`: its spilled
+/// slot, if any, whether it is stale (may be forgotten by `now`: it
+/// decides as nothing would), and its forget time.
+struct Found {
+    slot: Option<usize>,
+    stale: bool,
 }
 
-/// What to store for a pair after an operation at `now` left `state`,
-/// decided with `tiers`, and from when it may be forgotten: nothing if at
-/// once (it decides as no state would), else its encoding, into `out`.
-pub(super) fn write(state: &RateState, tiers: &[Tier], now: Millis, out: &mut Vec<u8>) -> Write {
-    let forget_at = state.forget_at(tiers, DORMANT_GRACE).unwrap_or(NEVER);
-    write_until(state, forget_at, now, out)
+fn found(bytes: Option<&[u8]>, now: Millis) -> Found {
+    Found {
+        slot: bytes.and_then(rate_bytes::spilled_slot),
+        stale: bytes.is_some_and(|b| now >= rate_bytes::forget_at(b)),
+    }
 }
 
-/// [`write`] with the forget time known.
-pub(super) fn write_until(
-    state: &RateState,
+/// Reads a stored state that is neither spilled nor stale into `state`
+/// (the empty state for anything else).
+fn read_packed(bytes: Option<&[u8]>, f: &Found, state: &mut RateState) {
+    let packed = bytes.filter(|_| f.slot.is_none() && !f.stale);
+    // No bytes read as the empty state.
+    rate_bytes::decode_into(packed.unwrap_or_default(), state);
+}
+
+/// What to store for a pair after an operation at `now` (to be forgotten
+/// from `forget_at`), decided on its spilled state where it is (`in_slot`)
+/// or on `state`: nothing if it may be forgotten at once (it decides as no
+/// state would); else the state, packed into `out` or spilled. `f` is what
+/// was stored before.
+fn finish(
+    spilled: &mut Spilled,
+    f: &Found,
+    in_slot: bool,
+    state: &mut RateState,
     forget_at: Millis,
     now: Millis,
     out: &mut Vec<u8>,
 ) -> Write {
-    if now >= forget_at {
-        return Write::Remove;
+    match f.slot {
+        Some(i) if in_slot => {
+            if now >= forget_at {
+                spilled.free(i);
+                return Write::Remove;
+            }
+            if rate_bytes::entries(&spilled.slots[i]) > PACK_AT {
+                rate_bytes::encode_spilled(forget_at, i, out);
+            } else {
+                rate_bytes::encode(&spilled.slots[i], forget_at, out);
+                spilled.free(i);
+            }
+        }
+        old => {
+            // Replaced by `state`.
+            if let Some(i) = old {
+                spilled.free(i);
+            }
+            if now >= forget_at {
+                return Write::Remove;
+            }
+            if rate_bytes::entries(state) > SPILL_ABOVE {
+                let i = spilled.put(std::mem::take(state));
+                rate_bytes::encode_spilled(forget_at, i, out);
+            } else {
+                rate_bytes::encode(state, forget_at, out);
+            }
+        }
     }
-    rate_bytes::encode(state, forget_at, out);
     Write::Put
 }
 
-/// A pair's state and forget time under a batch's locks.
-pub(super) fn read_locked(locked: &mut Locked<'_>, pair: &Pair<'_>) -> (RateState, Millis) {
-    let mut state = RateState::default();
-    let forget_at = locked.update(pair, |found, _| {
-        let forget_at = found.map_or(NEVER, rate_bytes::forget_at);
-        if let Some(bytes) = found {
-            rate_bytes::decode_into(bytes, &mut state);
-        }
-        (Write::Keep, forget_at)
+/// A pair's state (a copy) and forget time under a batch's locks.
+pub(super) fn read_locked(
+    locked: &mut Locked<'_, Spilled>,
+    pair: &Pair<'_>,
+) -> (RateState, Millis) {
+    locked.update(pair, |bytes, _, spilled| {
+        let forget_at = bytes.map_or(NEVER, rate_bytes::forget_at);
+        let state = match bytes.and_then(rate_bytes::spilled_slot) {
+            Some(i) => spilled.slots[i].clone(),
+            None => {
+                let mut state = RateState::default();
+                rate_bytes::decode_into(bytes.unwrap_or_default(), &mut state);
+                state
+            }
+        };
+        (Write::Keep, (state, forget_at))
+    })
+}
+
+/// Stores a batch's `state` of a pair, to be forgotten from `forget_at`,
+/// under the batch's locks.
+pub(super) fn write_locked(
+    locked: &mut Locked<'_, Spilled>,
+    pair: &Pair<'_>,
+    mut state: RateState,
+    forget_at: Millis,
+    now: Millis,
+) {
+    locked.update(pair, |bytes, out, spilled| {
+        // The batch decided on a copy: whatever was stored is replaced.
+        let f = Found {
+            slot: bytes.and_then(rate_bytes::spilled_slot),
+            stale: false,
+        };
+        let write = finish(spilled, &f, false, &mut state, forget_at, now, out);
+        (write, ())
     });
-    (state, forget_at)
+}
+
+/// Drops the pairs that may be forgotten at `now`; returns how many.
+pub(super) fn sweep(table: &RateTable, now: Millis) -> usize {
+    table.retain(|bytes, spilled| {
+        let keep = now < rate_bytes::forget_at(bytes);
+        if !keep && let Some(i) = rate_bytes::spilled_slot(bytes) {
+            spilled.free(i);
+        }
+        keep
+    })
 }
 
 impl MemoryStore {
@@ -99,11 +216,20 @@ impl MemoryStore {
         let now = self.now();
         let pair = self.rates.pair(resource, domain);
         let global_hash = pair.resource_hash();
-        SCRATCH.with_borrow_mut(|state| {
+        SCRATCH.with_borrow_mut(|scratch| {
             // Lock order: pair shard, then global shard. Nothing takes them
             // the other way round.
-            self.rates.update(&pair, |found, out| {
-                read(found, now, state);
+            self.rates.update(&pair, |bytes, out, spilled| {
+                let f = found(bytes, now);
+                // A spilled state is decided where it is (unless stale).
+                let in_slot = f.slot.is_some() && !f.stale;
+                if !in_slot {
+                    read_packed(bytes, &f, scratch);
+                }
+                let state = match f.slot {
+                    Some(i) if in_slot => &mut spilled.slots[i],
+                    _ => &mut *scratch,
+                };
                 let reply = self.globals.with(
                     global_hash,
                     |g| &*g.resource == resource,
@@ -119,9 +245,14 @@ impl MemoryStore {
                 // A client error writes nothing in Redis, so it keeps the
                 // forget time there: keep it here too (the state it
                 // advanced decides the next operation exactly as the
-                // unadvanced one).
+                // unadvanced one; a stale spilled state stays in its slot).
                 let write = match reply {
-                    Ok(_) => write(state, limits.tiers, now, out),
+                    Ok(_) => {
+                        let forget_at = state
+                            .forget_at(limits.tiers, DORMANT_GRACE)
+                            .unwrap_or(NEVER);
+                        finish(spilled, &f, in_slot, scratch, forget_at, now, out)
+                    }
                     Err(_) => Write::Keep,
                 };
                 (write, reply)

@@ -27,19 +27,22 @@ use hashbrown::hash_table::Entry as Slot;
 /// The hasher of the store (random per store).
 pub(crate) type Hasher = foldhash::fast::RandomState;
 
-/// The entries of every (resource, domain) pair of one kind.
-pub(crate) struct PairTable {
+/// The entries of every (resource, domain) pair of one kind, and in each
+/// shard an `S` of the kind's own beside them (burst tiers keep their
+/// longest states there, unencoded).
+pub(crate) struct PairTable<S = ()> {
     hasher: Hasher,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<Shard<S>>]>,
 }
 
 /// The resources of one shard, each with the pairs of the shard.
 #[derive(Default)]
-struct Shard {
+struct Shard<S> {
     resources: HashTable<Resource>,
     /// Where a decision writes the state to store, reused from one to
     /// the next.
     out: Vec<u8>,
+    side: S,
 }
 
 /// One resource's pairs in one shard.
@@ -78,7 +81,7 @@ pub(crate) enum Write {
     Remove,
 }
 
-impl PairTable {
+impl<S: Default> PairTable<S> {
     /// `count` shards (rounded up to a power of two), hashing with
     /// `hasher`.
     pub(crate) fn new(count: usize, hasher: Hasher) -> Self {
@@ -99,14 +102,14 @@ impl PairTable {
         }
     }
 
-    /// Runs `f` on the state stored for `pair` (`None` if nothing) and an
-    /// empty buffer, under the lock of its shard, and applies the
-    /// [`Write`] it returns ([`Write::Put`] stores what `f` left in the
-    /// buffer).
+    /// Runs `f` on the state stored for `pair` (`None` if nothing), an
+    /// empty buffer and the shard's `S`, under the lock of its shard, and
+    /// applies the [`Write`] it returns ([`Write::Put`] stores what `f`
+    /// left in the buffer).
     pub(crate) fn update<R>(
         &self,
         pair: &Pair<'_>,
-        f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>) -> (Write, R),
+        f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>, &mut S) -> (Write, R),
     ) -> R {
         let mut shard = self.lock(pair.hash);
         update_in(&self.hasher, &mut shard, pair, f)
@@ -119,7 +122,7 @@ impl PairTable {
     pub(crate) fn lock_pairs<'p, 'n: 'p>(
         &self,
         pairs: impl IntoIterator<Item = &'p Pair<'n>>,
-    ) -> Locked<'_> {
+    ) -> Locked<'_, S> {
         let mut indices: Vec<usize> = pairs.into_iter().map(|p| self.index(p.hash)).collect();
         indices.sort_unstable();
         indices.dedup();
@@ -137,22 +140,25 @@ impl PairTable {
         }
     }
 
-    /// Drops every pair whose state `keep` is false for, and resources
-    /// left with none; gives memory back when a table has shrunk a lot.
-    /// Returns how many pairs were dropped.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
+    /// Drops every pair whose state `keep` is false for (given its
+    /// shard's `S`), and resources left with none; gives memory back when
+    /// a table has shrunk a lot. Returns how many pairs were dropped.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&[u8], &mut S) -> bool) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for Resource { name, entries, .. } in shard.resources.iter_mut() {
+            let Shard {
+                resources, side, ..
+            } = &mut *shard;
+            for Resource { name, entries, .. } in resources.iter_mut() {
                 let before = entries.len();
-                entries.retain(|e| keep(e.state()));
+                entries.retain(|e| keep(e.state(), side));
                 removed += before - entries.len();
                 if entries.capacity() > 64 && entries.len() * 4 < entries.capacity() {
                     entries.shrink_to_fit(|e| pair_hash(&self.hasher, name, e.domain()));
                 }
             }
-            shard.resources.retain(|r| !r.entries.is_empty());
+            resources.retain(|r| !r.entries.is_empty());
             if shard.out.capacity() > OUT_KEPT {
                 shard.out = Vec::new();
             }
@@ -179,7 +185,7 @@ impl PairTable {
     }
 
     /// The locked shard for a pair's hash.
-    fn lock(&self, hash: u64) -> MutexGuard<'_, Shard> {
+    fn lock(&self, hash: u64) -> MutexGuard<'_, Shard<S>> {
         let i = self.index(hash);
         // A panic while a shard was locked cannot leave it half-updated in
         // a way later requests should fear more than a dead limiter.
@@ -194,25 +200,29 @@ impl PairTable {
 const OUT_KEPT: usize = 4096;
 
 /// [`PairTable::update`] on the pair's shard, already locked.
-fn update_in<R>(
+fn update_in<S, R>(
     hasher: &Hasher,
-    shard: &mut Shard,
+    shard: &mut Shard<S>,
     pair: &Pair<'_>,
-    f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>) -> (Write, R),
+    f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>, &mut S) -> (Write, R),
 ) -> R {
-    let Shard { resources, out } = shard;
+    let Shard {
+        resources,
+        out,
+        side,
+    } = shard;
     out.clear();
     let found = resources
         .find_mut(pair.resource_hash, |r| &*r.name == pair.resource)
         .and_then(|r| r.entries.find_mut(pair.hash, |e| e.is(pair.domain)));
     let Some(entry) = found else {
-        let (write, reply) = f(None, out);
+        let (write, reply) = f(None, out, side);
         if write == Write::Put {
             insert(hasher, resources, pair, out);
         }
         return reply;
     };
-    let (write, reply) = f(Some(entry.state()), out);
+    let (write, reply) = f(Some(entry.state()), out, side);
     match write {
         Write::Keep => {}
         Write::Put => entry.put(out),
@@ -256,17 +266,17 @@ fn insert(hasher: &Hasher, resources: &mut HashTable<Resource>, pair: &Pair<'_>,
 }
 
 /// The locked shards of a batch ([`PairTable::lock_pairs`]).
-pub(crate) struct Locked<'t> {
-    table: &'t PairTable,
-    guards: Vec<(usize, MutexGuard<'t, Shard>)>,
+pub(crate) struct Locked<'t, S = ()> {
+    table: &'t PairTable<S>,
+    guards: Vec<(usize, MutexGuard<'t, Shard<S>>)>,
 }
 
-impl Locked<'_> {
+impl<S: Default> Locked<'_, S> {
     /// [`PairTable::update`] under the batch's locks.
     pub(crate) fn update<R>(
         &mut self,
         pair: &Pair<'_>,
-        f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>) -> (Write, R),
+        f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>, &mut S) -> (Write, R),
     ) -> R {
         let i = self.table.index(pair.hash);
         let Some((_, shard)) = self.guards.iter_mut().find(|(j, _)| *j == i) else {
@@ -363,7 +373,12 @@ pub(crate) fn put_varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
 }
 
 /// Appends `v` as a LEB128 varint.
+#[inline]
 pub(crate) fn push_varint(out: &mut Vec<u8>, mut v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
     loop {
         let low = (v & 0x7f) as u8;
         v >>= 7;
@@ -377,7 +392,13 @@ pub(crate) fn push_varint(out: &mut Vec<u8>, mut v: u64) {
 
 /// Reads the varint at `at` (bytes past the end read as 0); returns it and
 /// where it ends.
+#[inline]
 pub(crate) fn get_varint(bytes: &[u8], mut at: usize) -> (u64, usize) {
+    if let Some(&b) = bytes.get(at)
+        && b < 0x80
+    {
+        return (u64::from(b), at + 1);
+    }
     let mut v = 0u64;
     let mut shift = 0;
     loop {
@@ -398,21 +419,21 @@ mod tests {
     use super::*;
 
     fn put(t: &PairTable, resource: &str, domain: &str, state: &[u8]) {
-        t.update(&t.pair(resource, domain), |_, out| {
+        t.update(&t.pair(resource, domain), |_, out, ()| {
             out.extend_from_slice(state);
             (Write::Put, ())
         });
     }
 
     fn get(t: &PairTable, resource: &str, domain: &str) -> Option<Vec<u8>> {
-        t.update(&t.pair(resource, domain), |found, _| {
+        t.update(&t.pair(resource, domain), |found, _, ()| {
             (Write::Keep, found.map(<[u8]>::to_vec))
         })
     }
 
     #[test]
     fn pairs_are_stored_updated_and_forgotten_per_resource() {
-        let t = PairTable::new(4, Hasher::default());
+        let t: PairTable = PairTable::new(4, Hasher::default());
         for r in ["a", "b"] {
             for d in 0..1_000 {
                 let d = format!("d{d}");
@@ -424,16 +445,16 @@ mod tests {
         assert_eq!(get(&t, "a", "d7"), Some(vec![2]));
         put(&t, "a", "d7", &[9]);
         assert_eq!(get(&t, "a", "d7"), Some(vec![9]));
-        t.update(&t.pair("a", "d7"), |found, _| {
+        t.update(&t.pair("a", "d7"), |found, _, ()| {
             assert_eq!(found, Some(&[9][..]));
             (Write::Remove, ())
         });
         assert_eq!(get(&t, "a", "d7"), None);
         assert_eq!(t.len(), 1_999);
         // d0..d9 keep 2 (d7 is gone), d10..d99 3, the rest 4.
-        assert_eq!(t.retain(|s| s[0] > 2), 19);
-        assert_eq!(t.retain(|s| s[0] > 3), 180);
-        assert_eq!(t.retain(|_| false), 1_800);
+        assert_eq!(t.retain(|s, ()| s[0] > 2), 19);
+        assert_eq!(t.retain(|s, ()| s[0] > 3), 180);
+        assert_eq!(t.retain(|_, ()| false), 1_800);
         assert_eq!(t.len(), 0);
         assert!(t.shards.iter().all(|s| {
             s.lock()

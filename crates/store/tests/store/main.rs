@@ -20,4 +20,5 @@ mod redis_tls_faults;
 mod redis_waits;
 mod tiers_batch_model;
 mod tiers_footprint;
+mod tiers_long_logs;
 mod waits_differential;

@@ -147,8 +147,8 @@ fn op(rng: &mut StdRng) -> Op {
 }
 
 /// Runs `steps` steps of seed `seed`; returns the most entries a pair's
-/// logs held and how often a pair went from more than 48 entries to 24 or
-/// fewer.
+/// logs held and how often a pair went from more than 16 entries (spilled) to
+/// 8 or fewer (packed again).
 async fn run(seed: u64, steps: usize) -> Result<(usize, usize), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
@@ -233,10 +233,10 @@ async fn run(seed: u64, steps: usize) -> Result<(usize, usize), String> {
             let e = entries(state);
             most = most.max(e);
             let long = was_long.entry(pair).or_default();
-            if *long && e <= 24 {
+            if *long && e <= 8 {
                 shrunk += 1;
             }
-            *long = e > 48 || (*long && e > 24);
+            *long = e > 16 || (*long && e > 8);
         }
     }
     Ok((most, shrunk))
@@ -251,7 +251,7 @@ async fn long_logs_spilled_and_packed_again_decide_as_the_model() {
         shrunk += s;
     }
     println!(
-        "logs held up to {most} entries; {shrunk} times a long state came down to 24 or fewer"
+        "logs held up to {most} entries; {shrunk} times a long state came down to 8 or fewer"
     );
     assert!(
         most > 100 && shrunk > 10,

@@ -125,7 +125,7 @@ pub(super) fn grant(
 
     let mut steps = Steps::default();
     let through_tiers = plan(tiers, state, current, now, amount.copies(), |s| {
-        steps.push(s)
+        steps.push(s);
     });
     let wish = amount.copies().min(through_tiers);
     let hard_room = room(limits.hard_limit, state.last_second.count());

@@ -1,15 +1,17 @@
 //! The in-memory store: the embedded default of a single limiting server.
 //!
-//! Rate state is kept per (resource, domain) pair in a sharded table, the
-//! last second of hits per resource beside it (for G), and copy counts per
-//! resource. The state of buckets, windows and queues (`charon_core::meter`)
-//! has its own table of small entries. Idle state is dropped from the moment core says it can no
-//! longer affect a decision (`RateState::forget_at`): lazily when the pair
-//! is next used, and by [`MemoryStore::sweep`], which a server runs
-//! periodically so memory does not grow as domains come and go.
+//! Burst tiers' state is kept per (resource, domain) pair in a sharded
+//! table of small entries, the last second of hits per resource beside it
+//! (for G), and copy counts per resource. The state of buckets, windows and
+//! queues (`charon_core::meter`) has its own table of the same kind. Idle
+//! state is dropped from the moment core says it can no longer affect a
+//! decision (`RateState::forget_at`): lazily when the pair is next used,
+//! and by [`MemoryStore::sweep`], which a server runs periodically so
+//! memory does not grow as domains come and go.
 //!
-//! The rate entries and a rate decision on them are in `rates.rs`, meters
-//! in `meters.rs`, copies in `copies.rs`, waiters in `waits.rs`.
+//! The table of pairs is in `table.rs`; burst tiers' entries (encoded by
+//! `rate_bytes.rs`) and a rate decision on them in `rates.rs`, meters in
+//! `meters.rs`, copies in `copies.rs`, waiters in `waits.rs`.
 
 mod copies;
 mod meters;

@@ -275,7 +275,7 @@ async fn a_busy_pair_is_spilled_and_packed_again_once_quiet() {
 }
 
 /// The in-memory store never waits: its futures are ready at once.
-fn futures_ready<F: std::future::Future>(f: F) -> F::Output {
+fn futures_ready<F: Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     match f
         .as_mut()

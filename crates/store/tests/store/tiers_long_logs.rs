@@ -250,9 +250,7 @@ async fn long_logs_spilled_and_packed_again_decide_as_the_model() {
         most = most.max(m);
         shrunk += s;
     }
-    println!(
-        "logs held up to {most} entries; {shrunk} times a long state came down to 8 or fewer"
-    );
+    println!("logs held up to {most} entries; {shrunk} times a long state came down to 8 or fewer");
     assert!(
         most > 100 && shrunk > 10,
         "{most} entries at most, {shrunk} shrunk"

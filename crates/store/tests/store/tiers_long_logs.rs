@@ -6,7 +6,8 @@
 //! hold many entries (spilled), and encodes it again when they shrink:
 //! every reply must be the model's across those moves, with operations
 //! alone and in batches, client errors, sweeps, pairs going idle and
-//! windows emptying while a state is spilled.
+//! windows emptying while a state is spilled, an hour passing (a dormant
+//! tier 1 forgotten).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -158,10 +159,12 @@ async fn run(seed: u64, steps: usize) -> Result<(usize, usize), String> {
     let mut was_long: HashMap<(usize, usize), bool> = HashMap::new();
     let (mut most, mut shrunk) = (0, 0);
     for step in 0..steps {
-        clock.advance(match rng.random_range(0..200) {
-            0 => rng.random_range(1_000..=5_000),
-            1..=4 => rng.random_range(100..=600),
-            5..=60 => 0,
+        clock.advance(match rng.random_range(0..400) {
+            // Long enough for a dormant tier 1 to be forgotten.
+            0 => DORMANT_GRACE + rng.random_range(0..=5_000),
+            1 => rng.random_range(1_000..=5_000),
+            2..=9 => rng.random_range(100..=600),
+            10..=120 => 0,
             _ => rng.random_range(1..=3),
         });
         let now = clock.now();

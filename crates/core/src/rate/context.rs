@@ -219,7 +219,7 @@ pub(super) fn room_at(
     want: u64,
 ) -> u64 {
     let current = state.current_tier(limits.tiers, now);
-    let (_, through_tiers) = plan(limits.tiers, state, current, now, want);
+    let through_tiers = plan(limits.tiers, state, current, now, want, |_| {});
     through_tiers
         .min(room(limits.hard_limit, state.last_second.count()))
         .min(room(limits.global_limit, global.count()))

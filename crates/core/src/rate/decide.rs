@@ -123,7 +123,10 @@ pub(super) fn grant(
     global.prune(now, SECOND);
     let current = state.current_tier(tiers, now);
 
-    let (steps, through_tiers) = plan(tiers, state, current, now, amount.copies());
+    let mut steps = Steps::default();
+    let through_tiers = plan(tiers, state, current, now, amount.copies(), |s| {
+        steps.push(s);
+    });
     let wish = amount.copies().min(through_tiers);
     let hard_room = room(limits.hard_limit, state.last_second.count());
     let global_room = room(limits.global_limit, global.count());
@@ -151,7 +154,7 @@ pub(super) fn grant(
     let mut burst = false;
     if granted > 0 {
         let mut left = recorded_in_tiers;
-        for step in steps {
+        for step in steps.iter() {
             if left == 0 {
                 break;
             }
@@ -192,22 +195,23 @@ pub(super) fn room(limit: Option<u64>, used: u64) -> u64 {
 }
 
 /// The way `want` hits, granted one after another at `now`, would go
-/// through the tiers (rule 4), and how many of them would be granted.
+/// through the tiers (rule 4), each leg given to `step` in order, and how
+/// many of them would be granted.
 pub(super) fn plan(
     tiers: &[Tier],
     state: &RateState,
     current: usize,
     now: Millis,
     want: u64,
-) -> (Vec<Step>, u64) {
-    let mut steps = Vec::new();
+    mut step: impl FnMut(Step),
+) -> u64 {
     let mut total = 0u64;
     let mut at = current;
     if at >= 1 {
         let room = tiers[at - 1].limit.saturating_sub(state.tier_hits(at));
         let take = room.min(want);
         if take > 0 {
-            steps.push(Step {
+            step(Step {
                 tier: at,
                 take,
                 enter: false,
@@ -220,7 +224,7 @@ pub(super) fn plan(
             break;
         };
         let take = tiers[j - 1].limit.min(want - total);
-        steps.push(Step {
+        step(Step {
             tier: j,
             take,
             enter: true,
@@ -228,7 +232,29 @@ pub(super) fn plan(
         total += take;
         at = j;
     }
-    (steps, total)
+    total
+}
+
+/// The legs of a plan: one without an allocation (the usual request, in
+/// the current tier or bursting into the next), more in a vector.
+#[derive(Default)]
+struct Steps {
+    first: Option<Step>,
+    more: Vec<Step>,
+}
+
+impl Steps {
+    fn push(&mut self, step: Step) {
+        if self.first.is_none() {
+            self.first = Some(step);
+        } else {
+            self.more.push(step);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Step> + '_ {
+        self.first.into_iter().chain(self.more.iter().copied())
+    }
 }
 
 /// The tier a hit that does not fit in tier `from` bursts into, if any:

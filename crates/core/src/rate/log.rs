@@ -18,6 +18,7 @@ impl HitLog {
     /// Forgets hits that have fallen out of a window of `span` ending at
     /// `now`. Windows are closed on the left (SPEC §2 rule 1): a hit at `t`
     /// stays while `now <= t + span`.
+    #[inline]
     pub fn prune(&mut self, now: Millis, span: Millis) {
         while let Some(&(t, n)) = self.entries.front() {
             if t.saturating_add(span) >= now {
@@ -33,6 +34,7 @@ impl HitLog {
     }
 
     /// Records `n` hits at `t` (never earlier than the latest entry).
+    #[inline]
     pub fn record(&mut self, t: Millis, n: u64) {
         if n == 0 {
             return;
@@ -52,11 +54,13 @@ impl HitLog {
     }
 
     /// Hits in the log (after [`HitLog::prune`], hits in the window).
+    #[inline]
     pub fn count(&self) -> u64 {
         self.total
     }
 
     /// The time of the latest hit.
+    #[inline]
     pub fn latest(&self) -> Option<Millis> {
         self.entries.back().map(|&(t, _)| t)
     }
@@ -68,11 +72,13 @@ impl HitLog {
     }
 
     /// True when no hit is logged.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// `(time, hits)` entries, oldest first: the form stores serialize.
+    #[inline]
     pub fn entries(&self) -> impl ExactSizeIterator<Item = (Millis, u64)> + '_ {
         self.entries.iter().copied()
     }
@@ -85,6 +91,25 @@ impl HitLog {
             log.record(t, n);
         }
         log
+    }
+
+    /// Replaces the log's hits with `entries`, as [`HitLog::entries`]
+    /// gave them (oldest first, one per time, none of 0 hits), keeping its
+    /// allocation: for a store that reads many pairs' logs into the same
+    /// one, one after another. The log is then equal to the one they came
+    /// from.
+    #[inline]
+    pub fn assign(&mut self, entries: impl IntoIterator<Item = (Millis, u64)>) {
+        if self.entries.capacity() > 64 {
+            // A long log read once does not keep its room for ever.
+            self.entries = VecDeque::new();
+        }
+        self.entries.clear();
+        self.entries.extend(entries);
+        self.total = self
+            .entries
+            .iter()
+            .fold(0, |total: u64, &(_, n)| total.saturating_add(n));
     }
 }
 

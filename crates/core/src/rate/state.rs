@@ -70,13 +70,13 @@ impl RateState {
     /// (a Redis fail-over, say) can never make a recorded hit lie in the
     /// future.
     pub fn latest(&self) -> Millis {
-        self.tiers
-            .iter()
-            .flat_map(|t| [t.entered, t.hits.latest()])
-            .chain([self.last_second.latest()])
-            .flatten()
-            .max()
-            .unwrap_or(0)
+        let mut at = self.last_second.latest().unwrap_or(0);
+        for t in &self.tiers {
+            at = at
+                .max(t.entered.unwrap_or(0))
+                .max(t.hits.latest().unwrap_or(0));
+        }
+        at
     }
 
     /// Brings the state to `now`: tiers that became inactive forget their

@@ -1,20 +1,24 @@
 //! The in-memory store: the embedded default of a single limiting server.
 //!
-//! Rate state is kept per (resource, domain) pair in a sharded table, the
-//! last second of hits per resource beside it (for G), and copy counts per
-//! resource. The state of buckets, windows and queues (`charon_core::meter`)
-//! has its own table of small entries. Idle state is dropped from the moment core says it can no
-//! longer affect a decision (`RateState::forget_at`): lazily when the pair
-//! is next used, and by [`MemoryStore::sweep`], which a server runs
-//! periodically so memory does not grow as domains come and go.
+//! Burst tiers' state is kept per (resource, domain) pair in a sharded
+//! table of small entries, the last second of hits per resource beside it
+//! (for G), and copy counts per resource. The state of buckets, windows and
+//! queues (`charon_core::meter`) has its own table of the same kind. Idle
+//! state is dropped from the moment core says it can no longer affect a
+//! decision (`RateState::forget_at`): lazily when the pair is next used,
+//! and by [`MemoryStore::sweep`], which a server runs periodically so
+//! memory does not grow as domains come and go.
 //!
-//! The rate entries and a rate decision on them are in `rates.rs`, meters
-//! in `meters.rs`, copies in `copies.rs`, waiters in `waits.rs`.
+//! The table of pairs is in `table.rs`; burst tiers' entries (encoded by
+//! `rate_bytes.rs`) and a rate decision on them in `rates.rs`, meters in
+//! `meters.rs`, copies in `copies.rs`, waiters in `waits.rs`.
 
 mod copies;
 mod meters;
+mod rate_bytes;
 mod rates;
 mod shards;
+mod table;
 mod waits;
 
 use std::collections::HashMap;
@@ -33,7 +37,8 @@ use charon_core::{ClientError, Clock, Millis};
 
 use self::copies::{CopyTable, TransferIds};
 use self::meters::{MeterTable, Stored, Write};
-use self::rates::{GlobalEntry, NEVER, PairEntry, pair_key};
+use self::rates::RateTable;
+use self::rates::{GlobalEntry, NEVER};
 use self::shards::{Hashed, Shards};
 use crate::{Batch, Limit, MeterOp, OpReply, Reserved, Store, StoreError, Ticket, WaitOptions};
 
@@ -44,7 +49,8 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     hasher: foldhash::fast::RandomState,
-    pairs: Shards<PairEntry>,
+    /// Burst tiers' pairs.
+    rates: RateTable,
     meters: MeterTable,
     globals: Shards<GlobalEntry>,
     copies: CopyTable,
@@ -59,7 +65,7 @@ impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
             .field("clock", &self.clock)
-            .field("pairs", &self.pairs.len())
+            .field("pairs", &self.rates.len())
             .finish_non_exhaustive()
     }
 }
@@ -95,8 +101,8 @@ impl MemoryStore {
         Self {
             clock,
             meters: MeterTable::new(shards, hasher.clone()),
+            rates: RateTable::new(shards, hasher.clone()),
             hasher,
-            pairs: Shards::new(shards),
             globals: Shards::new(shards),
             copies: CopyTable::new(shards),
             transfers,
@@ -113,7 +119,7 @@ impl MemoryStore {
     /// every staged transfer whose ttl has passed.
     pub fn sweep(&self) -> Swept {
         let now = self.now();
-        let pairs = self.pairs.retain(|e| now < e.forget_at) + self.meters.retain(|f| now < f);
+        let pairs = rates::sweep(&self.rates, now) + self.meters.retain(|f| now < f);
         let resources = self.globals.retain(|e| {
             e.log.prune(now, SECOND);
             !e.log.is_empty()
@@ -137,7 +143,7 @@ impl MemoryStore {
 
     /// (resource, domain) pairs with rate state in memory.
     pub fn pair_count(&self) -> usize {
-        self.pairs.len()
+        self.rates.len()
     }
 
     /// (resource, domain) pairs with bucket, window or queue state in
@@ -202,42 +208,29 @@ impl Store for MemoryStore {
             .map(|(o, r)| self.meters.pair(r, o.domain))
             .collect();
         let is_tiers = |o: &MeterOp<'_>| matches!(o.limit, Limit::Tiers { .. });
-        let meter_pairs: Vec<_> = ops
-            .iter()
-            .zip(&resources)
-            .filter(|(o, _)| !is_tiers(o))
-            .map(|(o, r)| self.meters.pair(r, o.domain))
-            .collect();
-        // (pair hash, resource hash) of each operation, as Store::tiers
-        // hashes them.
-        let hashes: Vec<(u64, u64)> = ops
-            .iter()
-            .zip(&resources)
-            .map(|(o, r)| {
-                let r: &str = r;
-                (self.hasher.hash_one((r, o.domain)), self.hasher.hash_one(r))
-            })
-            .collect();
-        let tiers_hashes = || {
+        // The pairs of the meters' operations, then of the tiers' (both
+        // tables hash as `self.meters.pair` does).
+        let pairs_where = |tiers: bool| {
             ops.iter()
-                .zip(&hashes)
-                .filter(|(o, _)| is_tiers(o))
-                .map(|(_, h)| *h)
+                .zip(&pairs)
+                .filter(move |(o, _)| is_tiers(o) == tiers)
+                .map(|(_, p)| p)
         };
-        let mut locked = self.meters.lock_pairs(&meter_pairs);
-        let mut pair_locks = self.pairs.lock_many(tiers_hashes().map(|h| h.0));
-        let mut global_locks = self.globals.lock_many(tiers_hashes().map(|h| h.1));
+        let mut locked = self.meters.lock_pairs(pairs_where(false));
+        let mut pair_locks = self.rates.lock_pairs(pairs_where(true));
+        let mut global_locks = self
+            .globals
+            .lock_many(pairs_where(true).map(table::Pair::resource_hash));
         let mut overlay: HashMap<(&str, &str), MeterState> = HashMap::new();
         // A tiers pair's state, its forget time (as the latest operation
         // left it: from then on the next one starts from nothing, as on
-        // its own) and its hash; a resource's last second and hash.
-        let mut tier_states: HashMap<(&str, &str), (RateState, Millis, u64)> = HashMap::new();
+        // its own) and where it is; a resource's last second and hash.
+        let mut tier_states: HashMap<(&str, &str), (RateState, Millis, &table::Pair<'_>)> =
+            HashMap::new();
         let mut global_logs: HashMap<&str, (HitLog, u64)> = HashMap::new();
         let mut replies = Vec::with_capacity(ops.len());
         let mut committed = true;
-        for (((o, pair), resource), &(pair_hash, global_hash)) in
-            ops.iter().zip(&pairs).zip(&resources).zip(&hashes)
-        {
+        for ((o, pair), resource) in ops.iter().zip(&pairs).zip(&resources) {
             let key = (resource.as_ref(), o.domain);
             let reply = match o.limit {
                 Limit::Meter(meter) => {
@@ -259,14 +252,11 @@ impl Store for MemoryStore {
                     policy,
                     enforcement,
                 } => {
-                    let (resource, domain) = key;
+                    let resource = key.0;
+                    let global_hash = pair.resource_hash();
                     let pair_state = tier_states.entry(key).or_insert_with(|| {
-                        pair_locks
-                            .table(pair_hash)
-                            .find(pair_hash, |e| e.is(resource, domain))
-                            .map_or((RateState::default(), NEVER, pair_hash), |e| {
-                                (e.state.clone(), e.forget_at, pair_hash)
-                            })
+                        let (state, forget_at) = rates::read_locked(&mut pair_locks, pair);
+                        (state, forget_at, pair)
                     });
                     if now >= pair_state.1 {
                         pair_state.0 = RateState::default();
@@ -311,25 +301,8 @@ impl Store for MemoryStore {
                 );
             }
         }
-        for ((resource, domain), (state, forget_at, hash)) in tier_states {
-            let table = pair_locks.table(hash);
-            match table.find_mut(hash, |e| e.is(resource, domain)) {
-                Some(e) => {
-                    e.state = state;
-                    e.forget_at = forget_at;
-                }
-                None => {
-                    let (key, resource_len) = pair_key(resource, domain);
-                    let entry = PairEntry {
-                        key,
-                        resource_len,
-                        hash,
-                        state,
-                        forget_at,
-                    };
-                    table.insert_unique(hash, entry, Hashed::hash);
-                }
-            }
+        for (state, forget_at, pair) in tier_states.into_values() {
+            rates::write_locked(&mut pair_locks, pair, state, forget_at, now);
         }
         for (resource, (log, hash)) in global_logs {
             let table = global_locks.table(hash);

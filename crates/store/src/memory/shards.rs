@@ -103,14 +103,6 @@ impl<E: Hashed> Shards<E> {
                 .for_each(&mut f);
         }
     }
-
-    /// Entries in all shards.
-    pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
-            .sum()
-    }
 }
 
 /// Shards locked together ([`Shards::lock_many`]).

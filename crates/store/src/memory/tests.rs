@@ -222,3 +222,66 @@ async fn a_banned_pair_is_kept_until_its_ban_ends_then_swept() {
     s.sweep();
     assert_eq!(s.pair_count(), 0, "ended, idle and swept");
 }
+
+/// Whether the pair's state is spilled (kept unencoded), and its
+/// encoding's length.
+fn stored(s: &MemoryStore, resource: &str, domain: &str) -> Option<(bool, usize)> {
+    s.rates
+        .update(&s.rates.pair(resource, domain), |found, _, _| {
+            let seen = found.map(|b| (rate_bytes::spilled_slot(b).is_some(), b.len()));
+            (table::Write::Keep, seen)
+        })
+}
+
+#[tokio::test]
+async fn a_busy_pair_is_spilled_and_packed_again_once_quiet() {
+    let (clock, s) = store();
+    let tiers = [Tier {
+        limit: 1_000,
+        window: 1_000,
+        active: None,
+        cooldown: 0,
+        skippable: false,
+    }];
+    let limits = RateLimits {
+        hard_limit: None,
+        global_limit: None,
+        tiers: &tiers,
+    };
+    let ask = |s: &MemoryStore| {
+        let r = s.request("r", "busy", limits, one(), Enforcement::Enforce);
+        futures_ready(r).expect("a reply")
+    };
+    for _ in 0..3 {
+        clock.advance(1);
+        assert_eq!(ask(&s).granted, 1);
+    }
+    assert_eq!(stored(&s, "r", "busy").map(|x| x.0), Some(false));
+    // 30 more: each in the tier's log and the last second, 66 entries.
+    for _ in 0..30 {
+        clock.advance(1);
+        assert_eq!(ask(&s).granted, 1);
+    }
+    assert_eq!(stored(&s, "r", "busy").map(|x| x.0), Some(true), "spilled");
+    // A second later every hit has left: packed again at the next one.
+    clock.advance(1_001);
+    assert_eq!(ask(&s).granted, 1);
+    assert_eq!(stored(&s, "r", "busy").map(|x| x.0), Some(false), "packed");
+    // The spilled slot was given back: a sweep after all is idle leaves
+    // nothing.
+    clock.advance(DORMANT_GRACE + 2_000);
+    assert_eq!(s.sweep().pairs, 1);
+    assert_eq!(stored(&s, "r", "busy"), None);
+}
+
+/// The in-memory store never waits: its futures are ready at once.
+fn futures_ready<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => unreachable!("the memory store does not wait"),
+    }
+}

@@ -19,4 +19,6 @@ mod redis_security;
 mod redis_tls_faults;
 mod redis_waits;
 mod tiers_batch_model;
+mod tiers_footprint;
+mod tiers_long_logs;
 mod waits_differential;

@@ -380,3 +380,77 @@ async fn a_broken_compare_and_set_over_commits_on_a_stale_copy() {
         assert_eq!(units(c.capacity), 40.0, "{mutation:?}: {c:?}");
     }
 }
+
+/// Two servers on one Redis deciding on one resource: a slow one (each of
+/// its decisions takes 20 ms, as on a large set or a loaded server) and a
+/// fast one in a tight loop. The slow one's decisions succeed because a
+/// server whose write was refused takes the set's decision lock when it
+/// reads again (`lease_get.lua`), and the fast one waits for it. `mutation`
+/// changes the lease scripts: without the lock, every decision of the slow
+/// one loses the race to the fast one's writes.
+async fn slow_and_fast(mutation: Option<(&str, &str)>) -> Result<(), charon_store::StoreError> {
+    let redis = charon_testkit::RedisServer::start();
+    let connect = |id: &'static str| {
+        let url = redis.url();
+        async move {
+            let opts = charon_store::RedisOptions {
+                leases_mutation: mutation.map(|(a, b)| (a.to_owned(), b.to_owned())),
+                ..charon_testkit::stores::options(None, id, std::time::Duration::from_secs(2))
+            };
+            RedisStore::connect(&url, opts).await.unwrap()
+        }
+    };
+    let (fast, slow) = (connect("fast").await, connect("slow").await);
+    let p = Arc::new(params(1_000, Algorithm::FairShare));
+    for i in 0..10 {
+        get(&*fast, "db/qps", &p, &format!("c{i}"), 1.0).await;
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hammer = tokio::spawn({
+        let (fast, p, stop) = (fast.clone(), p.clone(), stop.clone());
+        async move {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                get(&*fast, "db/qps", &p, "hot", 1.0 + f64::from(n % 7)).await;
+                n += 1;
+            }
+            n
+        }
+    });
+    let mut outcome = Ok(());
+    for i in 0..5 {
+        let client = format!("slow-{i}");
+        let want = Want::parse(2.0, 0.0, 1).unwrap();
+        let r = slow
+            .leases("db/qps", &client, &mut |set: &mut LeaseSet, now| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let ctx = LeaseContext::root(&p, 0, now);
+                get_capacity(set, &p, ctx, &client, want);
+            })
+            .await;
+        if r.is_err() {
+            outcome = r;
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(hammer.await.unwrap() > 0);
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_server_gets_its_turn_against_a_fast_one() {
+    slow_and_fast(None).await.unwrap();
+}
+
+/// What the test above catches: `lease_get.lua` reading without taking the
+/// lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_decision_lock_a_slow_server_is_starved() {
+    let no_lock = (
+        "  redis.call('HSET', KEYS[1], 'lk',",
+        "  redis.call('EXISTS', KEYS[1], 'lk',",
+    );
+    let e = slow_and_fast(Some(no_lock)).await.unwrap_err();
+    assert!(e.to_string().contains("decisions in a row"), "{e}");
+}

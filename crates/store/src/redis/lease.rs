@@ -350,7 +350,10 @@ impl RedisStore {
         // every refresh (a set whose leases all lapsed stays that much
         // longer, and every decision drops lapsed leases).
         let (last, expire_at) = match last {
-            Some(t) => (t.to_string(), t.saturating_add(t.saturating_sub(now)).to_string()),
+            Some(t) => (
+                t.to_string(),
+                t.saturating_add(t.saturating_sub(now)).to_string(),
+            ),
             None => ("-1".to_owned(), "-1".to_owned()),
         };
         let mut args = vec![

@@ -276,8 +276,16 @@ async fn a_refresh_on_a_current_copy_is_one_clock_read_and_one_script_call() {
     let p = params(100, Algorithm::FairShare);
     let clock = Arc::new(charon_core::ManualClock::new(1_000));
     for (id, clock, expected) in [
-        ("redis-time", None, vec![("evalsha", 1), ("hmget", 1), ("hset", 1), ("time", 1)]),
-        ("virtual", Some(clock), vec![("evalsha", 1), ("hmget", 1), ("hset", 1)]),
+        (
+            "redis-time",
+            None,
+            vec![("evalsha", 1), ("hmget", 1), ("hset", 1), ("time", 1)],
+        ),
+        (
+            "virtual",
+            Some(clock),
+            vec![("evalsha", 1), ("hmget", 1), ("hset", 1)],
+        ),
     ] {
         let opts = charon_testkit::stores::options(clock, id, std::time::Duration::from_secs(10));
         let store = RedisStore::connect(&redis.url(), opts).await.unwrap();
@@ -291,8 +299,10 @@ async fn a_refresh_on_a_current_copy_is_one_clock_read_and_one_script_call() {
                 assert_eq!(units(r.capacity), wants);
             })
             .await;
-            let expected: std::collections::BTreeMap<String, u64> =
-                expected.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect();
+            let expected: std::collections::BTreeMap<String, u64> = expected
+                .iter()
+                .map(|(n, k)| ((*n).to_owned(), *k))
+                .collect();
             assert_eq!(ran, expected, "{id}: one refresh");
             let top_level = ran.get("evalsha").unwrap() + ran.get("time").unwrap_or(&0);
             assert!(top_level <= 2, "{id}: {top_level} calls");
@@ -328,8 +338,14 @@ async fn stale_copy(
     }
     let [a, b]: [Arc<RedisStore>; 2] = stores.try_into().unwrap();
     let p = params(100, Algorithm::ProportionalShare);
-    assert_eq!(units(get(&*a, "db/qps", &p, "a", 60.0).await.capacity), 60.0);
-    assert_eq!(units(get(&*b, "db/qps", &p, "b", 60.0).await.capacity), 40.0);
+    assert_eq!(
+        units(get(&*a, "db/qps", &p, "a", 60.0).await.capacity),
+        60.0
+    );
+    assert_eq!(
+        units(get(&*b, "db/qps", &p, "b", 60.0).await.capacity),
+        40.0
+    );
     clock.advance(10);
     // Decided on A's copy, `c` would get B's 40 again.
     let c = get(&*a, "db/qps", &p, "c", 60.0).await;
@@ -372,7 +388,10 @@ async fn a_broken_compare_and_set_over_commits_on_a_stale_copy() {
         // lease_put.lua without its version check.
         ("if version ~= ARGV[1] then return { 0 } end", ""),
         // lease_put.lua's ring entry without the leases it wrote.
-        ("  changed[#changed + 1] = ARGV[i]\n  i = i + 2", "  i = i + 2"),
+        (
+            "  changed[#changed + 1] = ARGV[i]\n  i = i + 2",
+            "  i = i + 2",
+        ),
         // lease_get.lua reading every changed lease as gone.
         ("out[#out + 1] = lease or ''", "out[#out + 1] = ''"),
     ] {

@@ -184,12 +184,8 @@ impl Undo {
     }
 }
 
-/// A set to decide on, with its version and the decision's time; or
-/// another server's turn.
-enum Got {
-    Set(String, LeaseSet, Millis),
-    Busy,
-}
+/// A set to decide on: its version, the set and the decision's time.
+type Got = (String, LeaseSet, Millis);
 
 impl RedisStore {
     /// [`crate::Store::leases`] on Redis: decide on the cached copy (or
@@ -220,18 +216,16 @@ impl RedisStore {
                 Some(_) if !lock => {
                     let now = self.lease_now(&key).await?;
                     match self.lease_cache.take(resource) {
-                        Some((version, set)) => Got::Set(version, set, now),
+                        Some((version, set)) => Some((version, set, now)),
                         None => continue,
                     }
                 }
                 _ => self.lease_read(resource, &key, &token).await?,
             };
-            let (version, mut set, now) = match got {
-                Got::Set(v, s, now) => (v, s, now),
-                Got::Busy => {
-                    lease_pause().await;
-                    continue;
-                }
+            // None: another server's turn.
+            let Some((version, mut set, now)) = got else {
+                lease_pause().await;
+                continue;
             };
             let lapsed: Vec<(String, Lease)> = set
                 .iter()
@@ -305,7 +299,12 @@ impl RedisStore {
 
     /// Reads the set (`lease_get.lua`), taking its decision lock: only
     /// what changed since the cached copy when there is one.
-    async fn lease_read(&self, resource: &str, key: &str, token: &str) -> Result<Got, StoreError> {
+    async fn lease_read(
+        &self,
+        resource: &str,
+        key: &str,
+        token: &str,
+    ) -> Result<Option<Got>, StoreError> {
         let cached = self.lease_cache.version(resource);
         let got = &self.scripts.lease_get;
         let lock_ms = self.lease_lock_time.as_millis().max(100);
@@ -318,7 +317,7 @@ impl RedisStore {
         let v = self.conn.eval(got, &[key], &args, &[]).await?;
         let mut r = Reply::new(got.name, v)?;
         if r.status_is("busy") {
-            return Ok(Got::Busy);
+            return Ok(None);
         }
         let version = r.text()?;
         let (now, read) = (r.count()?, r.count()?);
@@ -331,7 +330,7 @@ impl RedisStore {
             (1, _) => decode_hash(got.name, r.nested()?)?,
             _ => return Err(bad(got.name, "no set for a cached version")),
         };
-        Ok(Got::Set(version, set, now))
+        Ok(Some((version, set, now)))
     }
 
     /// `lease_put.lua`'s arguments for `set` as `decide` left it.

@@ -304,7 +304,7 @@ async fn a_refresh_on_a_current_copy_is_one_clock_read_and_one_script_call() {
                 .map(|(n, k)| ((*n).to_owned(), *k))
                 .collect();
             assert_eq!(ran, expected, "{id}: one refresh");
-            let top_level = ran.get("evalsha").unwrap() + ran.get("time").unwrap_or(&0);
+            let top_level = ran["evalsha"] + ran.get("time").unwrap_or(&0);
             assert!(top_level <= 2, "{id}: {top_level} calls");
         }
     }

@@ -46,6 +46,10 @@ use crate::StoreError;
 /// already broken.
 const MAX_TRIES: u32 = 32;
 
+/// The writes whose changed clients the set's ring keeps (`g:<v mod
+/// RING>`, see `lease_get.lua`, which repeats the number).
+const RING: u64 = 256;
+
 /// Locks that make one server's lease decisions on a resource take turns:
 /// without them, a burst of refreshes on one server starves itself in
 /// compare and set (found by `servers_on_one_redis_never_over_commit`).
@@ -69,13 +73,23 @@ impl Stripes {
     }
 }
 
+/// A server's copy of a resource's set as of one version: the version
+/// `e:v`, when the key is set to expire (`x`, part of the version; `None`:
+/// not stored) and the leases.
+#[derive(Debug)]
+pub(crate) struct SetCopy {
+    version: String,
+    x: Option<Millis>,
+    set: LeaseSet,
+}
+
 /// The sets this server last read or wrote, by resource, with their
 /// versions.
 #[derive(Debug, Default)]
-pub(crate) struct Cache(Mutex<HashMap<String, (String, LeaseSet)>>);
+pub(crate) struct Cache(Mutex<HashMap<String, SetCopy>>);
 
 impl Cache {
-    fn take(&self, resource: &str) -> Option<(String, LeaseSet)> {
+    fn take(&self, resource: &str) -> Option<SetCopy> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -87,14 +101,14 @@ impl Cache {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(resource)
-            .map(|(v, _)| v.clone())
+            .map(|c| c.version.clone())
     }
 
-    fn put(&self, resource: &str, version: String, set: LeaseSet) {
+    fn put(&self, resource: &str, copy: SetCopy) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(resource.to_owned(), (version, set));
+            .insert(resource.to_owned(), copy);
     }
 }
 
@@ -184,8 +198,11 @@ impl Undo {
     }
 }
 
-/// A set to decide on: its version, the set and the decision's time.
-type Got = (String, LeaseSet, Millis);
+/// What a stored write makes of the copy: its new version and `x`.
+struct Next {
+    version: String,
+    x: Option<Millis>,
+}
 
 impl RedisStore {
     /// [`crate::Store::leases`] on Redis: decide on the cached copy (or
@@ -216,37 +233,38 @@ impl RedisStore {
                 Some(_) if !lock => {
                     let now = self.lease_now(&key).await?;
                     match self.lease_cache.take(resource) {
-                        Some((version, set)) => Some((version, set, now)),
+                        Some(copy) => Some((copy, now)),
                         None => continue,
                     }
                 }
                 _ => self.lease_read(resource, &key, &token).await?,
             };
             // None: another server's turn.
-            let Some((version, mut set, now)) = got else {
+            let Some((mut copy, now)) = got else {
                 lease_pause().await;
                 continue;
             };
-            let lapsed: Vec<(String, Lease)> = set
+            let lapsed: Vec<(String, Lease)> = copy
+                .set
                 .iter()
                 .filter(|(_, l)| now >= l.expires_at_ms)
                 .map(|(c, l)| (c.to_owned(), *l))
                 .collect();
             let undo = Undo {
                 client: client.to_owned(),
-                before: set.get(client).copied(),
+                before: copy.set.get(client).copied(),
                 lapsed,
             };
-            decide(&mut set, now);
+            decide(&mut copy.set, now);
             let put = &self.scripts.lease_put;
-            let args = self.put_args(&version, &token, client, now, &set, &undo);
+            let (args, next) = self.put_args(&copy, &token, client, now, &undo)?;
             // Whatever happens, the cache holds only what is known stored
             // (a lost reply leaves none: the next decision reads).
             let stored = self.conn.eval(put, &[key.as_str()], &args, &[]).await?;
             let mut r = Reply::new(put.name, stored)?;
             match r.int()? {
                 1 => {
-                    let (version, created) = (r.text()?, r.flag()?);
+                    let created = r.flag()?;
                     // The index of resources with lease sets changes only
                     // when one is created (an emptied set leaves it at the
                     // next snapshot).
@@ -256,20 +274,22 @@ impl RedisStore {
                             .query::<()>(redis::cmd("SADD").arg(index).arg(resource))
                             .await?;
                     }
-                    self.lease_cache.put(resource, version, set);
+                    copy.version = next.version;
+                    copy.x = next.x;
+                    self.lease_cache.put(resource, copy);
                     return Ok(());
                 }
                 // Another server's turn: keep the copy, look again soon.
                 2 => {
-                    undo.apply(&mut set);
-                    self.lease_cache.put(resource, version, set);
+                    undo.apply(&mut copy.set);
+                    self.lease_cache.put(resource, copy);
                     lease_pause().await;
                 }
                 0 => {
                     // Changed in between: the copy as it was is the base
                     // the read brings up to date.
-                    undo.apply(&mut set);
-                    self.lease_cache.put(resource, version, set);
+                    undo.apply(&mut copy.set);
+                    self.lease_cache.put(resource, copy);
                     lock = true;
                     attempt += 1;
                 }
@@ -304,7 +324,7 @@ impl RedisStore {
         resource: &str,
         key: &str,
         token: &str,
-    ) -> Result<Option<Got>, StoreError> {
+    ) -> Result<Option<(SetCopy, Millis)>, StoreError> {
         let cached = self.lease_cache.version(resource);
         let got = &self.scripts.lease_get;
         let lock_ms = self.lease_lock_time.as_millis().max(100);
@@ -320,64 +340,107 @@ impl RedisStore {
             return Ok(None);
         }
         let version = r.text()?;
-        let (now, read) = (r.count()?, r.count()?);
+        let (now, x, read) = (r.count()?, r.int()?, r.count()?);
         let set = match (read, self.lease_cache.take(resource)) {
-            (0, Some((_, set))) => set,
-            (2, Some((_, mut set))) => {
-                apply_changes(got.name, &mut set, r.nested()?)?;
-                set
+            (0, Some(copy)) => copy.set,
+            (2, Some(mut copy)) => {
+                apply_changes(got.name, &mut copy.set, r.nested()?)?;
+                copy.set
             }
             (1, _) => decode_hash(got.name, r.nested()?)?,
             _ => return Err(bad(got.name, "no set for a cached version")),
         };
-        Ok(Some((version, set, now)))
+        let x = u64::try_from(x).ok();
+        Ok(Some((SetCopy { version, x, set }, now)))
     }
 
-    /// `lease_put.lua`'s arguments for `set` as `decide` left it.
+    /// `lease_put.lua`'s arguments for the copy as `decide` left it, and
+    /// what the copy becomes if they are stored. Every value is made here,
+    /// so that the script converts no number.
     fn put_args(
         &self,
-        version: &str,
+        copy: &SetCopy,
         token: &str,
         client: &str,
         now: Millis,
-        set: &LeaseSet,
         undo: &Undo,
-    ) -> Vec<String> {
-        let last = set.iter().map(|(_, l)| l.expires_at_ms).max();
+    ) -> Result<(Vec<String>, Next), StoreError> {
+        let set = &copy.set;
+        // The next version, and a fresh id if the set is new ("0").
+        let (e, v, fresh) = match copy.version.rsplit_once(':') {
+            Some((e, v)) => {
+                let v: u64 = v
+                    .parse()
+                    .map_err(|_| bad("lease_get", "a version without its counter"))?;
+                (e.to_owned(), v + 1, String::new())
+            }
+            None => {
+                let e = format!("{:016x}", rand::random::<u64>());
+                (e.clone(), 1, e)
+            }
+        };
         // The key expires twice as far from now as its last lease lapses,
         // so its expiry is pushed about once per lease length, not at
         // every refresh (a set whose leases all lapsed stays that much
         // longer, and every decision drops lapsed leases).
-        let (last, expire_at) = match last {
-            Some(t) => (
-                t.to_string(),
-                t.saturating_add(t.saturating_sub(now)).to_string(),
-            ),
-            None => ("-1".to_owned(), "-1".to_owned()),
+        let last = set.iter().map(|(_, l)| l.expires_at_ms).max();
+        let (x_arg, ttl, x) = match last {
+            None => ("delete".to_owned(), String::new(), None),
+            Some(t) if copy.x.is_some_and(|x| t <= x) => (String::new(), String::new(), copy.x),
+            Some(t) => {
+                let at = t.saturating_add(t.saturating_sub(now));
+                let ttl = if at >= 1 << 52 {
+                    "persist".to_owned()
+                } else {
+                    (at.saturating_sub(now) + self.clock.expiry_slack())
+                        .max(1)
+                        .to_string()
+                };
+                (at.to_string(), ttl, Some(at))
+            }
         };
-        let mut args = vec![
-            version.to_owned(),
-            format!("{:016x}", rand::random::<u64>()),
-            now.to_string(),
-            last,
-            expire_at,
-            self.clock.expiry_slack().to_string(),
-            token.to_owned(),
-        ];
         let mine = set.get(client);
-        args.push(u8::from(mine.is_some()).to_string());
-        if let Some(l) = mine {
-            args.extend([client.to_owned(), encode(l)]);
-        } else {
-            args.push(client.to_owned());
+        let mut gone: Vec<&str> = Vec::new();
+        if mine.is_none() {
+            gone.push(client);
         }
-        args.extend(
+        gone.extend(
             undo.lapsed
                 .iter()
-                .filter(|(c, _)| set.get(c).is_none())
-                .map(|(c, _)| c.clone()),
+                .filter(|(c, _)| c != client && set.get(c).is_none())
+                .map(|(c, _)| c.as_str()),
         );
-        args
+        let mut entry = format!("{v}{FIELD}{client}");
+        for c in gone.iter().filter(|c| **c != client) {
+            entry.push(FIELD);
+            entry.push_str(c);
+        }
+        let mut args = vec![
+            copy.version.clone(),
+            v.to_string(),
+            token.to_owned(),
+            fresh,
+            x_arg,
+            ttl,
+            format!("g:{}", v % RING),
+            entry,
+        ];
+        match mine {
+            Some(l) => args.extend(["1".to_owned(), format!("c:{client}"), encode(l)]),
+            None => args.push("0".to_owned()),
+        }
+        args.extend(gone.iter().map(|c| format!("c:{c}")));
+        let next = match last {
+            None => Next {
+                version: "0".to_owned(),
+                x: None,
+            },
+            Some(_) => Next {
+                version: format!("{e}:{v}"),
+                x,
+            },
+        };
+        Ok((args, next))
     }
 
     /// [`crate::Store::lease_sets`] on Redis: every indexed resource's set
@@ -391,7 +454,8 @@ impl RedisStore {
         let mut latest = None;
         for resource in resources {
             let mut r = self.snapshot(&resource).await?;
-            let (version, now, _) = (r.text()?, r.count()?, r.count()?);
+            let (version, now) = (r.text()?, r.count()?);
+            let (_x, _read) = (r.int()?, r.count()?);
             latest = Some(now);
             if version == "0" {
                 self.conn

@@ -387,11 +387,6 @@ async fn a_broken_compare_and_set_over_commits_on_a_stale_copy() {
     for mutation in [
         // lease_put.lua without its version check.
         ("if version ~= ARGV[1] then return { 0 } end", ""),
-        // lease_put.lua's ring entry without the leases it wrote.
-        (
-            "  changed[#changed + 1] = ARGV[i]\n  i = i + 2",
-            "  i = i + 2",
-        ),
         // lease_get.lua reading every changed lease as gone.
         ("out[#out + 1] = lease or ''", "out[#out + 1] = ''"),
     ] {
@@ -463,13 +458,20 @@ async fn a_slow_server_gets_its_turn_against_a_fast_one() {
 }
 
 /// What the test above catches: `lease_get.lua` reading without taking the
-/// lock.
+/// lock, and `lease_put.lua` not waiting for another server's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_decision_lock_a_slow_server_is_starved() {
     let no_lock = (
         "  redis.call('HSET', KEYS[1], 'lk',",
         "  redis.call('EXISTS', KEYS[1], 'lk',",
     );
-    let e = slow_and_fast(Some(no_lock)).await.unwrap_err();
-    assert!(e.to_string().contains("decisions in a row"), "{e}");
+    // lease_put.lua writing whoever holds the lock.
+    let put_ignores_it = ("if token ~= ARGV[3] then", "if false then");
+    for mutation in [no_lock, put_ignores_it] {
+        let e = slow_and_fast(Some(mutation)).await.unwrap_err();
+        assert!(
+            e.to_string().contains("decisions in a row"),
+            "{mutation:?}: {e}"
+        );
+    }
 }

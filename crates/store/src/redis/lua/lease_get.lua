@@ -20,13 +20,15 @@
 -- ARGV: 1 clock ('' = Redis TIME), 2 the version the caller has cached
 --       (''), 3 the caller's lock token ('' = read without the lock),
 --       4 the lock's time limit in ms
--- Reply: { 'busy' } when another server holds the lock;
---        { version, now, 0 } when the cached version is current;
---        { version, now, 2, { client, lease or '', … } } the changes since;
---        { version, now, 1, { field, value, … } } the whole hash
+-- Reply: { 'busy' } when another server holds the lock; else { version,
+-- now, x (the key's expiry, -1 for none), then
+--        0 } when the cached version is current;
+--        2, { client, lease or '', … } } the changes since;
+--        1, { field, value, … } } the whole hash
 local RING = 256
 local now, redis_now = clock(ARGV[1])
-local h = redis.call('HMGET', KEYS[1], 'e', 'v', 'lk')
+local h = redis.call('HMGET', KEYS[1], 'e', 'v', 'lk', 'x')
+local x = h[4] or '-1'
 if ARGV[3] ~= '' and h[1] then
   local lk = h[3]
   if lk and lk ~= '' then
@@ -37,7 +39,7 @@ if ARGV[3] ~= '' and h[1] then
 end
 local version = '0'
 if h[1] then version = h[1] .. ':' .. h[2] end
-if ARGV[2] == version then return { version, now, 0 } end
+if ARGV[2] == version then return { version, now, x, 0 } end
 local prefix = (h[1] or '') .. ':'
 if h[1] and string.sub(ARGV[2], 1, #prefix) == prefix then
   local v = tonumber(h[2])
@@ -73,8 +75,8 @@ if h[1] and string.sub(ARGV[2], 1, #prefix) == prefix then
           out[#out + 1] = lease or ''
         end
       end
-      return { version, now, 2, out }
+      return { version, now, x, 2, out }
     end
   end
 end
-return { version, now, 1, redis.call('HGETALL', KEYS[1]) }
+return { version, now, x, 1, redis.call('HGETALL', KEYS[1]) }

@@ -4,20 +4,25 @@
 -- is atomic across servers, none is lost) or holds the set's decision lock
 -- (see lease_get), and gives back the caller's lock. A decision changes
 -- one client's lease and drops lapsed ones, so only those fields are
--- written, with the version and the ring entry, in one HSET; the key's
--- expiry is pushed only when a lease would outlive it, and then to twice
--- as far from now, so a refresh usually costs HMGET and HSET alone.
--- Flat code, no shared prelude: this is the refresh's hot path.
+-- written, with the version and the ring entry, in one HSET.
+-- The refresh's hot path: flat code, no shared prelude, and no number
+-- conversion (glibc's strtod and printf are most of a small script's
+-- cost). The caller knows the set as of the version it decided on, so it
+-- sends every value already made: the next version's counter, the ring
+-- slot and entry, and the key's new expiry only when a lease would outlive
+-- the present one (`x`, also part of that version).
 -- KEYS: 1 the resource's lease set
--- ARGV: 1 the version decided on, 2 a fresh id for a new set, 3 the
---       decision's time (decision clock, ms), 4 when its last lease lapses
---       (-1: the set is empty, delete it), 5 when the key is to expire
---       (decision clock), 6 expiry slack, 7 the lock token, 8 n (leases to
---       write), then n pairs (client, lease), then clients whose leases go
--- Reply: { 1, new version, 1 if the set was created } stored;
+-- ARGV: 1 the version decided on, 2 the next write counter, 3 the lock
+--       token, 4 a fresh id (used when the set is new), 5 the key's new
+--       expiry for `x` ('' = unchanged; 'delete' = the set is empty,
+--       delete it), 6 its time to live in ms ('persist' = none), 7 the ring
+--       slot's field, 8 its entry, 9 '1' if the client's lease is written
+--       (then 10, 11: its field and the lease) else '0', then the fields of
+--       leases that go
+-- Reply: { 1, 1 if the set was created } stored;
 --        { 0 } changed in between (read again and decide again);
 --        { 2 } another server's turn (its lock is held): try again soon
-local h = redis.call('HMGET', KEYS[1], 'e', 'v', 'lk', 'x')
+local h = redis.call('HMGET', KEYS[1], 'e', 'v', 'lk')
 local e = h[1]
 local version = '0'
 if e then version = e .. ':' .. h[2] end
@@ -26,69 +31,45 @@ local lk = h[3]
 local held = lk and lk ~= ''
 if held then
   local token, deadline = string.match(lk, '^(.*)\31(%d+)$')
-  if token ~= ARGV[7] then
+  if token ~= ARGV[3] then
     local t = redis.call('TIME')
     local redis_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if tonumber(deadline) > redis_now then return { 2 } end
   end
 end
-if ARGV[4] == '-1' then
+if ARGV[5] == 'delete' then
   redis.call('DEL', KEYS[1])
-  return { 1, '0', 0 }
+  return { 1, 0 }
 end
+local set = { 'v', ARGV[2], ARGV[7], ARGV[8] }
 local created = 0
-local v = 1
-if e then
-  v = tonumber(h[2]) + 1
-else
-  e = ARGV[2]
+if not e then
   created = 1
-end
-local set = { 'v', v }
-if created == 1 then
   set[#set + 1] = 'e'
-  set[#set + 1] = e
+  set[#set + 1] = ARGV[4]
 end
-local changed = { v }
-local n = tonumber(ARGV[8])
-local i = 9
-for _ = 1, n do
-  set[#set + 1] = 'c:' .. ARGV[i]
-  set[#set + 1] = ARGV[i + 1]
-  changed[#changed + 1] = ARGV[i]
-  i = i + 2
+local i = 10
+if ARGV[9] == '1' then
+  set[#set + 1] = ARGV[10]
+  set[#set + 1] = ARGV[11]
+  i = 12
 end
-local gone = {}
-while i <= #ARGV do
-  gone[#gone + 1] = 'c:' .. ARGV[i]
-  changed[#changed + 1] = ARGV[i]
-  i = i + 1
-end
-set[#set + 1] = 'g:' .. (v % 256)
-set[#set + 1] = table.concat(changed, '\31')
 if held then
   set[#set + 1] = 'lk'
   set[#set + 1] = ''
 end
-local last, x = tonumber(ARGV[4]), tonumber(h[4] or '-1')
-local expire = created == 1 or last > x
-if expire then
+if ARGV[5] ~= '' then
   set[#set + 1] = 'x'
   set[#set + 1] = ARGV[5]
 end
 redis.call('HSET', KEYS[1], unpack(set))
 -- In chunks: unpack() has a limit, and many leases may lapse at once.
-for j = 1, #gone, 1000 do
-  redis.call('HDEL', KEYS[1], unpack(gone, j, math.min(j + 999, #gone)))
+for j = i, #ARGV, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(ARGV, j, math.min(j + 999, #ARGV)))
 end
-if expire then
-  local at = tonumber(ARGV[5])
-  if at >= 4503599627370496 then
-    redis.call('PERSIST', KEYS[1])
-  else
-    local ttl = at - tonumber(ARGV[3]) + tonumber(ARGV[6])
-    if ttl < 1 then ttl = 1 end
-    redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-  end
+if ARGV[6] == 'persist' then
+  redis.call('PERSIST', KEYS[1])
+elseif ARGV[5] ~= '' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
 end
-return { 1, e .. ':' .. v, created }
+return { 1, created }

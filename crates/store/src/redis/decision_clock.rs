@@ -36,6 +36,11 @@ impl DecisionClock {
         }
     }
 
+    /// The virtual clock's time, if there is one (`None`: Redis `TIME`).
+    pub(crate) fn virtual_now(&self) -> Option<Millis> {
+        self.virtual_clock.as_ref().map(|c| c.now())
+    }
+
     /// How much later than the decision clock says keys expire (see
     /// `expire_at` in `common.lua`): 0 with Redis `TIME`.
     pub(crate) fn expiry_slack(&self) -> Millis {

@@ -16,8 +16,6 @@
 //! <prefix>:{<resource>}:q, :qw, :qd, :qr, :qn
 //!                                     its queue of waiters (see `wait.lua`)
 //! <prefix>:{<resource>}:l              the resource's capacity leases
-//! <prefix>:{<resource>}:lk             the lock of its lease decisions
-//! <prefix>:{<resource>}:lc             the clients its last lease writes changed
 //! <prefix>:{%e<domain>}:m:<n>:<resource>:<domain>
 //!                                     a pair's meter state counted for the
 //!                                     Envoy domain <domain> with `same_slot`
@@ -194,20 +192,10 @@ impl Keys {
         self.members("starting")
     }
 
-    /// The leases of a lease resource (SPEC §12), one string.
+    /// The leases of a lease resource (SPEC §12), one hash (see
+    /// `lease.rs`).
     pub(crate) fn lease_set(&self, resource: &str) -> String {
         format!("{}:l", self.resource(resource))
-    }
-
-    /// The change log of a resource's lease set: the clients each of the
-    /// last 1024 writes changed.
-    pub(crate) fn lease_log(&self, resource: &str) -> String {
-        format!("{}:lc", self.resource(resource))
-    }
-
-    /// The lock servers take turns with on a resource's lease decisions.
-    pub(crate) fn lease_lock(&self, resource: &str) -> String {
-        format!("{}:lk", self.resource(resource))
     }
 
     /// The resources that have lease sets, for metrics and the leases page.

@@ -152,9 +152,10 @@ impl RedisStore {
         let scripts = Scripts::new(
             options.meters_mutation.as_ref(),
             options.copies_mutation.as_ref(),
+            options.leases_mutation.as_ref(),
         );
         #[cfg(not(feature = "test-clock"))]
-        let scripts = Scripts::new(None, None);
+        let scripts = Scripts::new(None, None, None);
         conn.load(&scripts.all()).await?;
         let scripts = Arc::new(scripts);
         let clock = DecisionClock::new(options.clock);

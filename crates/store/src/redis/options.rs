@@ -44,6 +44,11 @@ pub struct RedisOptions {
     /// show that the differential test with waits catches a broken rule.
     #[cfg(feature = "test-clock")]
     pub copies_mutation: Option<(String, String)>,
+    /// Tests only (feature `test-clock`): the same for the lease scripts
+    /// (`lua/lease_get.lua` and `lua/lease_put.lua`), so a test can show
+    /// that the lease tests catch a broken compare and set.
+    #[cfg(feature = "test-clock")]
+    pub leases_mutation: Option<(String, String)>,
     /// How long reserves wait after a new generation of the copy log
     /// starts (Redis lost its data, or is used for the first time), so
     /// that servers that have not noticed yet can rebuild their holds
@@ -119,6 +124,8 @@ impl Default for RedisOptions {
             meters_mutation: None,
             #[cfg(feature = "test-clock")]
             copies_mutation: None,
+            #[cfg(feature = "test-clock")]
+            leases_mutation: None,
             rebuild_grace: None,
             max_batch: MAX_BATCH,
             tls: RedisTls::default(),

@@ -154,6 +154,7 @@ pub(crate) struct Scripts {
     pub(crate) rebuild: Script,
     pub(crate) lease_get: Script,
     pub(crate) lease_put: Script,
+    pub(crate) lease_time: Script,
 }
 
 impl Scripts {
@@ -163,10 +164,12 @@ impl Scripts {
     /// that the differential tests catch a script that breaks a rule (of a
     /// meter, or of the tiers: the rate script keeps its own copy of the
     /// tiers' rule, untouched). `copies_mutation` does the same to every
-    /// copy script (the queue of waiters is in each of them).
+    /// copy script (the queue of waiters is in each of them), and
+    /// `leases_mutation` to both lease scripts.
     pub(crate) fn new(
         mutation: Option<&(String, String)>,
         copies_mutation: Option<&(String, String)>,
+        leases_mutation: Option<&(String, String)>,
     ) -> Self {
         let replaced = |code: &'static str, m: Option<&(String, String)>| -> Cow<'static, str> {
             match m {
@@ -176,6 +179,7 @@ impl Scripts {
         };
         let mutated = |code: &'static str| replaced(code, mutation);
         let copied = |code: &'static str| replaced(code, copies_mutation);
+        let leased = |code: &'static str| replaced(code, leases_mutation);
         Self {
             rate: Script::new(
                 "rate",
@@ -241,23 +245,19 @@ impl Scripts {
             rebuild: Script::new("rebuild", copy_script!("rebuild.lua")),
             lease_get: Script::new(
                 "lease_get",
-                concat!(
+                leased(concat!(
                     include_str!("lua/common.lua"),
                     include_str!("lua/lease_get.lua")
-                ),
+                )),
             ),
-            lease_put: Script::new(
-                "lease_put",
-                concat!(
-                    include_str!("lua/common.lua"),
-                    include_str!("lua/lease_put.lua")
-                ),
-            ),
+            // The refresh's hot path: flat, no shared prelude.
+            lease_put: Script::new("lease_put", leased(include_str!("lua/lease_put.lua"))),
+            lease_time: Script::new("lease_time", include_str!("lua/lease_time.lua")),
         }
     }
 
     /// All of them, to load at start.
-    pub(crate) fn all(&self) -> [&Script; 27] {
+    pub(crate) fn all(&self) -> [&Script; 28] {
         [
             &self.rate,
             &self.drain,
@@ -286,6 +286,7 @@ impl Scripts {
             &self.rebuild,
             &self.lease_get,
             &self.lease_put,
+            &self.lease_time,
         ]
     }
 }

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use charon_core::config::{CopyLimits, Enforcement, GroupLimit, RateLimits, Tier};
 use charon_core::copy::Hold;
+use charon_core::lease::{
+    Algorithm, LeaseContext, LeaseParams, LeaseSet, Quantity, Want, get_capacity, release_capacity,
+};
 use charon_core::request::Amount;
 use charon_store::{
     RedisOptions, RedisStore, RedisTls, Reserved, Store, StoreError, WaitOptions, redacted,
@@ -71,7 +74,8 @@ fn copy_limits() -> CopyLimits {
 
 /// A few decisions that must be exact: 5 of 7 single hits granted under
 /// a tier of 5 per minute; copies reserved up to the domain limit,
-/// released, transferred and seized, with the counts Redis keeps.
+/// released, transferred and seized, with the counts Redis keeps; a
+/// lease got, refreshed and released.
 async fn decides_exactly(store: &RedisStore) {
     let tiers = [Tier {
         limit: 5,
@@ -142,6 +146,38 @@ async fn decides_exactly(store: &RedisStore) {
         .release(&Hold::new("vm", "w", ["g1".to_owned()]), 4)
         .await
         .unwrap();
+    // Leases: a read, a refresh on the server's copy (`TIME` and the
+    // compare and set), the snapshot and a release.
+    let p = LeaseParams::new(
+        Quantity::units(10).unwrap(),
+        Algorithm::FairShare,
+        10_000,
+        1_000,
+    )
+    .unwrap()
+    .with_learning_mode(0)
+    .unwrap();
+    for wants in [4.0, 6.0] {
+        let mut got = None;
+        store
+            .leases("db", "c", &mut |set: &mut LeaseSet, now| {
+                let ctx = LeaseContext::root(&p, 0, now);
+                let want = Want::parse(wants, 0.0, 1).unwrap();
+                got = Some(get_capacity(set, &p, ctx, "c", want).capacity);
+            })
+            .await
+            .unwrap();
+        assert_eq!(got.unwrap().to_f64(), wants);
+    }
+    assert_eq!(store.lease_sets().await.unwrap().1.len(), 1);
+    let mut released = false;
+    store
+        .leases("db", "c", &mut |set: &mut LeaseSet, now| {
+            released = release_capacity(set, "c", now);
+        })
+        .await
+        .unwrap();
+    assert!(released);
     store.ping().await.unwrap();
 }
 

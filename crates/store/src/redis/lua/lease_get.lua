@@ -1,54 +1,82 @@
--- lease_get(): one resource's lease set, and the decision clock, for a
--- lease decision made by the server (charon_core::lease) and stored back
--- with lease_put only if nobody changed the set in between.
--- The set is a hash: `e` (an id drawn when it was created), `v` (a counter
--- of writes) and `c:<client>` per lease; its version is "e:v", or "0" when
--- there is none, so a set deleted and made again never repeats a version.
--- The change log (KEYS[3], a list) has one entry per write, the clients it
--- changed, for the last 1024 writes: a caller whose cached version is
--- among them gets only the leases changed since, not the whole set.
--- With a token, the caller takes the resource's decision lock first (held
--- until its lease_put, or for ARGV[4] ms at most): servers then take turns
--- on a resource instead of racing, so a slow one is not starved by a fast
--- one. The version check of lease_put stays the safety; the lock only
--- orders.
--- KEYS: 1 the resource's lease set, 2 its decision lock, 3 its change log
+-- lease_get(): one resource's lease set and the decision clock, for a lease
+-- decision made by the server (charon_core::lease) and stored back with
+-- lease_put only if nobody changed the set in between. A server runs it
+-- only when it has no current copy of the set (none cached, or its last
+-- write found the set changed) and for snapshots; otherwise it decides on
+-- its copy and lease_put's version check is the read.
+-- The set is one hash: `e` (an id drawn when it was created), `v` (a
+-- counter of writes), `x` (the decision-clock time its key is set to
+-- expire at), `lk` (the decision lock: token US deadline in Redis ms, or
+-- ''), `c:<client>` per lease, and a ring of the clients the last 256
+-- writes changed, `g:<v mod 256>` = `v US client US …`. Its version is
+-- "e:v", or "0" when there is none, so a set deleted and made again never
+-- repeats a version. A caller whose cached version is at most 256 writes
+-- behind gets only the leases changed since, not the whole set.
+-- With a token, the caller takes the set's decision lock (until its
+-- lease_put, or ARGV[4] ms at most): a server that lost a race then has
+-- its turn instead of racing a fast one again. The version check of
+-- lease_put stays the safety; the lock only orders.
+-- KEYS: 1 the resource's lease set
 -- ARGV: 1 clock ('' = Redis TIME), 2 the version the caller has cached
 --       (''), 3 the caller's lock token ('' = read without the lock),
 --       4 the lock's time limit in ms
--- Reply: { 'busy' } when another server holds the lock;
---        { version, now, 0 } when the cached version is current;
---        { version, now, 2, { client, lease or '', … } } the changes since;
---        { version, now, 1, { field, value, … } } the whole set
-if ARGV[3] ~= '' then
-  local held = redis.call('GET', KEYS[2])
-  if held and held ~= ARGV[3] then return { 'busy' } end
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+-- Reply: { 'busy' } when another server holds the lock; else { version,
+-- now, x (the key's expiry, -1 for none), then
+--        0 } when the cached version is current;
+--        2, { client, lease or '', … } } the changes since;
+--        1, { field, value, … } } the whole hash
+local RING = 256
+local now, redis_now = clock(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'e', 'v', 'lk', 'x')
+local x = h[4] or '-1'
+if ARGV[3] ~= '' and h[1] then
+  local lk = h[3]
+  if lk and lk ~= '' then
+    local token, deadline = string.match(lk, '^(.*)\31(%d+)$')
+    if token ~= ARGV[3] and tonumber(deadline) > redis_now then return { 'busy' } end
+  end
+  redis.call('HSET', KEYS[1], 'lk', ARGV[3] .. '\31' .. fmt(redis_now + tonumber(ARGV[4])))
 end
-local now = clock(ARGV[1])
-local ev = redis.call('HMGET', KEYS[1], 'e', 'v')
 local version = '0'
-if ev[1] then version = ev[1] .. ':' .. ev[2] end
-if ARGV[2] == version then return { version, now, 0 } end
-local prefix = (ev[1] or '') .. ':'
-if ev[1] and string.sub(ARGV[2], 1, #prefix) == prefix then
-  local behind = tonumber(ev[2]) - (tonumber(string.sub(ARGV[2], #prefix + 1)) or -1)
-  if behind > 0 and behind <= redis.call('LLEN', KEYS[3]) then
-    local seen, names = {}, {}
-    for _, entry in ipairs(redis.call('LRANGE', KEYS[3], -behind, -1)) do
-      for name in string.gmatch(entry, '[^\31]+') do
-        if not seen[name] then
-          seen[name] = true
+if h[1] then version = h[1] .. ':' .. h[2] end
+if ARGV[2] == version then return { version, now, x, 0 } end
+local prefix = (h[1] or '') .. ':'
+if h[1] and string.sub(ARGV[2], 1, #prefix) == prefix then
+  local v = tonumber(h[2])
+  local seen = tonumber(string.sub(ARGV[2], #prefix + 1)) or -1
+  local behind = v - seen
+  if behind > 0 and behind <= RING then
+    local slots = {}
+    for w = seen + 1, v do slots[#slots + 1] = 'g:' .. (w % RING) end
+    local entries = redis.call('HMGET', KEYS[1], unpack(slots))
+    local known, names, fields = {}, {}, {}
+    for k, entry in ipairs(entries) do
+      local w = seen + k
+      -- Each slot must hold write w: a ring overwritten or missing (a
+      -- write of an older server kept no ring) means a whole read.
+      if not entry then names = nil break end
+      local tag, rest = string.match(entry, '^(%d+)\31?(.*)$')
+      if tonumber(tag) ~= w then names = nil break end
+      for name in string.gmatch(rest, '[^\31]+') do
+        if not known[name] then
+          known[name] = true
           names[#names + 1] = name
+          fields[#fields + 1] = 'c:' .. name
         end
       end
     end
-    local out = {}
-    for _, name in ipairs(names) do
-      out[#out + 1] = name
-      out[#out + 1] = redis.call('HGET', KEYS[1], 'c:' .. name) or ''
+    if names then
+      local out = {}
+      -- In chunks: unpack() has a limit.
+      for j = 1, #fields, 1000 do
+        local leases = redis.call('HMGET', KEYS[1], unpack(fields, j, math.min(j + 999, #fields)))
+        for k, lease in ipairs(leases) do
+          out[#out + 1] = names[j + k - 1]
+          out[#out + 1] = lease or ''
+        end
+      end
+      return { version, now, x, 2, out }
     end
-    return { version, now, 2, out }
   end
 end
-return { version, now, 1, redis.call('HGETALL', KEYS[1]) }
+return { version, now, x, 1, redis.call('HGETALL', KEYS[1]) }

@@ -1,54 +1,75 @@
--- lease_put(): stores one lease decision made on the version lease_get
--- read, unless another server stored one since (compare and set: every
--- lease decision is atomic across servers, none is lost), and gives the
--- decision lock back. A decision changes one client's lease and drops
--- lapsed ones, so only those fields are written.
--- Each write appends the clients it changed to the change log (see
--- lease_get), which keeps the last 1024 writes.
--- KEYS: 1 the resource's lease set, 2 its decision lock, 3 its change log
--- ARGV: 1 the version read, 2 a fresh id for a new set, 3 clock ('' = Redis
---       TIME), 4 when the last lease lapses (decision clock, ms; -1: the set
---       is empty, delete it), 5 expiry slack, 6 the lock token, 7 n (leases
---       to write), then n pairs (client, lease), then clients whose leases
---       go
--- Reply: { 1, new version, 1 if the set was created } stored, { 0 } changed
--- in between (decide again)
-if redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
-local ev = redis.call('HMGET', KEYS[1], 'e', 'v')
+-- lease_put(): stores one lease decision made on the version of the set
+-- the caller had (read by lease_get, or its own last write), unless
+-- another server stored one since (compare and set: every lease decision
+-- is atomic across servers, none is lost) or holds the set's decision lock
+-- (see lease_get), and gives back the caller's lock. A decision changes
+-- one client's lease and drops lapsed ones, so only those fields are
+-- written, with the version and the ring entry, in one HSET.
+-- The refresh's hot path: flat code, no shared prelude, and no number
+-- conversion (glibc's strtod and printf are most of a small script's
+-- cost). The caller knows the set as of the version it decided on, so it
+-- sends every value already made: the next version's counter, the ring
+-- slot and entry, and the key's new expiry only when a lease would outlive
+-- the present one (`x`, also part of that version).
+-- KEYS: 1 the resource's lease set
+-- ARGV: 1 the version decided on, 2 the next write counter, 3 the lock
+--       token, 4 a fresh id (used when the set is new), 5 the key's new
+--       expiry for `x` ('' = unchanged; 'delete' = the set is empty,
+--       delete it), 6 its time to live in ms ('persist' = none), 7 the ring
+--       slot's field, 8 its entry, 9 '1' if the client's lease is written
+--       (then 10, 11: its field and the lease) else '0', then the fields of
+--       leases that go
+-- Reply: { 1, 1 if the set was created } stored;
+--        { 0 } changed in between (read again and decide again);
+--        { 2 } another server's turn (its lock is held): try again soon
+local h = redis.call('HMGET', KEYS[1], 'e', 'v', 'lk')
+local e = h[1]
 local version = '0'
-if ev[1] then version = ev[1] .. ':' .. ev[2] end
+if e then version = e .. ':' .. h[2] end
 if version ~= ARGV[1] then return { 0 } end
-if ARGV[4] == '-1' then
-  redis.call('DEL', KEYS[1], KEYS[3])
-  return { 1, '0', 0 }
+local lk = h[3]
+local held = lk and lk ~= ''
+if held then
+  local token, deadline = string.match(lk, '^(.*)\31(%d+)$')
+  if token ~= ARGV[3] then
+    local t = redis.call('TIME')
+    local redis_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if tonumber(deadline) > redis_now then return { 2 } end
+  end
 end
-local e, v = ev[1], tonumber(ev[2] or '0')
-if not e then
-  e = ARGV[2]
-  redis.call('HSET', KEYS[1], 'e', e)
+if ARGV[5] == 'delete' then
+  redis.call('DEL', KEYS[1])
+  return { 1, 0 }
 end
-local n = tonumber(ARGV[7])
-local i = 8
-local changed = {}
-for _ = 1, n do
-  redis.call('HSET', KEYS[1], 'c:' .. ARGV[i], ARGV[i + 1])
-  changed[#changed + 1] = ARGV[i]
-  i = i + 2
-end
-while i <= #ARGV do
-  redis.call('HDEL', KEYS[1], 'c:' .. ARGV[i])
-  changed[#changed + 1] = ARGV[i]
-  i = i + 1
-end
-redis.call('HSET', KEYS[1], 'v', v + 1)
--- A new set starts a new log: entries of an earlier set (same key, other
--- `e`) must not be read as this one's.
-if not ev[1] then redis.call('DEL', KEYS[3]) end
-redis.call('RPUSH', KEYS[3], table.concat(changed, '\31'))
-redis.call('LTRIM', KEYS[3], -1024, -1)
-local now, redis_now = clock(ARGV[3])
-expire_at(KEYS[1], tonumber(ARGV[4]), now, redis_now, tonumber(ARGV[5]))
-expire_at(KEYS[3], tonumber(ARGV[4]), now, redis_now, tonumber(ARGV[5]))
+local set = { 'v', ARGV[2], ARGV[7], ARGV[8] }
 local created = 0
-if not ev[1] then created = 1 end
-return { 1, e .. ':' .. (v + 1), created }
+if not e then
+  created = 1
+  set[#set + 1] = 'e'
+  set[#set + 1] = ARGV[4]
+end
+local i = 10
+if ARGV[9] == '1' then
+  set[#set + 1] = ARGV[10]
+  set[#set + 1] = ARGV[11]
+  i = 12
+end
+if held then
+  set[#set + 1] = 'lk'
+  set[#set + 1] = ''
+end
+if ARGV[5] ~= '' then
+  set[#set + 1] = 'x'
+  set[#set + 1] = ARGV[5]
+end
+redis.call('HSET', KEYS[1], unpack(set))
+-- In chunks: unpack() has a limit, and many leases may lapse at once.
+for j = i, #ARGV, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(ARGV, j, math.min(j + 999, #ARGV)))
+end
+if ARGV[6] == 'persist' then
+  redis.call('PERSIST', KEYS[1])
+elseif ARGV[5] ~= '' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+end
+return { 1, created }

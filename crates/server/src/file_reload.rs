@@ -31,9 +31,15 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// Watches `path` and reloads it into `state.limiter` on change or SIGHUP,
 /// until shutdown.
 pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
+    // The watch starts here, before the server answers, not in the task:
+    // a file written right after start is then a change to the one read
+    // now, not the first look of a watch that started late.
+    let mut watch = match FileWatch::new(&path, "configuration") {
+        Ok(watch) => watch,
+        Err(e) => return error!("configuration reload stopped: {e}"),
+    };
     tokio::spawn(async move {
         let result = async {
-            let mut watch = FileWatch::new(&path, "configuration")?;
             while let Some(text) = watch.next(&state.shutdown).await? {
                 apply(&state, &path, text.and_then(|t| load_bytes(&path, &t)));
             }

@@ -214,8 +214,24 @@ pub async fn seed_store(
     prefix: &str,
     seed: u64,
 ) -> (Arc<RedisStore>, JoinHandle<StoreError>) {
+    seed_store_mutated(redis, clock, prefix, seed, None).await
+}
+
+/// [`seed_store`] whose meters scripts carry a deliberate `mutation`
+/// (`RedisOptions::meters_mutation`), in keys of their own
+/// (`{prefix}mut{seed}`), so that a test can show its differential
+/// catches a script that breaks a rule.
+pub async fn seed_store_mutated(
+    redis: &RedisServer,
+    clock: &Arc<ManualClock>,
+    prefix: &str,
+    seed: u64,
+    mutation: Option<(&str, &str)>,
+) -> (Arc<RedisStore>, JoinHandle<StoreError>) {
+    let mutated = if mutation.is_some() { "mut" } else { "" };
     let options = RedisOptions {
-        key_prefix: format!("{prefix}{seed}"),
+        key_prefix: format!("{prefix}{mutated}{seed}"),
+        meters_mutation: mutation.map(|(from, to)| (from.to_owned(), to.to_owned())),
         ..options(
             Some(clock.clone()),
             &format!("seed{seed}"),

@@ -25,9 +25,7 @@ use charon_core::ManualClock;
 use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op};
 use charon_core::request::Amount;
-use charon_store::{
-    Batch, Limit, MemoryStore, MeterOp, RedisOptions, RedisStore, Store, StoreError,
-};
+use charon_store::{Batch, Limit, MemoryStore, MeterOp, Store, StoreError};
 use charon_testkit::RedisServer;
 use charon_testkit::stores::{Kind, Seeded, assert_each_mutation_caught, kind, single};
 use rand::rngs::StdRng;
@@ -69,17 +67,8 @@ async fn run(
         .collect();
     let clock = Arc::new(ManualClock::new(start));
     let memory = MemoryStore::new(clock.clone());
-    let options = RedisOptions {
-        key_prefix: format!("mbatch{seed}{}", u8::from(mutation.is_some())),
-        meters_mutation: mutation.map(|(a, b)| (a.to_owned(), b.to_owned())),
-        ..charon_testkit::stores::options(
-            Some(clock.clone()),
-            &format!("seed{seed}"),
-            std::time::Duration::from_secs(10),
-        )
-    };
-    let store = RedisStore::connect(&redis.url(), options).await.unwrap();
-    let maintain = charon_testkit::stores::spawn_maintain(&store);
+    let (store, maintain) =
+        charon_testkit::stores::seed_store_mutated(redis, &clock, "mbatch", seed, mutation).await;
     let mut log: Vec<String> = Vec::new();
     let mut result = Ok(());
     for b in 0..batches {

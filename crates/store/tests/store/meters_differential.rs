@@ -16,7 +16,7 @@ use std::sync::Arc;
 use charon_core::ManualClock;
 use charon_core::meter::testing as shapes;
 use charon_core::meter::{Meter, Op, Reply};
-use charon_store::{MemoryStore, RedisOptions, RedisStore, Store, StoreError};
+use charon_store::{MemoryStore, Store, StoreError};
 use charon_testkit::RedisServer;
 use charon_testkit::stores::{Seeded, assert_each_mutation_caught, meter};
 use rand::rngs::StdRng;
@@ -94,35 +94,6 @@ fn kind_name(m: &Meter) -> &'static str {
     }
 }
 
-/// The Redis store on `clock` under `prefix` and `seed`, with its
-/// maintenance running; `mutation` breaks its scripts (see
-/// `RedisOptions::meters_mutation`).
-async fn redis_store(
-    redis: &RedisServer,
-    clock: &Arc<ManualClock>,
-    prefix: &str,
-    seed: u64,
-    mutation: Option<(&str, &str)>,
-) -> (Arc<RedisStore>, tokio::task::JoinHandle<StoreError>) {
-    match mutation {
-        None => charon_testkit::stores::seed_store(redis, clock, prefix, seed).await,
-        Some((from, to)) => {
-            let options = RedisOptions {
-                key_prefix: format!("{prefix}mut{seed}"),
-                meters_mutation: Some((from.to_owned(), to.to_owned())),
-                ..charon_testkit::stores::options(
-                    Some(clock.clone()),
-                    &format!("seed{seed}"),
-                    std::time::Duration::from_secs(10),
-                )
-            };
-            let store = RedisStore::connect(&redis.url(), options).await.unwrap();
-            let maintain = charon_testkit::stores::spawn_maintain(&store);
-            (store, maintain)
-        }
-    }
-}
-
 /// Charges at the exact bound of the debt, which the random walk reaches
 /// too rarely to hold the scripts to it: on fresh pairs of random buckets
 /// and queues, a first charge of `k` units (no time passes, so the debt is
@@ -138,7 +109,8 @@ async fn exact_debt_bounds(
     let mut rng = StdRng::seed_from_u64(seed);
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let memory = MemoryStore::new(clock.clone());
-    let (store, maintain) = redis_store(redis, &clock, "mbound", seed, mutation).await;
+    let (store, maintain) =
+        charon_testkit::stores::seed_store_mutated(redis, &clock, "mbound", seed, mutation).await;
     let mut outcomes = BTreeMap::<String, usize>::new();
     for i in 0..24 {
         let unit = [1, 7, 50][rng.random_range(0..3usize)];
@@ -200,7 +172,8 @@ async fn run(
         .collect();
     let clock = Arc::new(ManualClock::new(start));
     let memory = MemoryStore::new(clock.clone());
-    let (store, maintain) = redis_store(redis, &clock, "mdiff", seed, mutation).await;
+    let (store, maintain) =
+        charon_testkit::stores::seed_store_mutated(redis, &clock, "mdiff", seed, mutation).await;
     let mut log: Vec<String> = Vec::new();
     for i in 0..steps {
         let r = rng.random_range(0..RESOURCES.len());

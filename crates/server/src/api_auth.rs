@@ -346,9 +346,6 @@ pub fn denied_error(message: String) -> v1::Error {
 /// `file_reload::FileWatch`), until shutdown. A file that does
 /// not load is logged and the previous tokens stay in force.
 pub fn spawn_reloader(state: Arc<ServerState>, path: PathBuf) {
-    // The watch starts here, before the server answers, not in the task:
-    // a file written right after start is then a change to the one read
-    // now, not the first look of a watch that started late.
     let mut watch = match crate::file_reload::FileWatch::new(&path, "API tokens") {
         Ok(watch) => watch,
         Err(e) => return error!("API tokens reload stopped: {e}"),

@@ -31,9 +31,6 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// Watches `path` and reloads it into `state.limiter` on change or SIGHUP,
 /// until shutdown.
 pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
-    // The watch starts here, before the server answers, not in the task:
-    // a file written right after start is then a change to the one read
-    // now, not the first look of a watch that started late.
     let mut watch = match FileWatch::new(&path, "configuration") {
         Ok(watch) => watch,
         Err(e) => return error!("configuration reload stopped: {e}"),
@@ -60,6 +57,12 @@ pub fn spawn_file_reloader(state: Arc<ServerState>, path: PathBuf) {
 /// half-way as long as its pauses are shorter than [`DEBOUNCE`]. Besides
 /// the directory watch, the files are read every [`POLL_EVERY`]. Public
 /// for `charon sidecar`, whose configuration file reloads the same way.
+///
+/// Its first read is what later reads are compared with, so it is made
+/// where the files were loaded, before the server answers, and then moved
+/// into the task that waits on it: made inside a freshly spawned task, it
+/// could first read a file written just after start, and that change would
+/// never be applied.
 pub struct FileWatch {
     paths: Vec<PathBuf>,
     // Kept alive: dropping it stops the events.

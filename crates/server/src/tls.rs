@@ -215,9 +215,6 @@ impl ServerTls {
         let tls = self.clone();
         let mut paths = vec![tls.settings.cert.clone(), tls.settings.key.clone()];
         paths.extend(tls.settings.client_ca.clone());
-        // The watch starts here, before the server answers, not in the task:
-        // a file written right after start is then a change to the one read
-        // now, not the first look of a watch that started late.
         let mut watch = match FileWatch::of_files(paths, "TLS files") {
             Ok(w) => w,
             Err(e) => return error!("TLS files are not reloaded: {e}"),

@@ -13,9 +13,6 @@ use tracing::{error, info};
 use crate::SidecarState;
 
 pub(crate) fn spawn(state: Arc<SidecarState>) {
-    // The watch starts here, before the server answers, not in the task:
-    // a file written right after start is then a change to the one read
-    // now, not the first look of a watch that started late.
     let mut watch = match FileWatch::new(&state.config, "configuration") {
         Ok(w) => w,
         Err(e) => {

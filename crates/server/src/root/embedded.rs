@@ -54,9 +54,6 @@ pub(super) fn follow_tokens_file(
         return;
     };
     let (app, shutdown) = (app.clone(), shutdown.clone());
-    // The watch starts here, before the server answers, not in the task:
-    // a file written right after start is then a change to the one read
-    // now, not the first look of a watch that started late.
     let mut watch = match crate::file_reload::FileWatch::new(&path, "configuration API tokens") {
         Ok(watch) => watch,
         Err(e) => return error!("configuration API tokens are not reloaded: {e}"),

@@ -5,7 +5,8 @@
 //! `RateLimitService.ShouldRateLimit` (one descriptor `KEY=bench-N` per
 //! call), so every protocol is measured on the same limits; `--mode lease`
 //! calls `Capacity.GetCapacity` instead, `--domains` clients (`bench-N`)
-//! refreshing leases on a lease resource (SPEC §12).
+//! refreshing leases on a lease resource (SPEC §12), and `--mode copies`
+//! reserves a copy and releases it, both on a session stream.
 //!
 //! Opens N connections (each its own HTTP/2 connection; in session mode
 //! each a client with its one session stream) and drives requests, either
@@ -57,6 +58,10 @@ pub enum Mode {
     /// wanting 1 to 8 units) refreshing leases on `--resource`, a lease
     /// resource; "granted" is a lease above 0.
     Lease,
+    /// A reserve of one copy of `--resource` (a `kind: copy` resource) on a
+    /// session stream, then, if granted, its release: one "decision" is the
+    /// pair, the cycle of a copy-limited caller.
+    Copies,
 }
 
 /// Flags of `charon bench`.
@@ -64,9 +69,11 @@ pub enum Mode {
 pub struct BenchArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// The resource to request.
-    #[arg(long, default_value = "bench/api")]
-    resource: String,
+    /// The resource to request; several (`a,b,c`) take turns, so that on
+    /// a Redis Cluster the pairs spread over the shards (one resource's
+    /// keys share one slot).
+    #[arg(long, default_value = "bench/api", value_delimiter = ',')]
+    resource: Vec<String>,
     /// Distinct domains to spread requests over.
     #[arg(long, default_value_t = 1)]
     domains: u64,
@@ -76,7 +83,8 @@ pub struct BenchArgs {
     /// Requests in flight per connection (closed loop).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
-    /// Unary calls, or pipelined session streams (one per connection).
+    /// Unary calls, pipelined session streams (one per connection), lease
+    /// refreshes, or reserves and releases of copies.
     #[arg(long, value_enum, default_value_t = Mode::Unary)]
     mode: Mode,
     /// The server's process id: report its CPU per decision (Linux
@@ -131,7 +139,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     }
     let mut clients = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        if args.mode == Mode::Session {
+        if matches!(args.mode, Mode::Session | Mode::Copies) {
             clients.push(Client::Session(session_client(&args).await?));
             continue;
         }
@@ -164,7 +172,8 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let next_domain = Arc::new(AtomicU64::new(0));
     let worker = |client: &Client| Worker {
         client: client.clone(),
-        resource: args.resource.clone(),
+        resources: args.resource.clone().into(),
+        copies: args.mode == Mode::Copies,
         domains: args.domains.max(1),
         next_domain: next_domain.clone(),
         shared: shared.clone(),
@@ -223,6 +232,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
         (None, Mode::Lease) => {
             mode = format!("GetCapacity by {} clients, {mode}", args.domains.max(1));
             "lease"
+        }
+        (None, Mode::Copies) => {
+            mode = format!("reserve and release of a copy on session streams, {mode}");
+            "copies"
         }
     };
     let costs = Costs::between(&before, &after, measured);
@@ -324,6 +337,8 @@ enum Call {
     Charon(LimiterClient<Conn>, v1::RateRequest),
     /// A client, the resource and the domain.
     Session(charon_client::Client, String, String),
+    /// A reserve, then its release: a client, the resource and the domain.
+    Copies(charon_client::Client, String, String),
     Envoy(RateLimitServiceClient<Conn>, RateLimitRequest),
     Capacity(CapacityClient<Conn>, v1::GetCapacityRequest),
 }
@@ -331,7 +346,9 @@ enum Call {
 /// One load-generating task.
 struct Worker {
     client: Client,
-    resource: String,
+    resources: Arc<[String]>,
+    /// `--mode copies`: each call a reserve and its release.
+    copies: bool,
     domains: u64,
     next_domain: Arc<AtomicU64>,
     shared: Arc<Shared>,
@@ -339,7 +356,9 @@ struct Worker {
 
 impl Worker {
     fn request(&self) -> Call {
-        let d = self.next_domain.fetch_add(1, Ordering::Relaxed) % self.domains;
+        let k = self.next_domain.fetch_add(1, Ordering::Relaxed);
+        let d = k % self.domains;
+        let resource = self.resources[(k % self.resources.len() as u64) as usize].clone();
         match &self.client {
             Client::Envoy(c, domain, key) => Call::Envoy(
                 c.clone(),
@@ -355,15 +374,16 @@ impl Worker {
                     hits_addend: 0,
                 },
             ),
-            Client::Session(c) => {
-                Call::Session(c.clone(), self.resource.clone(), format!("bench-{d}"))
+            Client::Session(c) if self.copies => {
+                Call::Copies(c.clone(), resource, format!("bench-{d}"))
             }
+            Client::Session(c) => Call::Session(c.clone(), resource, format!("bench-{d}")),
             Client::Capacity(c) => Call::Capacity(
                 c.clone(),
                 v1::GetCapacityRequest {
                     client_id: format!("bench-{d}"),
                     resources: vec![v1::ResourceWant {
-                        resource: self.resource.clone(),
+                        resource,
                         wants: (1 + d % 8) as f64,
                         has: 0.0,
                         subclients: 1,
@@ -373,7 +393,7 @@ impl Worker {
             Client::Charon(c) => Call::Charon(
                 c.clone(),
                 v1::RateRequest {
-                    resource: self.resource.clone(),
+                    resource,
                     domain: format!("bench-{d}"),
                     copies: None,
                     min_copies: None,
@@ -397,6 +417,7 @@ impl Worker {
                 .await
                 .map(|g| g.granted > 0)
                 .map_err(drop),
+            Call::Copies(c, resource, domain) => Self::reserve_release(c, resource, domain).await,
             Call::Envoy(mut c, req) => c
                 .should_rate_limit(req)
                 .await
@@ -430,6 +451,20 @@ impl Worker {
         // Past the histogram's bound (a minute): counted at the bound, never
         // dropped.
         shared.histogram.lock().await.saturating_record(us);
+    }
+
+    /// Whether the reserve was granted; an error of either call is an error.
+    async fn reserve_release(
+        c: charon_client::Client,
+        resource: String,
+        domain: String,
+    ) -> Result<bool, ()> {
+        let mut hold = c.reserve(resource, domain).send().await.map_err(drop)?;
+        if !hold.is_granted() {
+            return Ok(false);
+        }
+        hold.release_all().await.map_err(drop)?;
+        Ok(true)
     }
 
     async fn closed_loop(self) {

@@ -974,6 +974,56 @@ resources:
     assert_eq!(r["wanted"], 82, "{r}");
 }
 
+/// `charon bench --mode copies` reserves a copy and releases it on session
+/// streams, over two resources taking turns: with a domain limit of one
+/// copy and one domain, a copy never released would turn every later
+/// reserve into a rejection; and once the bench ends no copy is held.
+#[test]
+fn bench_copies_reserves_and_releases_over_two_resources() {
+    const COPIES: &str = r#"
+resources:
+  - { name: c/a, kind: copy, domain_limit: 1 }
+  - { name: c/b, kind: copy, domain_limit: 1 }
+"#;
+    let server = CharonProcess::start(bin(), COPIES, &[]);
+    let v = bench_json(
+        &server.endpoint(),
+        &[
+            "--mode",
+            "copies",
+            "--resource",
+            "c/a,c/b",
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    );
+    let count = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    assert!(count("requests") > 10, "{v}");
+    assert_eq!(count("errors"), 0, "{v}");
+    assert_eq!(count("granted"), count("requests"), "{v}");
+    assert_eq!(v["transport"], "copies", "{v}");
+    let (_, metrics) = server.http_get("/metrics").expect("/metrics");
+    // Both resources took turns: each granted reserves and released them.
+    for resource in ["c/a", "c/b"] {
+        for operation in ["reserve", "release"] {
+            let series = format!(
+                "charon_decisions_total{{operation=\"{operation}\",resource=\"{resource}\",outcome=\"granted\"}}"
+            );
+            let n: Option<u64> = crate::support::metric_in(&metrics, &series);
+            assert!(n.is_some_and(|n| n > 5), "{series}: {metrics}");
+        }
+    }
+    assert_eq!(
+        crate::support::metric_in::<f64>(&metrics, "charon_copies_held"),
+        Some(0.0),
+        "{metrics}"
+    );
+}
+
 /// `charon client request --dry-run`, `charon client charge` and `charon
 /// client refund` against a real server: the reply context printed as
 /// `charon simulate` prints it.

@@ -22,10 +22,12 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub mod catalog;
 mod decisions;
+mod envoy;
 
 use catalog::*;
 pub use catalog::{Described, Kind, METRICS};
 pub use decisions::{Decisions, Outcome};
+pub use envoy::{envoy_call, envoy_descriptor};
 
 /// Latency buckets from 10 µs (in-memory decisions) to 1 s (a struggling
 /// Redis).
@@ -246,22 +248,6 @@ pub fn config_version(version: u64) {
     gauge!(CONFIG_VERSION.name).set(version as f64);
 }
 
-/// One descriptor of an Envoy call: counted, and whether it was over its
-/// limit, over its soft limit, and over but shadowed.
-pub fn envoy_descriptor(domain: &str, node: &str, over: bool, near: bool, shadow: bool) {
-    let labels = [("domain", domain.to_owned()), ("node", node.to_owned())];
-    counter!(ENVOY_DESCRIPTORS.name, &labels).increment(1);
-    if over {
-        counter!(ENVOY_OVER_LIMIT.name, &labels).increment(1);
-    }
-    if near {
-        counter!(ENVOY_NEAR_LIMIT.name, &labels).increment(1);
-    }
-    if shadow {
-        counter!(ENVOY_SHADOW.name, &labels).increment(1);
-    }
-}
-
 /// Masked values of an Envoy descriptor that were not IP addresses.
 pub fn envoy_invalid_addresses(domain: &str, node: &str, n: usize) {
     counter!(ENVOY_INVALID_ADDRESSES.name, "domain" => domain.to_owned(), "node" => node.to_owned())
@@ -280,12 +266,6 @@ pub fn envoy_unknown_domain(answer: charon_core::envoy::UnknownDomain) {
         charon_core::envoy::UnknownDomain::Error => "error",
     };
     counter!(ENVOY_UNKNOWN_DOMAIN.name, "answer" => answer).increment(1);
-}
-
-/// One answered Envoy call and its overall code.
-pub fn envoy_call(domain: &str, over: bool) {
-    let code = if over { "over_limit" } else { "ok" };
-    counter!(ENVOY_CALLS.name, "domain" => domain.to_owned(), "code" => code).increment(1);
 }
 
 /// An Envoy call answered with an error status, by SPEC §5 class.

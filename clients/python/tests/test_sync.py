@@ -164,9 +164,11 @@ def test_kill_switch_turns_rejections_into_grants(charon: Charon, make_client: M
 def test_degraded_mode_with_the_server_stopped_then_killed(
     charon: Charon, make_client: MakeClient
 ) -> None:
-    client = make_client(charon.target, request_timeout=0.3)
-    assert client.request_rate("api/slow", "t").success
-    strict = make_client(charon.target, request_timeout=0.3, fail_open=False)
+    # A second, not less: on a loaded machine the calls before the stop
+    # must still be answered by the server for the counts below to hold.
+    client = make_client(charon.target, request_timeout=1.0)
+    assert client.request_rate("api/slow", "t").source == Source.SERVER
+    strict = make_client(charon.target, request_timeout=1.0, fail_open=False)
     assert strict.request_rate("api/search", "t").success
     charon.signal(signal.SIGSTOP)  # the port stays open; nothing answers
     try:
@@ -239,7 +241,9 @@ def test_multi_resource_helper(charon: Charon, make_client: MakeClient) -> None:
 
 
 def test_32_threads_share_one_client(any_store: Charon) -> None:
-    client = Client(any_store.target)
+    # Exactness, not timeouts, is tested: on a loaded machine a call may
+    # take over the default second, and its degraded grant would count.
+    client = Client(any_store.target, request_timeout=10.0)
     granted = [0] * 32
 
     def work(i: int) -> None:

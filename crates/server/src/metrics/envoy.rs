@@ -72,10 +72,16 @@ fn with<T>(
     };
     // A poisoned lock only means a panic elsewhere while it was held; the
     // map itself is always whole (an insert either happened or not).
-    if let Some(v) = find(&domains().read().unwrap_or_else(|e| e.into_inner())) {
+    if let Some(v) = find(
+        &domains()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    ) {
         return v;
     }
-    let mut w = domains().write().unwrap_or_else(|e| e.into_inner());
+    let mut w = domains()
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let d = w.entry(domain.into()).or_default();
     if let Some(n) = node {
         d.nodes.entry(n.into()).or_default();

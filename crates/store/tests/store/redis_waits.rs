@@ -97,8 +97,10 @@ async fn ten_thousand_waiters_on_one_redis_key_use_bounded_memory_and_leave_noth
         RedisOptions {
             // Rejecting 9,999 waiters at their deadline is one script: tens
             // of thousands of commands, which a busy machine may stretch
-            // past the default 1 s (what it took is printed below).
-            op_timeout: Duration::from_secs(3),
+            // past the default 1 s, and has stretched past 3 s while the
+            // whole suite ran beside it (what it took is printed below).
+            // This test is about memory and answers, not about time.
+            op_timeout: Duration::from_secs(30),
             ..options(Some(clock.clone()), "many", Duration::from_secs(10))
         },
     )

@@ -19,6 +19,8 @@ use charon_testkit::RedisServer;
 use charon_testkit::stores::{eventually, options, raw, spawn_maintain};
 
 const WAITERS: u64 = 10_000;
+/// The ten-thousand-waiter test's operation timeout (see there).
+const OP_TIMEOUT: Duration = Duration::from_secs(6);
 const TTL: Duration = Duration::from_secs(4);
 
 fn one_copy() -> CopyLimits {
@@ -99,8 +101,9 @@ async fn ten_thousand_waiters_on_one_redis_key_use_bounded_memory_and_leave_noth
             // of thousands of commands, which a busy machine may stretch
             // past the default 1 s, and has stretched past 3 s while the
             // whole suite ran beside it (what it took is printed below).
-            // This test is about memory and answers, not about time.
-            op_timeout: Duration::from_secs(30),
+            // This test is about memory and answers, not about time. The
+            // operation records live 10 × this (60 s), awaited below.
+            op_timeout: OP_TIMEOUT,
             ..options(Some(clock.clone()), "many", Duration::from_secs(10))
         },
     )
@@ -181,8 +184,9 @@ async fn ten_thousand_waiters_on_one_redis_key_use_bounded_memory_and_leave_noth
     assert_eq!((counts.global, mine.global), (0, 0));
     // The queue, the waiters and the answers are gone at once; the
     // operation records (every copy operation's, kept for its undo should
-    // its reply be lost) expire after the record ttl (20 s here); then only
-    // the ticket counter is left (it expires a day after the last deadline).
+    // its reply be lost) expire after the record ttl (10 × the operation
+    // timeout here); then only the ticket counter is left (it expires a
+    // day after the last deadline).
     let left = page_keys(&redis, "charon");
     assert!(
         left.iter()
@@ -190,7 +194,7 @@ async fn ten_thousand_waiters_on_one_redis_key_use_bounded_memory_and_leave_noth
         "only records and the counter are left ({} keys)",
         left.len()
     );
-    let gone = eventually(Duration::from_secs(60), async || {
+    let gone = eventually(OP_TIMEOUT * 10 + Duration::from_secs(30), async || {
         page_keys(&redis, "charon") == ["charon:{page}:qn"]
     })
     .await;
